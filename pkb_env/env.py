@@ -1,0 +1,188 @@
+"""`ParallelKernelEnv`: one episode is one task; each step judges one candidate module.
+
+The env is small on purpose: it keeps the episode (task, turn, best result) and turns the judge's
+EvaluationRecord into (observation, reward, terminated, truncated, info). The judging lives in
+`pkb_env.judge`, the processes in `pkb_env.executors`, the reward in `pkb_env.rewards`.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import gymnasium
+import numpy as np
+
+from pkb_env import spaces as S
+from pkb_env.executors import make_executor
+from pkb_env.judge.pipeline import Judge, JudgeSettings
+from pkb_env.prompt import build_prompt
+from pkb_env.record import EvaluationRecord
+from pkb_env.rewards import TurnCredit, improvement, load_reward
+from pkb_env.task import TaskError, TaskSpec, load_task, task_names
+
+
+class ParallelKernelEnv(gymnasium.Env[dict, str]):
+    """Write a faster multi-rank implementation of a PyTorch + torch.distributed reference.
+
+    ## Observation (`Dict`)
+    | key          | space                  | meaning                                                         |
+    |--------------|------------------------|-----------------------------------------------------------------|
+    | prompt       | Text(64k, printable)   | everything a model needs this turn, ready for a chat template    |
+    | task_id      | Text(64)               | the task's name, e.g. "all_reduce"                               |
+    | reference    | Text(200k)             | the reference module, verbatim                                   |
+    | topology     | Text(8k)               | executor, world size, interconnect, bandwidths, engines          |
+    | feedback     | Text(8k)               | the judge's report on the previous action ("" after reset)       |
+    | turn         | Discrete(max_turns+1)  | actions taken so far in this episode                             |
+    | world_size   | Discrete(4097)         | ranks the solution runs on                                       |
+    | best_speedup | Box(0, 1e4, ())        | best measured speedup of a correct action this episode (0: none) |
+
+    ## Action
+    Text: a raw model completion (the last ```python block defining `solution` is used) or bare code.
+
+    ## Reward
+    From the reward function named by `reward` (configs/rewards/; default: shaped, in [-1, 1]) applied
+    to the EvaluationRecord. `turn_credit="improvement"` pays only the gain over the best earlier turn.
+
+    ## Episode end
+    terminated: a correct action reached `target_speedup` (or was correct where speed is not measured).
+    truncated: `max_turns` actions were taken without that.
+
+    ## Arguments
+    task: a task name, a list of names to draw from at reset, or None for the whole suite.
+    world_size, executor ("auto" | "cpu" | "cuda" | "cuda-emulated"), preset ("tiny" | "bench"),
+    dtype (None: the preset's), max_turns, target_speedup, reward (config name or YAML path),
+    turn_credit ("turn" | "improvement"), judge_settings (JudgeSettings), render_mode (None | "ansi").
+    """
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}  # fps: text frames, one per step
+
+    def __init__(self, task: str | Sequence[str] | None = "all_reduce", world_size: int = 4, executor: str = "auto",
+                 preset: str = "tiny", dtype: str | None = None, max_turns: int = 4, target_speedup: float = 1.0,
+                 reward: str = "default", turn_credit: str = "turn", judge_settings: JudgeSettings | None = None,
+                 render_mode: str | None = None):
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode {render_mode!r} is not supported; use None or 'ansi'")
+        if not isinstance(max_turns, int) or max_turns < 1:
+            raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
+        self.task_pool = self._task_pool(task)
+        for name in self.task_pool:
+            load_task(name).check_world_size(world_size, preset)
+        self.world_size, self.preset, self.dtype = world_size, preset, dtype
+        self.max_turns, self.target_speedup = max_turns, target_speedup
+        self.turn_credit = TurnCredit(turn_credit)
+        self.reward_fn = load_reward(reward)
+        self.render_mode = render_mode
+        self.executor = make_executor(executor, world_size)
+        self.judge = Judge(self.executor, judge_settings)
+        self.observation_space = S.observation_space(max_turns)
+        self.action_space = S.action_space()
+        self._task: TaskSpec | None = None
+        self._turn = 0
+        self._best_reward: float | None = None
+        self._best_speedup = 0.0
+        self._last: dict[str, Any] = {}
+
+    @staticmethod
+    def _task_pool(task: str | Sequence[str] | None) -> list[str]:
+        names = list(task_names()) if task is None else [task] if isinstance(task, str) else list(task)
+        if not names:
+            raise TaskError("the task list is empty; pass a task name, a list of names, or None for all tasks")
+        for name in names:
+            load_task(name)  # raises with the list of known tasks
+        return names
+
+    # -- Gymnasium API -----------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Start an episode. options: {"task": name} picks the task (else drawn from the pool)."""
+        super().reset(seed=seed)
+        options = dict(options or {})
+        name = options.pop("task", None)
+        if options:
+            raise ValueError(f"unknown reset options {sorted(options)}; the only option is 'task'")
+        if name is None:
+            name = self.task_pool[int(self.np_random.integers(len(self.task_pool)))]
+        task = load_task(name)
+        task.check_world_size(self.world_size, self.preset)
+        self._dtype = task.resolve_dtype(self.preset, self.dtype)
+        self._task, self._turn, self._best_reward, self._best_speedup = task, 0, None, 0.0
+        self._last = {}
+        self.executor.prestart()
+        return self._observation(""), {"task": task.name, "world_size": self.world_size,
+                                       "executor": self.executor.info.name}
+
+    def step(self, action: str):
+        """Judge `action`. Returns (obs, reward, terminated, truncated, info).
+
+        info keys:
+          correct (bool), verdict (str), stage (str: last stage reached), error (str | None),
+          speedup (float | None: reference time / candidate time; None if not measured or not trusted),
+          roofline_fraction (float | None: alpha-beta bound / measured time, in [0, 1]),
+          reward_terms (dict: every term of the reward), turn_reward (float: before turn credit),
+          flags (list[str]: screen/runtime findings as "code: message"),
+          stage_seconds (dict: wall time per stage), feedback (str), record (EvaluationRecord).
+        """
+        if self._task is None:
+            raise RuntimeError("step() called before reset(); call env.reset() to start an episode")
+        if self._turn >= self.max_turns:
+            raise RuntimeError("the episode is over (max_turns reached); call env.reset()")
+        record = self.judge.evaluate(self._task, action, self.preset, self._dtype)
+        result = self.reward_fn(record)
+        reward = result.value
+        if self.turn_credit is TurnCredit.IMPROVEMENT:
+            reward = improvement(result.value, self._best_reward)
+        self._best_reward = result.value if self._best_reward is None else max(self._best_reward, result.value)
+        if record.speedup is not None and record.correct:
+            self._best_speedup = max(self._best_speedup, record.speedup)
+        self._turn += 1
+        terminated = record.correct and (not record.performance_available or
+                                         (record.speedup is not None and record.speedup >= self.target_speedup))
+        truncated = not terminated and self._turn >= self.max_turns
+        info = _info(record, result)
+        info["turn_reward"] = result.value
+        self._last = {"record": record, "reward": reward}
+        return self._observation(record.feedback), float(reward), bool(terminated), bool(truncated), info
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        if self._task is None:
+            return "pkb-env: no episode (call reset)\n"
+        head = f"[{self._task.name} | world {self.world_size} | {self.executor.info.name} | turn {self._turn}/{self.max_turns}]"
+        record: EvaluationRecord | None = self._last.get("record")
+        if record is None:
+            return head + " waiting for the first action\n"
+        return f"{head} verdict={record.verdict.value} reward={self._last['reward']:+.3f}\n{record.feedback}\n"
+
+    def close(self) -> None:
+        self.executor.close()
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _observation(self, feedback: str) -> dict[str, Any]:
+        task = self._task
+        topology = self.judge.topology.describe(self.world_size, self.executor.info.name, None)
+        prompt = build_prompt(task, self.preset, self._dtype, self.world_size, topology, feedback, self._turn)
+        return {
+            "prompt": S.to_charset(prompt, S.MAX_PROMPT_CHARS),
+            "task_id": task.name,
+            "reference": S.to_charset(task.reference_source, S.MAX_CODE_CHARS),
+            "topology": S.to_charset(topology, S.MAX_FEEDBACK_CHARS),
+            "feedback": S.to_charset(feedback, S.MAX_FEEDBACK_CHARS),
+            "turn": self._turn,
+            "world_size": self.world_size,
+            "best_speedup": np.array(min(self._best_speedup, S.MAX_SPEEDUP), dtype=np.float32),
+        }
+
+
+def _info(record: EvaluationRecord, result) -> dict[str, Any]:
+    return {
+        "correct": record.correct,
+        "verdict": record.verdict.value if record.verdict else None,
+        "stage": record.stage.value,
+        "error": record.error,
+        "speedup": record.speedup,
+        "roofline_fraction": record.roofline_fraction,
+        "reward_terms": dict(result.terms),
+        "flags": [f"{f.code}: {f.message}" for f in record.flags],
+        "stage_seconds": dict(record.stage_seconds),
+        "feedback": record.feedback,
+        "record": record,
+    }

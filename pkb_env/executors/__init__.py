@@ -1,0 +1,94 @@
+"""Executors: where candidate and reference code runs. `make_executor` is the one way to get one.
+
+| name          | ranks                          | backend (reference) | times mean something |
+|---------------|--------------------------------|---------------------|----------------------|
+| cpu           | processes on the CPU           | gloo                | yes                  |
+| cuda          | one process per GPU            | nccl                | yes                  |
+| cuda-emulated | several processes per GPU      | gloo                | no (time-sliced GPU) |
+"""
+from __future__ import annotations
+
+import os
+import platform
+
+from pkb_env.executors.generation import Placement
+from pkb_env.executors.limits import ResourceLimits
+from pkb_env.executors.process import ExecutorInfo, ProcessExecutor
+
+EXECUTORS = ("auto", "cpu", "cuda", "cuda-emulated")
+
+
+class ExecutorError(ValueError):
+    """An executor that cannot be made here; the message says the fix."""
+
+
+def gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def resolve_executor(name: str, world_size: int) -> str:
+    """'auto' becomes cuda when there are enough GPUs, cuda-emulated with fewer, cpu without any."""
+    if name not in EXECUTORS:
+        raise ExecutorError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}")
+    if name != "auto":
+        return name
+    gpus = gpu_count()
+    if gpus == 0:
+        return "cpu"
+    return "cuda" if gpus >= world_size else "cuda-emulated"
+
+
+def cpu_fingerprint() -> str:
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"cpu/{model}/{os.cpu_count()}cores"
+
+
+def make_executor(name: str, world_size: int) -> ProcessExecutor:
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ExecutorError(f"world_size must be a positive integer, got {world_size!r}")
+    name = resolve_executor(name, world_size)
+    if name == "cpu":
+        memory = _total_memory()
+        limits = ResourceLimits(address_space_bytes=max(2 << 30, int(memory * 0.6 / world_size)))
+        placement = Placement(tuple("cpu" for _ in range(world_size)), "gloo", limits)
+        return ProcessExecutor(ExecutorInfo("cpu", cpu_fingerprint(), True, "cpu"), placement)
+    gpus = gpu_count()
+    if gpus == 0:
+        raise ExecutorError(f"executor {name!r} needs a CUDA GPU and torch sees none; use executor='cpu'")
+    import torch
+
+    model = torch.cuda.get_device_name(0)
+    if name == "cuda":
+        if gpus < world_size:
+            raise ExecutorError(f"executor 'cuda' needs {world_size} GPUs and this machine has {gpus}; "
+                                f"use executor='cuda-emulated' to run {world_size} ranks on fewer GPUs")
+        placement = Placement(tuple(f"cuda:{r}" for r in range(world_size)), "nccl", ResourceLimits())
+        info = ExecutorInfo("cuda", f"cuda/{model}/x{world_size}", True, _topology_for(model))
+    else:
+        placement = Placement(tuple(f"cuda:{r % gpus}" for r in range(world_size)), "gloo", ResourceLimits())
+        info = ExecutorInfo("cuda-emulated", f"cuda-emulated/{model}/{world_size}on{gpus}", False,
+                            _topology_for(model))
+    # Several ranks per GPU: torch symmetric memory refuses overlapping devices unless told otherwise.
+    return ProcessExecutor(info, placement, extra_env={"TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1"}
+                           if name == "cuda-emulated" else None)
+
+
+def _topology_for(model: str) -> str:
+    lowered = model.lower()
+    for name in ("h200", "h100", "b200"):
+        if name in lowered:
+            return f"{name}_8gpu"
+    return "unknown_gpu"
+
+
+def _total_memory() -> int:
+    import psutil
+
+    return psutil.virtual_memory().total

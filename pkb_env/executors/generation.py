@@ -1,0 +1,177 @@
+"""A generation: N rank processes forked together, sharing one process group, driven by the judge.
+
+Candidate generations serve one step and are killed with every process they started; the reference
+generation serves many steps. Every wait has a deadline. When a rank raises, exits or is killed, the
+others get a moment to report, then the generation is declared failed with one RankFailure per rank
+that did not deliver, saying what happened ("rank 1 was killed by SIGSEGV during trial 0").
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from pkb_env.executors import channel
+from pkb_env.executors.limits import ResourceLimits, describe_status, kill_tree
+from pkb_env.executors.zygote import Zygote
+from pkb_env.record import RankFailure
+
+GRACE_S = 0.3        # how long the other ranks may still report after one fails
+LOG_TAIL_BYTES = 1500
+
+
+class GenerationFailed(RuntimeError):
+    def __init__(self, failures: list[RankFailure]):
+        super().__init__("; ".join(f.message for f in failures))
+        self.failures = failures
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where ranks run and how they talk: one device string per rank and the process-group backend."""
+
+    devices: tuple[str, ...]
+    backend: str
+    limits: ResourceLimits
+    pg_timeout_s: float = 120.0
+
+    @property
+    def world_size(self) -> int:
+        return len(self.devices)
+
+
+@dataclass
+class Delivery:
+    header: dict[str, Any]
+    payload: bytes | None
+
+
+class Generation:
+    def __init__(self, zygote: Zygote, placement: Placement, env: dict[str, str], role: str, root: str | None = None):
+        self.zygote = zygote
+        self.placement = placement
+        self.role = role
+        self.workdir = tempfile.mkdtemp(prefix=f"pkb-{role}-", dir=root)
+        os.chmod(self.workdir, 0o700)
+        self.conns: list[Connection] = []
+        self.pids: list[int] = []
+        self.ready = False
+        self.closed = False
+        store = os.path.join(self.workdir, "store")
+        for rank, device in enumerate(placement.devices):
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            spec = {"rank": rank, "world_size": placement.world_size, "device": device,
+                    "backend": placement.backend, "store": store, "workdir": self.workdir,
+                    "env": {**env, "TMPDIR": self.workdir, "HOME": self.workdir},
+                    "limits": asdict(placement.limits), "pg_timeout_s": placement.pg_timeout_s}
+            self.pids.append(zygote.spawn(spec, theirs.fileno()))
+            theirs.close()
+            self.conns.append(Connection(os.dup(ours.fileno())))
+            ours.close()
+
+    @property
+    def world_size(self) -> int:
+        return self.placement.world_size
+
+    # -- messaging ---------------------------------------------------------------------------------
+    def wait_ready(self, timeout: float) -> None:
+        if not self.ready:
+            self.collect("ready", 1, time.monotonic() + timeout, "start-up")
+            self.ready = True
+
+    def send(self, messages: list[dict] | dict) -> None:
+        """One message to every rank (a dict) or one per rank (a list)."""
+        per_rank = messages if isinstance(messages, list) else [messages] * self.world_size
+        for conn, message in zip(self.conns, per_rank):
+            try:
+                channel.send(conn, message)
+            except OSError:
+                pass  # the rank is gone; collect() will say how
+
+    def collect(self, event: str, count: int, deadline: float, phase: str,
+                max_payload: int = 1 << 30) -> list[list[Delivery]]:
+        """`count` messages of kind `event` from every rank, or GenerationFailed."""
+        got: list[list[Delivery]] = [[] for _ in range(self.world_size)]
+        failures: dict[int, RankFailure] = {}
+        pending = {conn: rank for rank, conn in enumerate(self.conns)}
+        while pending:
+            if failures:
+                deadline = min(deadline, time.monotonic() + GRACE_S)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            for conn in wait(list(pending), timeout=remaining):
+                rank = pending[conn]
+                try:
+                    header, payload = channel.recv(conn, deadline, max_payload)
+                except channel.ChannelTimeout:
+                    continue
+                except channel.ChannelClosed:
+                    failures[rank] = self._ended(rank, phase)
+                    del pending[conn]
+                    continue
+                except channel.ChannelError as exc:
+                    failures[rank] = RankFailure(rank, "protocol", f"rank {rank} sent an unreadable message "
+                                                 f"during {phase}: {exc}", phase)
+                    del pending[conn]
+                    continue
+                kind = header.get("event")
+                if kind == "error":
+                    message = str(header.get("message", ""))
+                    failures[rank] = RankFailure(rank, "exception", f"rank {rank} raised during "
+                                                 f"{header.get('phase', phase)}: {message}", phase)
+                    del pending[conn]
+                elif kind == event:
+                    got[rank].append(Delivery(header, payload))
+                    if len(got[rank]) == count:
+                        del pending[conn]
+                else:
+                    failures[rank] = RankFailure(rank, "protocol", f"rank {rank} sent {kind!r} during {phase} "
+                                                 f"(expected {event!r})", phase)
+                    del pending[conn]
+        if pending and not failures:
+            late = sorted(pending.values())
+            done = [r for r in range(self.world_size) if r not in late]
+            for rank in late:
+                failures[rank] = RankFailure(
+                    rank, "timeout", f"rank {rank} did not finish {phase} in time (hang, deadlock or "
+                    f"infinite loop); ranks {done or 'none'} finished", phase)
+        if failures:
+            for failure in failures.values():
+                failure.log_tail = self.log_tail(failure.rank)
+            raise GenerationFailed([failures[r] for r in sorted(failures)])
+        return got
+
+    def _ended(self, rank: int, phase: str) -> RankFailure:
+        status = self.zygote.status_of(self.pids[rank], wait=1.0)
+        kind = "signal" if status is not None and os.WIFSIGNALED(status) else "exit"
+        return RankFailure(rank, kind, f"rank {rank} {describe_status(status)} during {phase}", phase)
+
+    def log_tail(self, rank: int) -> str:
+        try:
+            with open(os.path.join(self.workdir, f"rank{rank}.log"), "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - LOG_TAIL_BYTES))
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return ("..." if size > LOG_TAIL_BYTES else "") + text
+
+    # -- teardown ----------------------------------------------------------------------------------
+    def close(self) -> list[int]:
+        """Kill every process of the generation and delete its directory; returns pids that survived."""
+        if self.closed:
+            return []
+        self.closed = True
+        survivors = kill_tree(self.pids)
+        for conn in self.conns:
+            conn.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        self.zygote.drain()
+        return survivors

@@ -1,0 +1,103 @@
+"""The process executor: rank processes on this host, placed on CPU or GPUs by a Placement.
+
+One class serves every local placement (cpu over gloo, cuda over NCCL, cuda-emulated over gloo on fewer
+GPUs); what differs between them is data (devices, backend, limits, whether times mean anything), not
+code paths. It owns:
+  * the zygote (torch imported once; ranks are forks),
+  * the trusted reference generation, reused across steps (it never runs candidate code),
+  * candidate generations, one per step, pre-started so that a step rarely waits for one.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+
+from pkb_env.executors.environment import rank_environment
+from pkb_env.executors.generation import Generation, Placement
+from pkb_env.executors.zygote import Zygote
+
+
+@dataclass(frozen=True)
+class ExecutorInfo:
+    name: str                      # "cpu" | "cuda" | "cuda-emulated"
+    hardware: str                  # fingerprint used as the key of cached reference times and calibrations
+    performance_available: bool    # False when ranks time-slice one device: times would mean nothing
+    topology: str                  # name of the topology config (configs/topologies/<name>.yaml)
+
+
+class ProcessExecutor:
+    def __init__(self, info: ExecutorInfo, placement: Placement, preload: tuple[str, ...] = (),
+                 start_timeout: float = 120.0, extra_env: dict[str, str] | None = None):
+        self.info = info
+        self.placement = placement
+        self.preload = preload
+        self.start_timeout = start_timeout
+        self.env = rank_environment(extra_env)
+        self.root = tempfile.mkdtemp(prefix="pkb-env-")
+        self._zygote: Zygote | None = None
+        self._reference: Generation | None = None
+        self._next: Generation | None = None
+
+    @property
+    def world_size(self) -> int:
+        return self.placement.world_size
+
+    @property
+    def zygote(self) -> Zygote:
+        if self._zygote is None or not self._zygote.alive():
+            self._zygote = Zygote(self.env, self.preload, self.start_timeout)
+        return self._zygote
+
+    def candidate_generation(self) -> Generation:
+        """A fresh generation for one candidate (the caller closes it); the next one starts now."""
+        gen = self._next if self._next is not None and self._next.zygote.alive() else self._start("candidate")
+        self._next = self._start("candidate")
+        return gen
+
+    def prestart(self) -> None:
+        """Start the zygote and the next candidate generation now, so the first step need not wait."""
+        if self._next is None or not self._next.zygote.alive():
+            self._next = self._start("candidate")
+
+    def reference_generation(self) -> Generation:
+        if self._reference is None or self._reference.closed or not self._reference.zygote.alive():
+            self._reference = self._start("reference")
+        return self._reference
+
+    def discard_reference(self) -> None:
+        """Drop the reference generation after a failure; the next request starts a new one."""
+        if self._reference is not None:
+            self._reference.close()
+            self._reference = None
+
+    def _start(self, role: str) -> Generation:
+        return Generation(self.zygote, self.placement, self.env, role, root=self.root)
+
+    def process_ids(self) -> list[int]:
+        """Every live process this executor owns (for tests and leak checks)."""
+        import psutil
+
+        if self._zygote is None or not self._zygote.alive():
+            return []
+        root = psutil.Process(self._zygote.pid)
+        return [root.pid] + [c.pid for c in root.children(recursive=True)]
+
+    def close(self) -> None:
+        for gen in (self._next, self._reference):
+            if gen is not None:
+                gen.close()
+        self._next = self._reference = None
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None
+        if os.path.isdir(self.root):
+            import shutil
+
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> "ProcessExecutor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

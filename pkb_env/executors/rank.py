@@ -1,0 +1,267 @@
+"""The code that runs inside a rank process: load a solution, run trials, time calls, hand back outputs.
+
+A rank process is forked by the zygote, contains itself (own session, subreaper, resource limits, stdout
+to a capped log file, a private working directory), joins the process group of its generation, and
+then obeys the judge's messages. It knows only its own seeds. Candidate ranks are used for one step
+and killed; reference ranks never run candidate code and are reused.
+
+Operations (judge -> rank), each answered by events (rank -> judge):
+  load   {task, source|None}              -> built {seconds} | error
+  trials {preset, dtype, seeds, label}    -> trial {index, seconds, mutated, aliases} + outputs payload, per seed
+  time   {preset, dtype, sets, warmup_sets, ...} -> timing {times, warmup}
+  snapshots {indices}                     -> snapshot {index} + outputs payload, per index
+  exit
+Any failure is answered by `error {phase, message}`; the judge then ends the generation.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+import traceback
+import types
+from datetime import timedelta
+from multiprocessing.connection import Connection
+from typing import Any, Callable, NoReturn
+
+import torch
+import torch.distributed as dist
+
+from pkb_env.executors import channel
+from pkb_env.executors.limits import ResourceLimits, become_subreaper, set_parent_death_signal
+from pkb_env.task import load_reference, load_task
+
+CANDIDATE_FILE = "candidate.py"
+
+
+class OutputError(TypeError):
+    """The solution returned something the judge cannot accept as an output."""
+
+
+def run_forked(spec: dict, fd: int) -> NoReturn:
+    """Entry point in the freshly forked child; never returns."""
+    code = 0
+    try:
+        os.setsid()
+        set_parent_death_signal()
+        become_subreaper()
+        workdir = spec["workdir"]
+        os.chdir(workdir)
+        log = os.open(os.path.join(workdir, f"rank{spec['rank']}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        os.environ.clear()
+        os.environ.update(spec["env"])
+        ResourceLimits(**spec["limits"]).apply()
+        RankServer(Connection(fd), spec).serve()
+    except BaseException:  # the judge sees the EOF and the log tail; nothing else to do here
+        traceback.print_exc()
+        code = 70
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+class RankServer:
+    def __init__(self, conn: Connection, spec: dict):
+        self.conn = conn
+        self.rank = spec["rank"]
+        self.world_size = spec["world_size"]
+        self.device = torch.device(spec["device"])
+        self.task = None
+        self.solution: Callable[..., Any] | None = None
+        self.snapshots: list[Any] = []
+        torch.set_num_threads(spec.get("threads", 1))
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        store = dist.FileStore(spec["store"], self.world_size)
+        dist.init_process_group(spec["backend"], store=store, rank=self.rank, world_size=self.world_size,
+                                timeout=timedelta(seconds=spec["pg_timeout_s"]))
+        # The judge's own barriers and reductions run on a group of their own: a candidate's collectives
+        # on the default group can never match (or mismatch) them.
+        self.judge_group = dist.new_group(backend="gloo")
+
+    # -- loop ------------------------------------------------------------------------------------
+    def serve(self) -> None:
+        self.send({"event": "ready"})
+        handlers = {"load": self.load, "trials": self.trials, "time": self.time_calls,
+                    "snapshots": self.send_snapshots, "calibrate": self.calibrate}
+        while True:
+            message, _ = channel.recv(self.conn)
+            op = message.get("op")
+            if op == "exit":
+                return
+            phase = message.get("label", op)
+            try:
+                handlers[op](message)
+            except BaseException as exc:  # candidate code may raise anything, SystemExit included
+                self.send({"event": "error", "phase": phase, "message": describe_exception(exc)})
+
+    def send(self, header: dict, payload: bytes | None = None) -> None:
+        channel.send(self.conn, {**header, "rank": self.rank}, payload)
+
+    # -- operations --------------------------------------------------------------------------------
+    def load(self, message: dict) -> None:
+        start = time.perf_counter()
+        self.task = load_task(message["task"])
+        source = message.get("source")
+        self.solution = load_reference(self.task.name) if source is None else load_candidate(source)
+        self.send({"event": "built", "seconds": time.perf_counter() - start})
+
+    def trials(self, message: dict) -> None:
+        for index, (seed, shared) in enumerate(message["seeds"]):
+            args = self.make_inputs(message, seed, shared)
+            pristine = clone_args(args)
+            start = time.perf_counter()
+            out = self.solution(*args)
+            self.sync()
+            seconds = time.perf_counter() - start
+            header = {"event": "trial", "index": index, "seconds": seconds,
+                      "aliases": aliases(out, args), "mutated": mutated(args, pristine)}
+            self.send(header, channel.pack_tensors({"output": export(out)}))
+
+    def time_calls(self, message: dict) -> None:
+        """Barrier-aligned calls; each rank reports its own per-call times, the judge takes the max.
+
+        Call counts come from the first call's time reduced (max) over ranks, so every rank runs the
+        same number of calls. Warm-up draws from its own input sets; every timed call gets a distinct
+        input set, and each output is copied out right after its call for the judge to sample.
+        """
+        warm_sets, sets = message["warmup_sets"], message["sets"]
+        _, first = self.timed_call(self.make_inputs(message, *warm_sets[0]))
+        per_call = max(_max_over_ranks(first, self.judge_group), 1e-7)
+        warmup = _clamp(math.ceil(message["warmup_s"] / per_call), message["min_warmup"], message["max_warmup"])
+        calls = _clamp(math.ceil(message["measure_s"] / per_call), message["min_calls"], len(sets))
+        for i in range(warmup):
+            self.timed_call(self.make_inputs(message, *warm_sets[(i + 1) % len(warm_sets)]))
+        times, self.snapshots = [], []
+        for i in range(calls):
+            out, seconds = self.timed_call(self.make_inputs(message, *sets[i]))
+            times.append(seconds)
+            self.snapshots.append(export(out))
+        self.send({"event": "timing", "times": times, "warmup": warmup + 1})
+
+    def send_snapshots(self, message: dict) -> None:
+        for index in message["indices"]:
+            self.send({"event": "snapshot", "index": index}, channel.pack_tensors({"output": self.snapshots[index]}))
+
+    def calibrate(self, message: dict) -> None:
+        """Latency (a 4-byte all_reduce) and bus bandwidth (large all_reduces) of this placement's backend.
+
+        Measured on the default group with the judge's timing loop, so the roofline's alpha and B come
+        from the same machine, backend and method as the candidates' times.
+        """
+        self.solution = lambda t: dist.all_reduce(t)
+        result = {"latency_s": None, "busbw": []}
+        small = torch.ones(1, device=self.device)
+        lat = sorted(self.timed_call((small,))[1] for _ in range(50))
+        result["latency_s"] = _max_over_ranks(lat[len(lat) // 2], self.judge_group)
+        for size in message["sizes"]:
+            big = torch.ones(size // 4, device=self.device)
+            self.timed_call((big,))
+            times = sorted(self.timed_call((big,))[1] for _ in range(5))
+            seconds = _max_over_ranks(times[len(times) // 2], self.judge_group)
+            factor = 2 * (self.world_size - 1) / self.world_size
+            result["busbw"].append([size, factor * size / seconds])
+        self.solution = None
+        self.send({"event": "calibrated", "result": result})
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def make_inputs(self, message: dict, seed: int, shared: int) -> tuple:
+        ctx = self.task.input_context(self.rank, self.world_size, message["preset"], message["dtype"],
+                                      self.device, seed, shared)
+        return self.task.make_inputs(ctx)
+
+    def timed_call(self, args: tuple) -> tuple[Any, float]:
+        dist.barrier(group=self.judge_group)
+        self.sync()
+        start = time.perf_counter()
+        out = self.solution(*args)
+        self.sync()  # a full device sync: work left on side streams is inside the measurement
+        return out, time.perf_counter() - start
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+
+def load_candidate(source: str) -> Callable[..., Any]:
+    """Execute the candidate module from a file in the rank's private directory (for readable tracebacks)."""
+    path = os.path.abspath(CANDIDATE_FILE)
+    with open(path, "w") as f:
+        f.write(source)
+    module = types.ModuleType("candidate")
+    module.__file__ = path
+    sys.modules["candidate"] = module
+    exec(compile(source, path, "exec"), module.__dict__)
+    solution = getattr(module, "solution", None)
+    if not callable(solution):
+        raise AttributeError("the module does not define a callable `solution`")
+    return solution
+
+
+def export(obj: Any, path: str = "output") -> Any:
+    """A detached CPU copy of an output, admitting only plain tensors, None, scalars and containers."""
+    if obj is None or type(obj) in (bool, int, float, str):
+        return obj
+    if isinstance(obj, torch.Tensor):
+        if type(obj) is not torch.Tensor:
+            raise OutputError(f"{path} is a {type(obj).__name__} (a tensor subclass); return a plain torch.Tensor")
+        return obj.detach().to("cpu", copy=True)
+    if type(obj) in (tuple, list, torch.Size):
+        items = [export(v, f"{path}[{i}]") for i, v in enumerate(obj)]
+        return list(items) if type(obj) is list else tuple(items)
+    if type(obj) is dict:
+        if not all(isinstance(k, str) for k in obj):
+            raise OutputError(f"{path} is a dict with non-string keys")
+        return {k: export(v, f"{path}[{k!r}]") for k, v in obj.items()}
+    raise OutputError(f"{path} is a {type(obj).__name__}; outputs must be tensors, None, numbers, "
+                      f"or tuples/lists/dicts of them")
+
+
+def _tensors(obj: Any, path: str = "output"):
+    if isinstance(obj, torch.Tensor):
+        yield path, obj
+    elif isinstance(obj, (tuple, list)):
+        for i, v in enumerate(obj):
+            yield from _tensors(v, f"{path}[{i}]")
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _tensors(v, f"{path}[{k!r}]")
+
+
+def aliases(out: Any, args: tuple) -> list[str]:
+    """Output paths whose storage is an input's storage (a view of an input is not a result)."""
+    storages = {t.untyped_storage().data_ptr() for _, t in _tensors(args, "arg") if t.numel()}
+    return [p for p, t in _tensors(out) if t.numel() and t.untyped_storage().data_ptr() in storages]
+
+
+def clone_args(args: tuple) -> list[tuple[str, torch.Tensor]]:
+    return [(p, t.detach().clone()) for p, t in _tensors(args, "argument")]
+
+
+def mutated(args: tuple, pristine: list[tuple[str, torch.Tensor]]) -> list[str]:
+    current = dict(_tensors(args, "argument"))
+    return [p for p, before in pristine
+            if current[p].shape != before.shape or not torch.equal(current[p].detach(), before)]
+
+
+def describe_exception(exc: BaseException) -> str:
+    """The exception with the traceback frames that belong to the candidate's file, kept short."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith(CANDIDATE_FILE)]
+    lines = [f"  line {f.lineno}, in {f.name}: {f.line}" for f in frames[-4:]]
+    text = f"{type(exc).__name__}: {exc}"
+    return ("\n".join(lines + [text]) if lines else text)[:2000]
+
+
+def _max_over_ranks(value: float, group) -> float:
+    t = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return float(t)
+
+
+def _clamp(value: int, low: int, high: int) -> int:
+    return max(low, min(high, value))

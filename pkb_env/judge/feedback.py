@@ -1,0 +1,48 @@
+"""The feedback text: what the agent reads after a step, short and specific enough to act on."""
+from __future__ import annotations
+
+from pkb_env.judge.compare import summarize_mismatches
+from pkb_env.record import EvaluationRecord, Severity, Verdict
+
+MAX_LOG_CHARS = 1200
+HEADLINES = {
+    Verdict.FLAGGED: "REJECTED: the code does something the judge does not allow.",
+    Verdict.UNPARSABLE: "NOT RUN: the action could not be read as a module defining `solution`.",
+    Verdict.BUILD_ERROR: "BUILD FAILED: importing the module (or compiling its kernels) failed.",
+    Verdict.RUNTIME_ERROR: "RUN FAILED: a rank raised, crashed or did not finish in time.",
+    Verdict.WRONG: "WRONG: outputs differ from the reference.",
+    Verdict.CORRECT: "CORRECT on every rank.",
+}
+
+
+def write_feedback(record: EvaluationRecord) -> str:
+    lines = [HEADLINES.get(record.verdict, "NOT JUDGED: the judge stopped before a verdict.")]
+    if record.error and record.verdict is not Verdict.WRONG:
+        lines.append(record.error)
+    if record.verify and record.verify.mismatches:
+        lines.append(summarize_mismatches(record.verify.mismatches))
+    if record.run and record.run.log_tail:
+        lines.append("Output of the failing rank(s), last lines:\n" + record.run.log_tail[-MAX_LOG_CHARS:])
+    t = record.timing
+    if t is not None:
+        lines.append(f"Time per call: median {_us(t.median_s)} (spread {t.spread:.0%}, {t.calls} calls, "
+                     f"max over ranks); reference {_us(t.reference_median_s)}; speedup {t.speedup:.2f}x.")
+        if t.suspect:
+            lines.append(f"Timing not believed: {t.suspect}.")
+    elif record.verdict is Verdict.CORRECT and not record.performance_available:
+        lines.append(f"Performance not measured: the {record.executor} executor time-slices ranks on one device.")
+    r = record.roofline
+    if r is not None:
+        spec = f", {r.spec_fraction:.1%} of the datasheet" if r.spec_fraction is not None else ""
+        lines.append(f"Roofline: {r.fraction:.1%} of the {r.bandwidth_source} bound {_us(r.bound_s)}{spec}; "
+                     f"busbw {r.busbw_gbps:.3g} GB/s, algbw {r.algbw_gbps:.3g} GB/s.")
+    notes = [f.message for f in record.flags if f.severity is Severity.INFO]
+    if notes:
+        lines.append("Notes: " + "; ".join(notes[:5]))
+    return "\n".join(lines)
+
+
+def _us(seconds: float | None) -> str:
+    if seconds is None:
+        return "n/a"
+    return f"{seconds * 1e3:.3f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.1f} us"

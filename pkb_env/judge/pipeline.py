@@ -1,0 +1,284 @@
+"""The judging pipeline: action text in, EvaluationRecord out (DESIGN §3).
+
+    parse -> screen -> build -> run trials -> verify -> time -> verify timed outputs -> roofline
+
+Parse and screen run here (pure Python); everything that executes candidate code runs in a candidate
+generation of the executor, which is killed at the end of the step whatever happened. Expected outputs
+come from the trusted reference generation, run on the same secret seeds, and stay in this process.
+Candidates are timed only once their trial outputs are correct: wrong code earns nothing for speed.
+"""
+from __future__ import annotations
+
+import random
+import time
+from contextlib import contextmanager
+from functools import lru_cache
+from dataclasses import dataclass, field
+
+from pkb_env.executors import operations as ops
+from pkb_env.executors.channel import ChannelError
+from pkb_env.executors.generation import Generation, GenerationFailed
+from pkb_env.executors.process import ProcessExecutor
+from pkb_env.judge.compare import compare_outputs
+from pkb_env.judge.feedback import write_feedback
+from pkb_env.judge.parse import parse_action
+from pkb_env.judge.roofline import roofline
+from pkb_env.judge.screen import reference_parameters, screen_source
+from pkb_env.judge.seeds import SeedPlan
+from pkb_env.judge.timing import TimingProtocol, summarize
+from pkb_env.record import (BuildResult, EvaluationRecord, Mismatch, RunResult, Stage, TimingResult, Verdict,
+                            VerifyResult)
+from pkb_env.task import DTYPES, TaskSpec, load_task
+from pkb_env.topology import (Calibration, calibration_from_measurement, load_calibration, load_topology,
+                              save_calibration)
+
+CANDIDATE_FAILURES = (GenerationFailed, ChannelError)
+
+
+class JudgeError(RuntimeError):
+    """The judge itself failed (the reference misbehaved): not the candidate's fault, never rewarded."""
+
+
+@dataclass(frozen=True)
+class JudgeSettings:
+    trials: int = 3
+    max_action_chars: int = 200_000
+    protocol: TimingProtocol = field(default_factory=TimingProtocol)
+    start_timeout_s: float = 120.0
+    build_timeout_s: float = 60.0
+    trial_timeout_s: float = 30.0
+    timing_timeout_s: float = 60.0
+    calibration_sizes: tuple[int, ...] = (1 << 20, 8 << 20)
+
+
+class Judge:
+    def __init__(self, executor: ProcessExecutor, settings: JudgeSettings | None = None):
+        self.executor = executor
+        self.settings = settings or JudgeSettings()
+        self.topology = load_topology(executor.info.topology)
+        self._reference_times: dict[tuple, TimingResult] = {}
+        self._calibration: Calibration | None = None
+
+    # -- public ------------------------------------------------------------------------------------
+    def evaluate(self, task: TaskSpec, action: object, preset: str, dtype: str | None = None) -> EvaluationRecord:
+        dtype = task.resolve_dtype(preset, dtype)
+        task.check_world_size(self.executor.world_size, preset)
+        info = self.executor.info
+        record = EvaluationRecord(task=task.name, world_size=self.executor.world_size, preset=preset, dtype=dtype,
+                                  executor=info.name, hardware=info.hardware,
+                                  performance_available=info.performance_available)
+        try:
+            self._judge(task, action, record)
+        finally:
+            record.feedback = write_feedback(record)
+        return record
+
+    def calibration(self) -> Calibration | None:
+        """Measured alpha and bandwidth for this hardware and world size (cached on disk)."""
+        if self.executor.world_size < 2 or not self.executor.info.performance_available:
+            return None
+        if self._calibration is None:
+            info = self.executor.info
+            self._calibration = load_calibration(info.hardware, self.executor.world_size) or self.calibrate()
+        return self._calibration
+
+    def calibrate(self) -> Calibration:
+        gen = self._reference_ready()
+        result = ops.calibrate(gen, list(self.settings.calibration_sizes), self.settings.timing_timeout_s)
+        cal = calibration_from_measurement(self.executor.info.hardware, self.executor.world_size, result)
+        save_calibration(cal)
+        self._calibration = cal
+        return cal
+
+    # -- stages ------------------------------------------------------------------------------------
+    def _judge(self, task: TaskSpec, action: object, record: EvaluationRecord) -> None:
+        s = self.settings
+        with _stage(record, Stage.PARSE):
+            record.parse = parse_action(action, s.max_action_chars)
+        if record.parse.error:
+            record.fail(Stage.PARSE, Verdict.UNPARSABLE, record.parse.error)
+            return
+        with _stage(record, Stage.SCREEN):
+            record.screen = screen_source(record.parse.code, _parameters(task.name), task.collectives_allowed)
+            record.flags.extend(record.screen.flags)
+        if record.exploit_flags:  # before the signature check: flagged ranks below unparsable
+            record.fail(Stage.SCREEN, Verdict.FLAGGED, "; ".join(f.message for f in record.exploit_flags))
+            return
+        if record.screen.error:
+            record.fail(Stage.SCREEN, Verdict.UNPARSABLE, record.screen.error)
+            return
+
+        seeds = SeedPlan(self.executor.world_size)
+        gen = self.executor.candidate_generation()
+        try:
+            self._run_candidate(task, record, gen, seeds)
+        finally:
+            gen.close()
+
+    def _run_candidate(self, task: TaskSpec, record: EvaluationRecord, gen: Generation, seeds: SeedPlan) -> None:
+        s = self.settings
+        preset, dtype = record.preset, record.dtype
+        record.stage = Stage.BUILD
+        with _stage(record, Stage.BUILD):
+            try:
+                gen.wait_ready(s.start_timeout_s)
+                record.build = BuildResult(seconds=ops.load(gen, task.name, record.parse.code, s.build_timeout_s))
+            except CANDIDATE_FAILURES as exc:
+                record.build = BuildResult(error=_failure_text(exc))
+                record.fail(Stage.BUILD, Verdict.BUILD_ERROR, record.build.error)
+                return
+
+        trial_seeds = seeds.per_rank("trial", range(s.trials))
+        record.stage = Stage.RUN
+        with _stage(record, Stage.RUN):
+            start = time.perf_counter()
+            try:
+                got = ops.trials(gen, preset, dtype, trial_seeds, "trials", s.trial_timeout_s)
+            except CANDIDATE_FAILURES as exc:
+                record.run = _run_failure(exc, s.trials)
+                record.fail(Stage.RUN, Verdict.RUNTIME_ERROR, record.run.error)
+                return
+            record.run = RunResult(trials=s.trials, seconds=time.perf_counter() - start)
+        with _stage(record, Stage.VERIFY):
+            expected = self._reference_trials(task, preset, dtype, trial_seeds, "trials")
+            labels = [f"trial {k}" for k in range(s.trials)]
+            record.verify = verify(task, dtype, expected, got, labels)
+        if not record.verify.correct:
+            record.fail(Stage.VERIFY, Verdict.WRONG, f"{len(record.verify.mismatches)} mismatch(es)")
+            return
+
+        if not record.performance_available:
+            record.stage, record.verdict = Stage.DONE, Verdict.CORRECT
+            return
+        record.stage = Stage.TIME
+        with _stage(record, Stage.TIME):
+            if not self._time_candidate(task, record, gen, seeds):
+                return
+        with _stage(record, Stage.ROOFLINE):
+            self._roofline(task, record)
+        record.stage, record.verdict = Stage.DONE, Verdict.CORRECT
+
+    def _time_candidate(self, task: TaskSpec, record: EvaluationRecord, gen: Generation, seeds: SeedPlan) -> bool:
+        s, p = self.settings, self.settings.protocol
+        sets = seeds.per_rank("timed", range(p.max_calls))
+        warm = seeds.per_rank("warmup", range(p.warmup_sets))
+        try:
+            times, warmup = ops.timed_calls(gen, record.preset, record.dtype, sets, warm, p.message(),
+                                            s.timing_timeout_s)
+            timing = summarize(times, warmup)
+            indices = sorted(random.SystemRandom().sample(range(timing.calls), min(p.timed_samples, timing.calls)))
+            snaps = ops.snapshots(gen, indices, s.trial_timeout_s)
+        except CANDIDATE_FAILURES as exc:
+            record.run.failures.extend(getattr(exc, "failures", []))
+            record.fail(Stage.TIME, Verdict.RUNTIME_ERROR, _failure_text(exc))
+            return False
+        gen.close()  # nothing of the candidate may run while the reference is timed
+        expected = self._reference_trials(task, record.preset, record.dtype, seeds.per_rank("timed", indices),
+                                          "timed-output check")
+        labels = [f"timed call {i}" for i in indices]
+        check = verify(task, record.dtype, expected, [ops.TrialOutputs(o, [], [[]] * len(o), [[]] * len(o))
+                                                      for o in snaps], labels)
+        record.verify.checked += check.checked
+        if not check.correct:
+            record.verify.correct = False
+            record.verify.mismatches.extend(check.mismatches)
+            record.fail(Stage.TIME, Verdict.WRONG, "outputs of timed calls differ from the reference "
+                        "(caching, replaying or deferring work across calls?)")
+            return False
+        reference = self._reference_time(task, record.preset, record.dtype)
+        timing.reference_median_s = reference.median_s
+        timing.speedup = reference.median_s / timing.median_s if timing.median_s > 0 else None
+        record.timing = timing
+        return True
+
+    def _roofline(self, task: TaskSpec, record: EvaluationRecord) -> None:
+        elem = DTYPES[record.dtype].itemsize
+        traffic = task.traffic(record.world_size, task.preset(record.preset).dims, elem)
+        record.roofline = roofline(traffic, record.world_size, record.timing.median_s, self.topology,
+                                   self.calibration())
+        p = self.settings.protocol
+        if record.roofline is not None and record.timing.median_s < p.suspect_below * record.roofline.bound_s:
+            record.timing.suspect = (f"median {record.timing.median_s * 1e6:.1f} us is under "
+                                     f"{p.suspect_below:g}x the roofline bound {record.roofline.bound_s * 1e6:.1f} us")
+
+    # -- reference ---------------------------------------------------------------------------------
+    def _reference_ready(self) -> Generation:
+        gen = self.executor.reference_generation()
+        try:
+            gen.wait_ready(self.settings.start_timeout_s)
+        except GenerationFailed as exc:
+            self.executor.discard_reference()
+            raise JudgeError(f"the reference ranks failed to start: {exc}") from exc
+        return gen
+
+    def _reference_call(self, fn, *args):
+        gen = self._reference_ready()
+        try:
+            return fn(gen, *args)
+        except CANDIDATE_FAILURES as exc:
+            self.executor.discard_reference()
+            raise JudgeError(f"the reference failed: {_failure_text(exc)}") from exc
+
+    def _reference_trials(self, task: TaskSpec, preset: str, dtype: str, seeds, label: str) -> list[ops.TrialOutputs]:
+        s = self.settings
+        self._reference_call(ops.load, task.name, None, s.build_timeout_s)
+        return self._reference_call(ops.trials, preset, dtype, seeds, label, s.trial_timeout_s)
+
+    def _reference_time(self, task: TaskSpec, preset: str, dtype: str) -> TimingResult:
+        key = (task.name, preset, dtype, self.executor.world_size, self.executor.info.hardware)
+        if key not in self._reference_times:
+            s, p = self.settings, self.settings.protocol
+            seeds = SeedPlan(self.executor.world_size)
+            self._reference_call(ops.load, task.name, None, s.build_timeout_s)
+            times, warmup = self._reference_call(ops.timed_calls, preset, dtype, seeds.per_rank("timed", range(p.max_calls)),
+                                                 seeds.per_rank("warmup", range(p.warmup_sets)), p.message(),
+                                                 s.timing_timeout_s)
+            self._reference_times[key] = summarize(times, warmup)
+        return self._reference_times[key]
+
+
+def verify(task: TaskSpec, dtype: str, expected: list[ops.TrialOutputs], got: list[ops.TrialOutputs],
+           labels: list[str]) -> VerifyResult:
+    """Compare every rank's outputs of every call with the reference's; aliasing and input mutation count."""
+    tolerance = task.tolerance(dtype)
+    mismatches: list[Mismatch] = []
+    checked = 0
+    for label, exp, cand in zip(labels, expected, got):
+        for rank, (e, g) in enumerate(zip(exp.outputs, cand.outputs)):
+            checked += 1
+            for path in cand.aliases[rank]:
+                mismatches.append(Mismatch(label, rank, path, f"{path} is a view of an input argument; "
+                                           f"return a new tensor"))
+            for path in cand.mutated[rank]:
+                mismatches.append(Mismatch(label, rank, path, f"the call modified {path}; inputs must be left "
+                                           f"unchanged (copy before working in place)"))
+            mismatches.extend(compare_outputs(e, g, tolerance, label, rank))
+    return VerifyResult(correct=not mismatches, checked=checked, mismatches=mismatches)
+
+
+@lru_cache(maxsize=None)
+def _parameters(task_name: str) -> list[str]:
+    return reference_parameters(load_task(task_name).reference_source)
+
+
+@contextmanager
+def _stage(record: EvaluationRecord, stage: Stage):
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        record.stage_seconds[stage.value] = record.stage_seconds.get(stage.value, 0.0) + time.perf_counter() - start
+
+
+def _failure_text(exc: Exception) -> str:
+    failures = getattr(exc, "failures", None)
+    if failures:
+        return "; ".join(f.message for f in failures)
+    return f"a rank returned something the judge could not read: {exc}"
+
+
+def _run_failure(exc: Exception, trials: int) -> RunResult:
+    failures = list(getattr(exc, "failures", []))
+    return RunResult(trials=trials, failures=failures, error=_failure_text(exc),
+                     log_tail="\n".join(f"[rank {f.rank}] {f.log_tail}" for f in failures if f.log_tail.strip()))
+

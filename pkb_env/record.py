@@ -1,0 +1,223 @@
+"""The evaluation record: one object that flows through every stage of a step.
+
+Each stage (parse, screen, build, run, verify, time, roofline, reward) fills in its own part and never
+touches another's; the record is what `info["record"]` carries, what wandb logs and what rewards read.
+`to_dict()` gives a JSON-safe view.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Stage(str, enum.Enum):
+    """Pipeline stages in order; `EvaluationRecord.stage` is the last one reached."""
+
+    PARSE = "parse"
+    SCREEN = "screen"
+    BUILD = "build"
+    RUN = "run"
+    VERIFY = "verify"
+    TIME = "time"
+    ROOFLINE = "roofline"
+    DONE = "done"
+
+
+class Verdict(str, enum.Enum):
+    """What happened to the candidate, worst first: the order rewards must respect (DESIGN §8)."""
+
+    FLAGGED = "flagged"            # a static or runtime exploit flag
+    UNPARSABLE = "unparsable"      # no code, syntax error, no `solution` with the right signature
+    BUILD_ERROR = "build_error"    # importing the module or compiling its kernels failed
+    RUNTIME_ERROR = "runtime_error"  # raised, crashed, timed out or deadlocked while running
+    WRONG = "wrong"                # ran, but some rank's output differs from the reference
+    CORRECT = "correct"
+
+    @property
+    def rank(self) -> int:
+        return list(Verdict).index(self)
+
+
+class Severity(str, enum.Enum):
+    INFO = "info"        # worth knowing (uses threads, calls NCCL); never penalised
+    EXPLOIT = "exploit"  # an attempt on the judge; the step gets the bounded penalty
+
+
+@dataclass
+class Flag:
+    """A finding of the static screen or of a runtime check."""
+
+    code: str
+    severity: Severity
+    message: str
+    line: int | None = None
+
+
+@dataclass
+class ParseResult:
+    code: str | None
+    action_chars: int
+    from_fence: bool
+    error: str | None = None
+
+
+@dataclass
+class ScreenResult:
+    flags: list[Flag] = field(default_factory=list)
+    parameters: list[str] = field(default_factory=list)   # the candidate's own positional parameter names
+    error: str | None = None
+
+
+@dataclass
+class BuildResult:
+    """Import of the candidate module in every rank (and kernel compiles it triggers at import)."""
+
+    seconds: float = 0.0
+    error: str | None = None
+
+
+@dataclass
+class RankFailure:
+    """Why a rank did not deliver: raised, exited, was killed, or ran out of time."""
+
+    rank: int
+    kind: str          # "exception" | "exit" | "signal" | "timeout" | "protocol" | "limit"
+    message: str
+    phase: str         # "build" | "trial 0" | "timing" | ...
+    log_tail: str = ""
+
+
+@dataclass
+class RunResult:
+    trials: int = 0
+    seconds: float = 0.0
+    failures: list[RankFailure] = field(default_factory=list)
+    error: str | None = None
+    log_tail: str = ""
+
+
+@dataclass
+class Mismatch:
+    """Where one rank's output differs from the reference, and by how much."""
+
+    trial: str          # "trial 0", "timed call 17"
+    rank: int
+    path: str           # "output", "output[1]", "output['values']"
+    message: str
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    bad_elements: int | None = None
+    total_elements: int | None = None
+    first_index: list[int] | None = None
+    expected: str | None = None
+    got: str | None = None
+
+
+@dataclass
+class VerifyResult:
+    correct: bool
+    checked: int = 0                       # output sets compared (trials x ranks + timed samples)
+    mismatches: list[Mismatch] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class TimingResult:
+    """Step time per call: the max over ranks of each barrier-aligned call, then its median."""
+
+    median_s: float
+    spread: float                         # (p90 - p10) / median over calls
+    min_s: float
+    max_s: float
+    calls: int
+    warmup_calls: int
+    reference_median_s: float | None = None
+    speedup: float | None = None
+    suspect: str | None = None            # why the time cannot be trusted (never rewarded then)
+
+
+@dataclass
+class RooflineResult:
+    """Fraction of the alpha-beta bound reached; nccl-tests' algbw/busbw for the measured time."""
+
+    collective: str
+    size_bytes: int
+    bus_bytes: int
+    bound_s: float
+    fraction: float
+    algbw_gbps: float
+    busbw_gbps: float
+    bandwidth_gbps: float
+    alpha_s: float
+    bandwidth_source: str                 # "spec" | "calibrated"
+    spec_fraction: float | None = None    # against the datasheet bandwidth, where the topology has one
+
+
+@dataclass
+class EvaluationRecord:
+    """All that is known about one evaluation of one action."""
+
+    task: str
+    world_size: int
+    preset: str
+    dtype: str
+    executor: str
+    hardware: str
+    stage: Stage = Stage.PARSE
+    verdict: Verdict | None = None
+    error: str | None = None
+    performance_available: bool = True
+    parse: ParseResult | None = None
+    screen: ScreenResult | None = None
+    build: BuildResult | None = None
+    run: RunResult | None = None
+    verify: VerifyResult | None = None
+    timing: TimingResult | None = None
+    roofline: RooflineResult | None = None
+    flags: list[Flag] = field(default_factory=list)
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    feedback: str = ""
+
+    @property
+    def correct(self) -> bool:
+        return self.verdict is Verdict.CORRECT
+
+    @property
+    def exploit_flags(self) -> list[Flag]:
+        return [f for f in self.flags if f.severity is Severity.EXPLOIT]
+
+    @property
+    def speedup(self) -> float | None:
+        """None when performance is unavailable, not measured, or not believed."""
+        if not self.performance_available or self.timing is None or self.timing.suspect:
+            return None
+        return self.timing.speedup
+
+    @property
+    def roofline_fraction(self) -> float | None:
+        if not self.performance_available or self.roofline is None or (self.timing is not None and self.timing.suspect):
+            return None
+        return self.roofline.fraction
+
+    def fail(self, stage: Stage, verdict: Verdict, error: str) -> "EvaluationRecord":
+        """Stop the pipeline at `stage` with a short message for the agent."""
+        self.stage, self.verdict, self.error = stage, verdict, error
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(dataclasses.asdict(self))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # strict JSON has no inf/nan
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value

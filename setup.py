@@ -1,0 +1,35 @@
+"""Package discovery for the design-card layout.
+
+The repository keeps `tasks/`, `rewards/`, `agents/` and `configs/` at the top level (one folder per
+concern), but installs them under the `pkb_env` namespace (`pkb_env.tasks`, `pkb_env.rewards`, ...)
+so that they can never collide with PyPI's `agents`, `rewards` or `tasks` packages. pyproject.toml
+cannot express a renamed folder that grows a subpackage per task, so the mapping lives here.
+"""
+from pathlib import Path
+
+from setuptools import setup
+
+ROOT = Path(__file__).parent
+MAPPED = {"pkb_env.tasks": "tasks", "pkb_env.rewards": "rewards", "pkb_env.agents": "agents",
+          "pkb_env.configs": "configs"}
+
+
+def subpackages(prefix: str, folder: Path) -> list[str]:
+    found = []
+    for init in sorted(folder.rglob("__init__.py")):
+        rel = init.parent.relative_to(folder)
+        found.append(".".join((prefix, *rel.parts)) if rel.parts else prefix)
+    return found
+
+
+packages = subpackages("pkb_env", ROOT / "pkb_env")
+for name, folder in MAPPED.items():
+    packages += subpackages(name, ROOT / folder)
+
+setup(
+    packages=packages,
+    package_dir={"pkb_env": "pkb_env", **MAPPED},
+    package_data={"pkb_env.configs": ["**/*.yaml"], "pkb_env.tasks": ["*/*.md"],
+                  "pkb_env.agents": ["candidates/*.py"]},
+    include_package_data=True,
+)

@@ -1,0 +1,75 @@
+"""The CLI and the simple agents, run the way a user runs them."""
+import json
+import subprocess
+import sys
+from importlib import resources
+
+import pytest
+
+from pkb_env.agents import Agent, FileAgent, ReferenceAgent
+from pkb_env.cli import main
+
+
+def test_tasks_lists_all_eight(capsys):
+    assert main(["tasks"]) == 0
+    out = capsys.readouterr().out
+    for name in ("all_reduce", "all_gather", "broadcast", "reduce", "scatter", "gather", "reduce_scatter", "all_to_all"):
+        assert name in out
+
+
+def test_show_prints_the_prompt(capsys):
+    assert main(["show", "reduce_scatter", "--executor", "cpu", "--world-size", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "def solution(tensor" in out and "world size 3" in out and "```python" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["show", "nope"], "unknown task 'nope'"),
+    (["show", "reduce_scatter", "--world-size", "0"], "world_size must be a positive integer"),
+    (["eval", "all_reduce", "/no/such/file.py", "--executor", "cpu"], "no such file or folder"),
+])
+def test_errors_are_clear(capsys, argv, message):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_eval_folder_prints_stage_tables(tmp_path, capsys):
+    ring = resources.files("pkb_env.agents").joinpath("candidates/all_reduce_ring.py").read_text()
+    (tmp_path / "a_ring.py").write_text(ring)
+    (tmp_path / "b_broken.py").write_text("def solution(tensor):\n    raise RuntimeError('nope')\n")
+    assert main(["eval", "all_reduce", str(tmp_path), "--executor", "cpu", "--world-size", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "== " in out and "stage" in out and "verify" in out
+    assert "verdict correct" in out and "verdict runtime_error" in out
+    assert "a_ring.py" in out and "b_broken.py" in out
+
+
+def test_eval_json_lines(tmp_path, capsys):
+    path = tmp_path / "c.py"
+    path.write_text("def solution(tensor):\n    return tensor.clone()\n")
+    assert main(["eval", "all_reduce", str(path), "--executor", "cpu", "--world-size", "2", "--json"]) == 0
+    line = [l for l in capsys.readouterr().out.splitlines() if l.startswith("{")][0]
+    record = json.loads(line)
+    assert record["verdict"] == "wrong" and record["verify"]["mismatches"]
+
+
+def test_console_script_installed():
+    out = subprocess.run([sys.executable, "-m", "pkb_env.cli", "tasks"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "all_to_all" in out.stdout
+
+
+def test_agents(tmp_path):
+    obs = {"reference": "def solution(x):\n    return x\n", "task_id": "all_reduce"}
+    assert isinstance(ReferenceAgent(), Agent)
+    assert ReferenceAgent().act(obs) == obs["reference"]
+    (tmp_path / "all_reduce.py").write_text("A")
+    (tmp_path / "broadcast.py").write_text("B")
+    agent = FileAgent(tmp_path)
+    assert [agent.act(obs), agent.act(obs), agent.act(obs)] == ["A", "B", "A"]
+    assert FileAgent(tmp_path, by_task=True).act(obs) == "A"
+    assert FileAgent(tmp_path / "broadcast.py").act(obs) == "B"
+    with pytest.raises(FileNotFoundError, match="no file named"):
+        FileAgent(tmp_path, by_task=True).act({"task_id": "gather"})
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="holds no .py files"):
+        FileAgent(tmp_path / "empty")

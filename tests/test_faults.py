@@ -1,0 +1,114 @@
+"""Candidates that raise, exit, deadlock or spin: the step ends in time, nothing is left running, the
+next step is judged normally."""
+import time
+
+import psutil
+import pytest
+
+from conftest import FAST
+
+FAULTS = {
+    "raises": ("""
+def solution(tensor):
+    raise ValueError("boom from the candidate")
+""", "runtime_error", ["ValueError: boom from the candidate", "line 3"]),
+    "os_exit_in_one_rank": ("""
+import os, torch.distributed as dist
+def solution(tensor):
+    if dist.get_rank() == 1:
+        os._exit(3)
+    out = tensor.clone()
+    dist.all_reduce(out)
+    return out
+""", "runtime_error", ["rank 1 exited with code 3"]),
+    "deadlock_one_rank": ("""
+import torch.distributed as dist
+def solution(tensor):
+    out = tensor.clone()
+    if dist.get_rank() != 2:
+        dist.all_reduce(out)   # rank 2 never joins: the others wait forever
+    return out
+""", "runtime_error", ["did not finish", "deadlock"]),
+    "infinite_loop": ("""
+def solution(tensor):
+    while True:
+        pass
+""", "runtime_error", ["did not finish"]),
+    "segfault": ("""
+import ctypes
+def solution(tensor):
+    ctypes.string_at(0)
+""", "flagged", ["ctypes.string_at"]),
+    "import_error": ("""
+import not_a_module_anywhere
+def solution(tensor):
+    return tensor
+""", "build_error", ["ModuleNotFoundError", "not_a_module_anywhere"]),
+    "spawns_children_then_hangs": ("""
+import subprocess, time
+def solution(tensor):
+    for _ in range(3):
+        subprocess.Popen(["sleep", "600"], start_new_session=True)
+    time.sleep(600)
+""", "runtime_error", ["did not finish"]),
+    "syntax_error": ("def solution(tensor:\n    return tensor\n", "unparsable", ["line"]),
+}
+
+
+def _descendants(env) -> set[int]:
+    return set(env.unwrapped.executor.process_ids())
+
+
+@pytest.mark.parametrize("name", sorted(FAULTS))
+def test_fault_is_contained(env4, name):
+    code, verdict, phrases = FAULTS[name]
+    obs, _ = env4.reset(options={"task": "all_reduce"})
+    before = _descendants(env4)
+    start = time.monotonic()
+    _, reward, _, _, info = env4.step(code)
+    elapsed = time.monotonic() - start
+    assert info["verdict"] == verdict, info["feedback"]
+    for phrase in phrases:
+        assert phrase in info["feedback"], info["feedback"]
+    assert elapsed < FAST.trial_timeout_s + FAST.build_timeout_s + 10
+    assert reward < -0.2  # below a wrong answer
+    # Nothing of the failed candidate survives: the executor owns only what it owned before (the
+    # candidate generation it used is replaced by the pre-started one), and no orphan 'sleep' exists.
+    after = _descendants(env4)
+    assert len(after) <= len(before) + 4
+    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "600"]]
+    # The next step is judged normally.
+    _, _, _, _, info = env4.step(obs["reference"])
+    assert info["correct"], info["feedback"]
+
+
+def test_segfault_at_runtime_is_reported(env4):
+    """A real SIGSEGV (through a path the static screen does not flag) is reported as a signal."""
+    code = """
+import faulthandler, torch.distributed as dist
+def solution(tensor):
+    if dist.get_rank() == 0:
+        faulthandler._sigsegv()
+    out = tensor.clone()
+    dist.all_reduce(out)
+    return out
+"""
+    obs, _ = env4.reset(options={"task": "all_reduce"})
+    _, _, _, _, info = env4.step(code)
+    assert info["verdict"] == "runtime_error", info["feedback"]
+    assert "rank 0 was killed by SIGSEGV" in info["feedback"], info["feedback"]
+    _, _, _, _, info = env4.step(obs["reference"])
+    assert info["correct"]
+
+
+def test_no_process_left_after_close():
+    from conftest import make_env
+
+    env = make_env(world_size=2)
+    env.reset(seed=1)
+    env.step("def solution(tensor):\n    while True: pass\n")
+    pids = env.unwrapped.executor.process_ids()
+    assert pids
+    env.close()
+    time.sleep(0.2)
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]

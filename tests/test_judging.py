@@ -1,0 +1,111 @@
+"""Alternative algorithms are judged correct; wrong ones are judged wrong with a message saying where."""
+from importlib import resources
+
+import pytest
+
+RING = resources.files("pkb_env.agents").joinpath("candidates/all_reduce_ring.py").read_text()
+
+WRONG = {
+    "off_by_one_rank": ("""
+import torch, torch.distributed as dist
+def solution(tensor):
+    out = tensor.clone()
+    dist.all_reduce(out)
+    if dist.get_rank() == 2:
+        out += tensor
+    return out
+""", ["rank 2", "elements differ"]),
+    "wrong_dtype": ("""
+import torch, torch.distributed as dist
+def solution(tensor):
+    out = tensor.double()
+    dist.all_reduce(out)
+    return out
+""", ["dtype"]),
+    "wrong_shape": ("""
+import torch, torch.distributed as dist
+def solution(tensor):
+    out = tensor.clone()
+    dist.all_reduce(out)
+    return out.reshape(-1)
+""", ["shape"]),
+    "mutated_input": ("""
+import torch.distributed as dist
+def solution(tensor):
+    out = tensor.clone()
+    dist.all_reduce(out)
+    tensor.zero_()
+    return out
+""", ["modified argument[0]"]),
+    "returns_input_view": ("""
+import torch.distributed as dist
+def solution(tensor):
+    dist.all_reduce(tensor)
+    return tensor.view(tensor.shape)
+""", ["view of an input"]),
+    "returns_none": ("""
+def solution(tensor):
+    return None
+""", ["rank 0"]),
+}
+
+
+def test_ring_all_reduce_is_correct(env4):
+    obs, _ = env4.reset(options={"task": "all_reduce"})
+    _, reward, terminated, _, info = env4.step(RING)
+    assert info["correct"], info["feedback"]
+    assert info["speedup"] > 0 and reward > 0
+    assert any(f.startswith("uses_collectives") for f in info["flags"])
+
+
+@pytest.mark.parametrize("name", sorted(WRONG))
+def test_wrong_candidates_are_wrong_and_say_where(env4, name):
+    code, phrases = WRONG[name]
+    env4.reset(options={"task": "all_reduce"})
+    _, reward, _, _, info = env4.step(code)
+    assert info["verdict"] == "wrong", info["feedback"]
+    assert info["stage"] == "verify" and not info["correct"]
+    assert info["speedup"] is None  # wrong code is never timed
+    for phrase in phrases:
+        assert phrase in info["feedback"], info["feedback"]
+    assert reward == pytest.approx(-0.2)
+
+
+def test_timed_outputs_are_checked_cache_after_first_call(env4):
+    """Correct on the trials, then replays its first timed output: caught by the timed-output check."""
+    code = """
+import torch.distributed as dist
+_calls = [0]
+_cache = {}
+def solution(tensor):
+    _calls[0] += 1
+    if _calls[0] > 2 and "out" in _cache:
+        return _cache["out"].clone()
+    out = tensor.clone()
+    dist.all_reduce(out)
+    _cache["out"] = out
+    return out
+"""
+    env4.reset(options={"task": "all_reduce"})
+    _, _, _, _, info = env4.step(code)
+    assert info["verdict"] == "wrong" and info["stage"] == "time", info["feedback"]
+    assert "timed call" in info["feedback"]
+
+
+def test_broadcast_alternative_send_recv_is_correct(env4):
+    code = """
+import torch, torch.distributed as dist
+def solution(tensor, src):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    out = tensor.clone()
+    if rank == src:
+        reqs = [dist.isend(out, peer) for peer in range(world) if peer != src]
+        for r in reqs:
+            r.wait()
+    else:
+        dist.recv(out, src)
+    return out
+"""
+    env4.reset(options={"task": "broadcast"})
+    _, _, _, _, info = env4.step(code)
+    assert info["correct"], info["feedback"]
