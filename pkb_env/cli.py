@@ -136,7 +136,7 @@ def stage_table(record) -> str:
         "run": record.run and (record.run.error or f"{record.run.trials} trials on {record.world_size} ranks"),
         "verify": record.verify and ("all outputs match" if record.verify.correct else
                                      f"{len(record.verify.mismatches)} mismatch(es)") + f" ({record.verify.checked} checked)",
-        "time": record.timing and (f"median {record.timing.median_s * 1e3:.3f} ms, speedup "
+        "time": record.timing and (f"{record.timing.statistic} {record.timing.time_s * 1e3:.3f} ms, speedup "
                                    f"{record.timing.speedup:.2f}x" if record.timing.speedup else "measured"),
         "roofline": record.roofline and f"{record.roofline.fraction:.1%} of bound",
     }

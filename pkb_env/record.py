@@ -126,15 +126,17 @@ class VerifyResult:
 
 @dataclass
 class TimingResult:
-    """Step time per call: the max over ranks of each barrier-aligned call, then its median."""
+    """Step time per call: the max over ranks of each barrier-aligned call, then a statistic over calls."""
 
+    time_s: float                         # the figure of merit: `statistic` over calls (speedup, roofline)
+    statistic: str                        # "median" | "min"
     median_s: float
     spread: float                         # (p90 - p10) / median over calls
     min_s: float
     max_s: float
     calls: int
     warmup_calls: int
-    reference_median_s: float | None = None
+    reference_s: float | None = None      # the reference's time, same statistic and protocol
     speedup: float | None = None
     suspect: str | None = None            # why the time cannot be trusted (never rewarded then)
 

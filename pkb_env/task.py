@@ -117,14 +117,20 @@ class InputContext:
     device: torch.device
     seed: int
     shared_seed: int
+    rng_device: torch.device = torch.device("cpu")  # where draws are made before moving to `device`
 
     @property
     def dims(self) -> Mapping[str, int]:
         return self.preset.dims
 
     def generator(self, shared: bool = False) -> torch.Generator:
-        """A fresh generator: `shared=True` gives every rank the same stream (replicated data, roots)."""
-        gen = torch.Generator(device=self.device)
+        """A fresh generator: `shared=True` gives every rank the same stream (replicated data, roots).
+
+        Draws are made on `rng_device`: the CPU for trials (so a CPU reference can check CUDA ranks, as
+        the emulated executor does), the rank's own device for timing sets (fast, and only used where the
+        reference runs on the same kind of device).
+        """
+        gen = torch.Generator(device=self.rng_device)
         gen.manual_seed(self.shared_seed if shared else self.seed)
         return gen
 
@@ -134,15 +140,15 @@ class InputContext:
         gen = self.generator(shared)
         if stream:
             gen.manual_seed(derive_seed(self.shared_seed if shared else self.seed, "stream", stream))
-        out = torch.randn(*shape, generator=gen, device=self.device, dtype=torch.float32)
-        return out.to(dtype or self.dtype)
+        out = torch.randn(*shape, generator=gen, device=self.rng_device, dtype=torch.float32)
+        return out.to(device=self.device, dtype=dtype or self.dtype)
 
     def randint(self, low: int, high: int, *shape: int, shared: bool = False, stream: int = 0,
                 dtype: torch.dtype = torch.int64) -> torch.Tensor:
         gen = self.generator(shared)
         if stream:
             gen.manual_seed(derive_seed(self.shared_seed if shared else self.seed, "stream", stream))
-        return torch.randint(low, high, shape, generator=gen, device=self.device, dtype=dtype)
+        return torch.randint(low, high, shape, generator=gen, device=self.rng_device, dtype=dtype).to(self.device)
 
 
 Args = tuple
@@ -201,9 +207,9 @@ class TaskSpec:
         return self.tolerances.get(dtype, EXACT)
 
     def input_context(self, rank: int, world_size: int, preset: str, dtype: str, device: torch.device | str,
-                      seed: int, shared_seed: int) -> InputContext:
+                      seed: int, shared_seed: int, rng_device: torch.device | str = "cpu") -> InputContext:
         return InputContext(rank, world_size, self.preset(preset), DTYPES[dtype], torch.device(device),
-                            seed, shared_seed)
+                            seed, shared_seed, torch.device(rng_device))
 
 
 TASKS_PACKAGE = "pkb_env.tasks"

@@ -12,7 +12,7 @@ from pkb_env.judge.timing import TimingProtocol
 
 # Short time limits so that hangs and deadlocks are cut quickly; a light timing protocol for speed.
 FAST = JudgeSettings(trials=2, trial_timeout_s=6.0, build_timeout_s=20.0, timing_timeout_s=30.0,
-                     protocol=TimingProtocol(warmup_s=0.05, measure_s=0.25, min_calls=10, max_calls=60))
+                     protocol=TimingProtocol(warmup_s=0.05, measure_s=0.25, min_calls=10, max_calls=60, statistic="min"))
 
 
 @pytest.fixture(scope="session", autouse=True)

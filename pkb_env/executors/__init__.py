@@ -55,10 +55,7 @@ def make_executor(name: str, world_size: int) -> ProcessExecutor:
         raise ExecutorError(f"world_size must be a positive integer, got {world_size!r}")
     name = resolve_executor(name, world_size)
     if name == "cpu":
-        memory = _total_memory()
-        limits = ResourceLimits(address_space_bytes=max(2 << 30, int(memory * 0.6 / world_size)))
-        placement = Placement(tuple("cpu" for _ in range(world_size)), "gloo", limits)
-        return ProcessExecutor(ExecutorInfo("cpu", cpu_fingerprint(), True, "cpu"), placement)
+        return ProcessExecutor(ExecutorInfo("cpu", cpu_fingerprint(), True, "cpu"), cpu_placement(world_size))
     gpus = gpu_count()
     if gpus == 0:
         raise ExecutorError(f"executor {name!r} needs a CUDA GPU and torch sees none; use executor='cpu'")
@@ -75,9 +72,17 @@ def make_executor(name: str, world_size: int) -> ProcessExecutor:
         placement = Placement(tuple(f"cuda:{r % gpus}" for r in range(world_size)), "gloo", ResourceLimits())
         info = ExecutorInfo("cuda-emulated", f"cuda-emulated/{model}/{world_size}on{gpus}", False,
                             _topology_for(model))
-    # Several ranks per GPU: torch symmetric memory refuses overlapping devices unless told otherwise.
-    return ProcessExecutor(info, placement, extra_env={"TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1"}
-                           if name == "cuda-emulated" else None)
+    if name == "cuda":
+        return ProcessExecutor(info, placement)
+    # Several ranks per GPU: torch symmetric memory refuses overlapping devices unless told otherwise, and
+    # NCCL refuses two ranks on one GPU, so the (trusted) reference runs on CPU ranks over gloo.
+    return ProcessExecutor(info, placement, extra_env={"TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1"},
+                           reference_placement=cpu_placement(world_size))
+
+
+def cpu_placement(world_size: int) -> Placement:
+    limits = ResourceLimits(address_space_bytes=max(2 << 30, int(_total_memory() * 0.6 / world_size)))
+    return Placement(tuple("cpu" for _ in range(world_size)), "gloo", limits)
 
 
 def _topology_for(model: str) -> str:

@@ -62,12 +62,15 @@ class Generation:
         self.pids: list[int] = []
         self.ready = False
         self.closed = False
+        self.request_handler = None  # answers ranks' service requests (kernel compiles) during collect()
         store = os.path.join(self.workdir, "store")
         for rank, device in enumerate(placement.devices):
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             spec = {"rank": rank, "world_size": placement.world_size, "device": device,
                     "backend": placement.backend, "store": store, "workdir": self.workdir,
-                    "env": {**env, "TMPDIR": self.workdir, "HOME": self.workdir},
+                    "env": {**env, "TMPDIR": self.workdir, "HOME": self.workdir,
+                            "CUPY_CACHE_DIR": os.path.join(self.workdir, "cupy"),
+                            "TRITON_CACHE_DIR": os.path.join(self.workdir, "triton")},
                     "limits": asdict(placement.limits), "pg_timeout_s": placement.pg_timeout_s}
             self.pids.append(zygote.spawn(spec, theirs.fileno()))
             theirs.close()
@@ -121,6 +124,9 @@ class Generation:
                     del pending[conn]
                     continue
                 kind = header.get("event")
+                if kind == "request":
+                    deadline += self._serve_request(conn, header)  # the judge's own time is not the rank's
+                    continue
                 if kind == "error":
                     message = str(header.get("message", ""))
                     failures[rank] = RankFailure(rank, "exception", f"rank {rank} raised during "
@@ -146,6 +152,18 @@ class Generation:
                 failure.log_tail = self.log_tail(failure.rank)
             raise GenerationFailed([failures[r] for r in sorted(failures)])
         return got
+
+    def _serve_request(self, conn: Connection, header: dict) -> float:
+        start = time.monotonic()
+        if self.request_handler is None:
+            reply, payload = {"op": "reply", "ok": False, "error": "no services in this generation"}, None
+        else:
+            reply, payload = self.request_handler(header)
+        try:
+            channel.send(conn, reply, payload)
+        except OSError:
+            pass
+        return time.monotonic() - start
 
     def _ended(self, rank: int, phase: str) -> RankFailure:
         status = self.zygote.status_of(self.pids[rank], wait=1.0)

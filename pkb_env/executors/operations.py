@@ -30,10 +30,11 @@ def load(gen: Generation, task: str, source: str | None, timeout: float) -> floa
 
 
 def trials(gen: Generation, preset: str, dtype: str, seeds: list[list[Seeds]], label: str,
-           timeout: float) -> list[TrialOutputs]:
-    """Run len(seeds[0]) calls; seeds[r][k] are rank r's seeds for call k."""
+           timeout: float, rng: str = "cpu") -> list[TrialOutputs]:
+    """Run len(seeds[0]) calls; seeds[r][k] are rank r's seeds for call k; rng: "cpu" | "device" draws."""
     count = len(seeds[0])
-    gen.send([{"op": "trials", "preset": preset, "dtype": dtype, "seeds": s, "label": label} for s in seeds])
+    gen.send([{"op": "trials", "preset": preset, "dtype": dtype, "seeds": s, "label": label, "rng": rng}
+              for s in seeds])
     got = gen.collect("trial", count, time.monotonic() + timeout, label)
     results = []
     for k in range(count):
@@ -50,7 +51,7 @@ def timed_calls(gen: Generation, preset: str, dtype: str, sets: list[list[Seeds]
                 protocol: dict[str, float], timeout: float) -> tuple[list[list[float]], int]:
     """Per-rank lists of per-call seconds, and the warm-up call count."""
     gen.send([{"op": "time", "preset": preset, "dtype": dtype, "sets": s, "warmup_sets": w, "label": "timing",
-               **protocol} for s, w in zip(sets, warmup_sets)])
+               "rng": "device", **protocol} for s, w in zip(sets, warmup_sets)])
     got = gen.collect("timing", 1, time.monotonic() + timeout, "timing")
     times = [[float(t) for t in d[0].header["times"]] for d in got]
     if len({len(t) for t in times}) != 1:

@@ -28,9 +28,12 @@ class ExecutorInfo:
 
 class ProcessExecutor:
     def __init__(self, info: ExecutorInfo, placement: Placement, preload: tuple[str, ...] = (),
-                 start_timeout: float = 120.0, extra_env: dict[str, str] | None = None):
+                 start_timeout: float = 120.0, extra_env: dict[str, str] | None = None,
+                 reference_placement: Placement | None = None):
         self.info = info
         self.placement = placement
+        # The reference may run elsewhere (emulated ranks: on CPU over gloo, which every collective supports).
+        self.reference_placement = reference_placement or placement
         self.preload = preload
         self.start_timeout = start_timeout
         self.env = rank_environment(extra_env)
@@ -62,7 +65,7 @@ class ProcessExecutor:
 
     def reference_generation(self) -> Generation:
         if self._reference is None or self._reference.closed or not self._reference.zygote.alive():
-            self._reference = self._start("reference")
+            self._reference = Generation(self.zygote, self.reference_placement, self.env, "reference", root=self.root)
         return self._reference
 
     def discard_reference(self) -> None:

@@ -30,6 +30,7 @@ import torch.distributed as dist
 
 from pkb_env.executors import channel
 from pkb_env.executors.limits import ResourceLimits, become_subreaper, set_parent_death_signal
+from pkb_env.runtime import link
 from pkb_env.task import load_reference, load_task
 
 CANDIDATE_FILE = "candidate.py"
@@ -78,11 +79,13 @@ class RankServer:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         store = dist.FileStore(spec["store"], self.world_size)
+        eager = {"device_id": self.device} if spec["backend"] == "nccl" else {}  # NCCL init now, not mid-trial
         dist.init_process_group(spec["backend"], store=store, rank=self.rank, world_size=self.world_size,
-                                timeout=timedelta(seconds=spec["pg_timeout_s"]))
+                                timeout=timedelta(seconds=spec["pg_timeout_s"]), **eager)
         # The judge's own barriers and reductions run on a group of their own: a candidate's collectives
         # on the default group can never match (or mismatch) them.
         self.judge_group = dist.new_group(backend="gloo")
+        link.attach(conn)  # kernel compiles are requested from the judge (pkb_env.runtime)
 
     # -- loop ------------------------------------------------------------------------------------
     def serve(self) -> None:
@@ -117,11 +120,14 @@ class RankServer:
             pristine = clone_args(args)
             start = time.perf_counter()
             out = self.solution(*args)
+            # Copied on the current stream before any synchronisation, as a caller would use the result:
+            # work left running on a side stream the candidate never joined races this copy.
+            staged = stage(out)
             self.sync()
             seconds = time.perf_counter() - start
             header = {"event": "trial", "index": index, "seconds": seconds,
                       "aliases": aliases(out, args), "mutated": mutated(args, pristine)}
-            self.send(header, channel.pack_tensors({"output": export(out)}))
+            self.send(header, channel.pack_tensors({"output": export(staged)}))
 
     def time_calls(self, message: dict) -> None:
         """Barrier-aligned calls; each rank reports its own per-call times, the judge takes the max.
@@ -130,16 +136,19 @@ class RankServer:
         same number of calls. Warm-up draws from its own input sets; every timed call gets a distinct
         input set, and each output is copied out right after its call for the judge to sample.
         """
-        warm_sets, sets = message["warmup_sets"], message["sets"]
-        _, first = self.timed_call(self.make_inputs(message, *warm_sets[0]))
+        warm_sets = [self.make_inputs(message, *seeds) for seeds in message["warmup_sets"]]
+        _, first = self.timed_call(warm_sets[0])
         per_call = max(_max_over_ranks(first, self.judge_group), 1e-7)
         warmup = _clamp(math.ceil(message["warmup_s"] / per_call), message["min_warmup"], message["max_warmup"])
-        calls = _clamp(math.ceil(message["measure_s"] / per_call), message["min_calls"], len(sets))
+        calls = _clamp(math.ceil(message["measure_s"] / per_call), message["min_calls"], len(message["sets"]))
+        # All timed inputs exist before the first timed call: none is fresh in cache when its call runs
+        # (100 sets of a 2 MiB problem are 200 MB, over 3x the H200's 60 MB L2).
+        sets = [self.make_inputs(message, *seeds) for seeds in message["sets"][:calls]]
         for i in range(warmup):
-            self.timed_call(self.make_inputs(message, *warm_sets[(i + 1) % len(warm_sets)]))
+            self.timed_call(warm_sets[(i + 1) % len(warm_sets)])
         times, self.snapshots = [], []
-        for i in range(calls):
-            out, seconds = self.timed_call(self.make_inputs(message, *sets[i]))
+        for args in sets:
+            out, seconds = self.timed_call(args)
             times.append(seconds)
             self.snapshots.append(export(out))
         self.send({"event": "timing", "times": times, "warmup": warmup + 1})
@@ -171,8 +180,9 @@ class RankServer:
 
     # -- helpers -----------------------------------------------------------------------------------
     def make_inputs(self, message: dict, seed: int, shared: int) -> tuple:
+        rng = self.device if message.get("rng") == "device" else "cpu"
         ctx = self.task.input_context(self.rank, self.world_size, message["preset"], message["dtype"],
-                                      self.device, seed, shared)
+                                      self.device, seed, shared, rng)
         return self.task.make_inputs(ctx)
 
     def timed_call(self, args: tuple) -> tuple[Any, float]:
@@ -220,6 +230,17 @@ def export(obj: Any, path: str = "output") -> Any:
         return {k: export(v, f"{path}[{k!r}]") for k, v in obj.items()}
     raise OutputError(f"{path} is a {type(obj).__name__}; outputs must be tensors, None, numbers, "
                       f"or tuples/lists/dicts of them")
+
+
+def stage(obj: Any) -> Any:
+    """Device-side copies of every tensor in an output, ordered on the current stream (no host sync)."""
+    if isinstance(obj, torch.Tensor) and type(obj) is torch.Tensor:
+        return obj.detach().clone()
+    if type(obj) in (tuple, list):
+        return type(obj)(stage(v) for v in obj)
+    if type(obj) is dict:
+        return {k: stage(v) for k, v in obj.items()}
+    return obj  # export() rejects what is not allowed, with the path
 
 
 def _tensors(obj: Any, path: str = "output"):

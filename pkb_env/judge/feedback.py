@@ -25,8 +25,9 @@ def write_feedback(record: EvaluationRecord) -> str:
         lines.append("Output of the failing rank(s), last lines:\n" + record.run.log_tail[-MAX_LOG_CHARS:])
     t = record.timing
     if t is not None:
-        lines.append(f"Time per call: median {_us(t.median_s)} (spread {t.spread:.0%}, {t.calls} calls, "
-                     f"max over ranks); reference {_us(t.reference_median_s)}; speedup {t.speedup:.2f}x.")
+        lines.append(f"Time per call ({t.statistic} of {t.calls} calls, slowest rank): {_us(t.time_s)} "
+                     f"(median {_us(t.median_s)}, spread {t.spread:.0%}); reference {_us(t.reference_s)}; "
+                     f"speedup {t.speedup:.2f}x.")
         if t.suspect:
             lines.append(f"Timing not believed: {t.suspect}.")
     elif record.verdict is Verdict.CORRECT and not record.performance_available:

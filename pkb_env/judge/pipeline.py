@@ -20,12 +20,13 @@ from pkb_env.executors.channel import ChannelError
 from pkb_env.executors.generation import Generation, GenerationFailed
 from pkb_env.executors.process import ProcessExecutor
 from pkb_env.judge.compare import compare_outputs
+from pkb_env.judge.compiler import KernelService
 from pkb_env.judge.feedback import write_feedback
 from pkb_env.judge.parse import parse_action
 from pkb_env.judge.roofline import roofline
 from pkb_env.judge.screen import reference_parameters, screen_source
 from pkb_env.judge.seeds import SeedPlan
-from pkb_env.judge.timing import TimingProtocol, summarize
+from pkb_env.judge.timing import PROTOCOLS, TimingProtocol, summarize
 from pkb_env.record import (BuildResult, EvaluationRecord, Mismatch, RunResult, Stage, TimingResult, Verdict,
                             VerifyResult)
 from pkb_env.task import DTYPES, TaskSpec, load_task
@@ -43,7 +44,7 @@ class JudgeError(RuntimeError):
 class JudgeSettings:
     trials: int = 3
     max_action_chars: int = 200_000
-    protocol: TimingProtocol = field(default_factory=TimingProtocol)
+    protocol: TimingProtocol | None = None  # None: the executor's default (timing.PROTOCOLS)
     start_timeout_s: float = 120.0
     build_timeout_s: float = 60.0
     trial_timeout_s: float = 30.0
@@ -55,7 +56,9 @@ class Judge:
     def __init__(self, executor: ProcessExecutor, settings: JudgeSettings | None = None):
         self.executor = executor
         self.settings = settings or JudgeSettings()
+        self.protocol = self.settings.protocol or PROTOCOLS[executor.info.name]
         self.topology = load_topology(executor.info.topology)
+        self.kernels = KernelService()
         self._reference_times: dict[tuple, TimingResult] = {}
         self._calibration: Calibration | None = None
 
@@ -110,6 +113,7 @@ class Judge:
 
         seeds = SeedPlan(self.executor.world_size)
         gen = self.executor.candidate_generation()
+        gen.request_handler = self.kernels.handle
         try:
             self._run_candidate(task, record, gen, seeds)
         finally:
@@ -159,13 +163,13 @@ class Judge:
         record.stage, record.verdict = Stage.DONE, Verdict.CORRECT
 
     def _time_candidate(self, task: TaskSpec, record: EvaluationRecord, gen: Generation, seeds: SeedPlan) -> bool:
-        s, p = self.settings, self.settings.protocol
+        s, p = self.settings, self.protocol
         sets = seeds.per_rank("timed", range(p.max_calls))
         warm = seeds.per_rank("warmup", range(p.warmup_sets))
         try:
             times, warmup = ops.timed_calls(gen, record.preset, record.dtype, sets, warm, p.message(),
                                             s.timing_timeout_s)
-            timing = summarize(times, warmup)
+            timing = summarize(times, warmup, p.statistic)
             indices = sorted(random.SystemRandom().sample(range(timing.calls), min(p.timed_samples, timing.calls)))
             snaps = ops.snapshots(gen, indices, s.trial_timeout_s)
         except CANDIDATE_FAILURES as exc:
@@ -174,7 +178,7 @@ class Judge:
             return False
         gen.close()  # nothing of the candidate may run while the reference is timed
         expected = self._reference_trials(task, record.preset, record.dtype, seeds.per_rank("timed", indices),
-                                          "timed-output check")
+                                          "timed-output check", rng="device")
         labels = [f"timed call {i}" for i in indices]
         check = verify(task, record.dtype, expected, [ops.TrialOutputs(o, [], [[]] * len(o), [[]] * len(o))
                                                       for o in snaps], labels)
@@ -186,19 +190,19 @@ class Judge:
                         "(caching, replaying or deferring work across calls?)")
             return False
         reference = self._reference_time(task, record.preset, record.dtype)
-        timing.reference_median_s = reference.median_s
-        timing.speedup = reference.median_s / timing.median_s if timing.median_s > 0 else None
+        timing.reference_s = reference.time_s
+        timing.speedup = reference.time_s / timing.time_s if timing.time_s > 0 else None
         record.timing = timing
         return True
 
     def _roofline(self, task: TaskSpec, record: EvaluationRecord) -> None:
         elem = DTYPES[record.dtype].itemsize
         traffic = task.traffic(record.world_size, task.preset(record.preset).dims, elem)
-        record.roofline = roofline(traffic, record.world_size, record.timing.median_s, self.topology,
+        record.roofline = roofline(traffic, record.world_size, record.timing.time_s, self.topology,
                                    self.calibration())
-        p = self.settings.protocol
-        if record.roofline is not None and record.timing.median_s < p.suspect_below * record.roofline.bound_s:
-            record.timing.suspect = (f"median {record.timing.median_s * 1e6:.1f} us is under "
+        p = self.protocol
+        if record.roofline is not None and record.timing.time_s < p.suspect_below * record.roofline.bound_s:
+            record.timing.suspect = (f"{p.statistic} {record.timing.time_s * 1e6:.1f} us is under "
                                      f"{p.suspect_below:g}x the roofline bound {record.roofline.bound_s * 1e6:.1f} us")
 
     # -- reference ---------------------------------------------------------------------------------
@@ -219,21 +223,22 @@ class Judge:
             self.executor.discard_reference()
             raise JudgeError(f"the reference failed: {_failure_text(exc)}") from exc
 
-    def _reference_trials(self, task: TaskSpec, preset: str, dtype: str, seeds, label: str) -> list[ops.TrialOutputs]:
+    def _reference_trials(self, task: TaskSpec, preset: str, dtype: str, seeds, label: str,
+                          rng: str = "cpu") -> list[ops.TrialOutputs]:
         s = self.settings
         self._reference_call(ops.load, task.name, None, s.build_timeout_s)
-        return self._reference_call(ops.trials, preset, dtype, seeds, label, s.trial_timeout_s)
+        return self._reference_call(ops.trials, preset, dtype, seeds, label, s.trial_timeout_s, rng)
 
     def _reference_time(self, task: TaskSpec, preset: str, dtype: str) -> TimingResult:
         key = (task.name, preset, dtype, self.executor.world_size, self.executor.info.hardware)
         if key not in self._reference_times:
-            s, p = self.settings, self.settings.protocol
+            s, p = self.settings, self.protocol
             seeds = SeedPlan(self.executor.world_size)
             self._reference_call(ops.load, task.name, None, s.build_timeout_s)
             times, warmup = self._reference_call(ops.timed_calls, preset, dtype, seeds.per_rank("timed", range(p.max_calls)),
                                                  seeds.per_rank("warmup", range(p.warmup_sets)), p.message(),
                                                  s.timing_timeout_s)
-            self._reference_times[key] = summarize(times, warmup)
+            self._reference_times[key] = summarize(times, warmup, p.statistic)
         return self._reference_times[key]
 
 

@@ -1,7 +1,8 @@
 """all_gather: every rank's tensor, stacked in rank order, returned on every rank (PKB problem 2)."""
 import torch
 
-from pkb_env.task import EXACT, InputContext, Preset, TaskSpec, Traffic, WorldSizes
+from pkb_env.task import InputContext, Traffic
+from pkb_env.tasks._primitives import EXACT_TOLERANCES, primitive
 
 
 def make_inputs(ctx: InputContext):
@@ -20,23 +21,18 @@ def traffic(world_size, dims, elem_bytes):
     return Traffic("all_gather", size, (world_size - 1) * size // world_size)
 
 
-SPEC = TaskSpec(
+SPEC = primitive(
     name="all_gather",
     title="All-gather",
     description="Every rank holds an (M, N) tensor; every rank must return the (W, M, N) stack of all ranks' "
                 "tensors in rank order.",
-    family="collective",
-    parallelism="collective primitive",
     origin="NCCL/torch.distributed all_gather_into_tensor",
     pkb_id=2,
     make_inputs=make_inputs,
     golden=golden,
     traffic=traffic,
-    presets={"tiny": Preset({"M": 64, "N": 64}, "float32", "CPU ranks, milliseconds"),
-             "bench": Preset({"M": 1024, "N": 1024}, "bfloat16", "PKB's default size, 2 MiB in per rank")},
-    dtypes=("float32", "bfloat16", "float16"),
-    tolerances={"float32": EXACT, "bfloat16": EXACT, "float16": EXACT},
-    world_sizes=WorldSizes(minimum=1),
+    bench_note="2 MiB in per rank",
+    tolerances=EXACT_TOLERANCES,
     inputs_doc="tensor: (M, N) standard-normal values, different on every rank",
     outputs_doc="(W, M, N), same dtype: out[j] is rank j's tensor, identical on every rank",
 )

@@ -1,7 +1,8 @@
 """all_to_all: chunk r of every rank delivered to rank r, in source-rank order (PKB problem 8)."""
 import torch
 
-from pkb_env.task import EXACT, InputContext, Preset, TaskSpec, Traffic, WorldSizes
+from pkb_env.task import InputContext, Traffic
+from pkb_env.tasks._primitives import EXACT_TOLERANCES, primitive
 
 
 def make_inputs(ctx: InputContext):
@@ -20,23 +21,18 @@ def traffic(world_size, dims, elem_bytes):
     return Traffic("all_to_all", size, (world_size - 1) * size // world_size)
 
 
-SPEC = TaskSpec(
+SPEC = primitive(
     name="all_to_all",
     title="All-to-all",
     description="Every rank holds a (W, M, N) tensor whose chunk j is addressed to rank j; rank r must "
                 "return the (W, M, N) tensor whose chunk j is rank j's chunk r.",
-    family="collective",
-    parallelism="collective primitive",
     origin="NCCL/torch.distributed all_to_all_single",
     pkb_id=8,
     make_inputs=make_inputs,
     golden=golden,
     traffic=traffic,
-    presets={"tiny": Preset({"M": 64, "N": 64}, "float32", "CPU ranks, milliseconds"),
-             "bench": Preset({"M": 1024, "N": 1024}, "bfloat16", "PKB's default size, 2 MiB per chunk")},
-    dtypes=("float32", "bfloat16", "float16"),
-    tolerances={"float32": EXACT, "bfloat16": EXACT, "float16": EXACT},
-    world_sizes=WorldSizes(minimum=1),
+    bench_note="2 MiB per chunk",
+    tolerances=EXACT_TOLERANCES,
     inputs_doc="tensor: (W, M, N) standard-normal values, different on every rank; chunk j goes to rank j",
     outputs_doc="(W, M, N), same dtype: on rank r, out[j] is rank j's tensor[r]",
 )

@@ -1,12 +1,13 @@
 """gather: every rank's tensor, stacked in rank order on one root rank only (PKB problem 6)."""
 import torch
 
-from pkb_env.task import EXACT, InputContext, Preset, TaskSpec, Traffic, WorldSizes
+from pkb_env.task import InputContext, Traffic
+from pkb_env.tasks._primitives import EXACT_TOLERANCES, draw_root, primitive
 
 
 def make_inputs(ctx: InputContext):
     m, n = ctx.dims["M"], ctx.dims["N"]
-    dst = int(ctx.randint(0, ctx.world_size, shared=True))
+    dst = draw_root(ctx)
     return (ctx.randn(m, n), dst)
 
 
@@ -23,23 +24,18 @@ def traffic(world_size, dims, elem_bytes):
     return Traffic("gather", size, (world_size - 1) * size // world_size)
 
 
-SPEC = TaskSpec(
+SPEC = primitive(
     name="gather",
     title="Gather to one rank",
     description="Every rank holds an (M, N) tensor and the same root rank `dst`; rank dst must return the "
                 "(W, M, N) stack of all ranks' tensors in rank order and every other rank must return None.",
-    family="collective",
-    parallelism="collective primitive",
     origin="NCCL/torch.distributed gather",
     pkb_id=6,
     make_inputs=make_inputs,
     golden=golden,
     traffic=traffic,
-    presets={"tiny": Preset({"M": 64, "N": 64}, "float32", "CPU ranks, milliseconds"),
-             "bench": Preset({"M": 1024, "N": 1024}, "bfloat16", "PKB's default size, 2 MiB in per rank")},
-    dtypes=("float32", "bfloat16", "float16"),
-    tolerances={"float32": EXACT, "bfloat16": EXACT, "float16": EXACT},
-    world_sizes=WorldSizes(minimum=1),
+    bench_note="2 MiB in per rank",
+    tolerances=EXACT_TOLERANCES,
     inputs_doc="tensor: (M, N) standard-normal values, different on every rank; "
                "dst: Python int in [0, W), the same on every rank, drawn per trial",
     outputs_doc="rank dst: (W, M, N), same dtype, out[j] is rank j's tensor; every other rank: None",

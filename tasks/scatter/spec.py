@@ -1,10 +1,11 @@
 """scatter: the root's W chunks, chunk r delivered to rank r; the root changes per trial (PKB problem 5)."""
-from pkb_env.task import EXACT, InputContext, Preset, TaskSpec, Traffic, WorldSizes
+from pkb_env.task import InputContext, Traffic
+from pkb_env.tasks._primitives import EXACT_TOLERANCES, draw_root, primitive
 
 
 def make_inputs(ctx: InputContext):
     m, n = ctx.dims["M"], ctx.dims["N"]
-    src = int(ctx.randint(0, ctx.world_size, shared=True))
+    src = draw_root(ctx)
     # Every rank gets chunks of its own: only src's are meaningful, the rest catch reads of local data.
     return (ctx.randn(ctx.world_size, m, n), src)
 
@@ -21,24 +22,19 @@ def traffic(world_size, dims, elem_bytes):
     return Traffic("scatter", size, (world_size - 1) * size // world_size)
 
 
-SPEC = TaskSpec(
+SPEC = primitive(
     name="scatter",
     title="Scatter",
     description="Every rank holds a (W, M, N) tensor of chunks and the same root rank `src`; rank r must "
                 "return rank src's chunk r. The chunks held by other ranks hold unrelated values and must "
                 "be ignored.",
-    family="collective",
-    parallelism="collective primitive",
     origin="NCCL/torch.distributed scatter",
     pkb_id=5,
     make_inputs=make_inputs,
     golden=golden,
     traffic=traffic,
-    presets={"tiny": Preset({"M": 64, "N": 64}, "float32", "CPU ranks, milliseconds"),
-             "bench": Preset({"M": 1024, "N": 1024}, "bfloat16", "PKB's default size, 2 MiB out")},
-    dtypes=("float32", "bfloat16", "float16"),
-    tolerances={"float32": EXACT, "bfloat16": EXACT, "float16": EXACT},
-    world_sizes=WorldSizes(minimum=1),
+    bench_note="2 MiB out",
+    tolerances=EXACT_TOLERANCES,
     inputs_doc="chunks: (W, M, N) standard-normal values, different on every rank, only rank src's used; "
                "src: Python int in [0, W), the same on every rank, drawn per trial",
     outputs_doc="(M, N), same dtype: on rank r, rank src's chunks[r]",
