@@ -50,12 +50,12 @@ def main() -> int:
             _, _, _, _, info = env.step(action)
             total = time.perf_counter() - start
             steps.append({"total_s": total, "verdict": info["verdict"], "speedup": info["speedup"],
-                          "time_s": info["record"].timing.time_s if info["record"].timing else None,
+                          "call_s": info["record"].timing.time_s if info["record"].timing else None,
                           **{f"{k}_s": v for k, v in info["stage_seconds"].items()}})
     finally:
         env.close()
 
-    stages = [k for k in steps[0] if k.endswith("_s") and k not in ("total_s", "time_s")]
+    stages = [k for k in steps[0] if k.endswith("_s") and k not in ("total_s", "call_s")]
     warm = steps[1:]
     rows = [["first step", *(steps[0][k] * 1e3 for k in stages), steps[0]["total_s"] * 1e3]]
     if warm:
@@ -64,7 +64,7 @@ def main() -> int:
     print(f"\n{args.task} {args.preset} world {args.world_size} on {args.executor}: make {made * 1e3:.0f} ms, "
           f"reset {reset_s * 1e3:.0f} ms (starts the zygote and the first generation)\n")
     print(table(["ms", *(k[:-2] for k in stages), "total"], rows))
-    medians = [s["time_s"] for s in steps if s["time_s"]]
+    medians = [s["call_s"] for s in steps if s["call_s"]]
     speedups = [s["speedup"] for s in steps if s["speedup"]]
     if medians:
         print(f"\ncandidate time per call (the executor's statistic) over {len(medians)} steps: min {min(medians) * 1e3:.3f} ms, "

@@ -46,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(run=cmd_demo)
 
+    p = sub.add_parser("topology", help="show the GPUs, their links, and the topology config that applies")
+    p.set_defaults(run=cmd_topology)
+
     p = sub.add_parser("calibrate", help="measure interconnect latency and bandwidth for the roofline")
     p.add_argument("--world-size", type=int, default=4)
     p.add_argument("--executor", default="auto")
@@ -78,18 +81,13 @@ def cmd_show(args) -> int:
 
     task = load_task(args.task)
     task.check_world_size(args.world_size, args.preset)
+    from pkb_env.hardware import detect
+
     executor = resolve_executor(args.executor, args.world_size)
-    topology = load_topology("cpu" if executor == "cpu" else _gpu_topology())
+    topology = load_topology("cpu" if executor == "cpu" else detect().topology_name)
     print(build_prompt(task, args.preset, task.resolve_dtype(args.preset, args.dtype), args.world_size,
-                       topology.describe(args.world_size, executor, None)))
+                       topology.describe(args.world_size, executor, None), gpu=executor != "cpu"))
     return 0
-
-
-def _gpu_topology() -> str:
-    from pkb_env.executors import _topology_for
-    import torch
-
-    return _topology_for(torch.cuda.get_device_name(0))
 
 
 def _make_env(args, task: str):
@@ -180,10 +178,23 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_topology(args) -> int:
+    from pkb_env.hardware import detect
+    from pkb_env.topology import load_topology
+
+    machine = detect()
+    print(machine.describe())
+    topology = load_topology(machine.topology_name)
+    print(f"\ntopology config: {topology.name}\n{topology.describe(len(machine.gpus) or 1, 'auto', None)}")
+    if topology.sources:
+        print("sources:\n  " + "\n  ".join(topology.sources))
+    return 0
+
+
 def cmd_calibrate(args) -> int:
     from pkb_env.executors import make_executor
     from pkb_env.judge.pipeline import Judge
-    from pkb_env.topology import _path
+    from pkb_env.topology import calibration_path
 
     with make_executor(args.executor, args.world_size) as executor:
         judge = Judge(executor)
@@ -192,8 +203,10 @@ def cmd_calibrate(args) -> int:
             bar.update()
     rows = [[size, bw] for size, bw in cal.busbw_by_size]
     print(table(["all_reduce bytes", "busbw GB/s"], rows))
+    if cal.peer_copy_gbps:
+        print("\n" + table(["src GPU", "dst GPU", "copy GB/s"], [list(p) for p in cal.peer_copy_gbps]))
     print(f"\nlatency (4-byte all_reduce): {cal.alpha_s * 1e6:.1f} us; bandwidth used by the roofline: "
-          f"{cal.bandwidth_gbps:.3f} GB/s\nsaved to {_path(cal.hardware, cal.world_size)}")
+          f"{cal.bandwidth_gbps:.3f} GB/s\nsaved to {calibration_path(cal.hardware, cal.world_size, cal.statistic)}")
     return 0
 
 

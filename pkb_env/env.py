@@ -18,6 +18,7 @@ from pkb_env.prompt import build_prompt
 from pkb_env.record import EvaluationRecord
 from pkb_env.rewards import TurnCredit, improvement, load_reward
 from pkb_env.task import TaskError, TaskSpec, load_task, task_names
+from pkb_env.topology import load_calibration
 
 
 class ParallelKernelEnv(gymnasium.Env[dict, str]):
@@ -105,6 +106,10 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
         self._dtype = task.resolve_dtype(self.preset, self.dtype)
         self._task, self._turn, self._best_reward, self._best_speedup = task, 0, None, 0.0
         self._last = {}
+        info = self.executor.info
+        self._topology_text = self.judge.topology.describe(self.world_size, info.name,
+                                                           load_calibration(info.hardware, self.world_size,
+                                                                            self.judge.protocol.statistic))
         self.executor.prestart()
         return self._observation(""), {"task": task.name, "world_size": self.world_size,
                                        "executor": self.executor.info.name}
@@ -158,8 +163,9 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
     # -- helpers ---------------------------------------------------------------------------------
     def _observation(self, feedback: str) -> dict[str, Any]:
         task = self._task
-        topology = self.judge.topology.describe(self.world_size, self.executor.info.name, None)
-        prompt = build_prompt(task, self.preset, self._dtype, self.world_size, topology, feedback, self._turn)
+        topology = self._topology_text
+        prompt = build_prompt(task, self.preset, self._dtype, self.world_size, topology, feedback, self._turn,
+                              gpu=self.executor.info.name != "cpu")
         return {
             "prompt": S.to_charset(prompt, S.MAX_PROMPT_CHARS),
             "task_id": task.name,

@@ -61,10 +61,12 @@ def load_topology(name: str) -> Topology:
 class Calibration:
     hardware: str
     world_size: int
-    alpha_s: float
+    alpha_s: float                 # a 4-byte all_reduce, by the executor's timing statistic
     bandwidth_gbps: float          # best measured all_reduce bus bandwidth (nccl-tests busbw), GB/s
     measured_at: float
     busbw_by_size: tuple[tuple[int, float], ...] = ()
+    peer_copy_gbps: tuple[tuple[int, int, float], ...] = ()   # (src GPU, dst GPU, copy-engine GB/s)
+    statistic: str = "median"      # the timing statistic alpha and B were measured with
 
     @property
     def bandwidth_bytes_per_s(self) -> float:
@@ -76,22 +78,23 @@ def cache_dir() -> Path:
     return Path(base) / "calibration"
 
 
-def _path(hardware: str, world_size: int) -> Path:
+def calibration_path(hardware: str, world_size: int, statistic: str) -> Path:
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", hardware)
-    return cache_dir() / f"{slug}-ws{world_size}.json"
+    return cache_dir() / f"{slug}-ws{world_size}-{statistic}.json"
 
 
-def load_calibration(hardware: str, world_size: int) -> Calibration | None:
+def load_calibration(hardware: str, world_size: int, statistic: str) -> Calibration | None:
     try:
-        data = json.loads(_path(hardware, world_size).read_text())
+        data = json.loads(calibration_path(hardware, world_size, statistic).read_text())
         data["busbw_by_size"] = tuple(tuple(x) for x in data.get("busbw_by_size", ()))
+        data["peer_copy_gbps"] = tuple(tuple(x) for x in data.get("peer_copy_gbps", ()))
         return Calibration(**data)
     except (OSError, ValueError, TypeError):
         return None
 
 
 def save_calibration(cal: Calibration) -> Path:
-    path = _path(cal.hardware, cal.world_size)
+    path = calibration_path(cal.hardware, cal.world_size, cal.statistic)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(asdict(cal), indent=2))
@@ -99,7 +102,8 @@ def save_calibration(cal: Calibration) -> Path:
     return path
 
 
-def calibration_from_measurement(hardware: str, world_size: int, result: dict) -> Calibration:
+def calibration_from_measurement(hardware: str, world_size: int, result: dict, statistic: str) -> Calibration:
     busbw = tuple((int(size), float(bw) / 1e9) for size, bw in result["busbw"])
+    peers = tuple((int(a), int(b), float(bw)) for a, b, bw in result.get("peers", ()))
     return Calibration(hardware, world_size, float(result["latency_s"]), max(bw for _, bw in busbw),
-                       time.time(), busbw)
+                       time.time(), busbw, peers, statistic)

@@ -53,6 +53,13 @@ def test_eval_json_lines(tmp_path, capsys):
     assert record["verdict"] == "wrong" and record["verify"]["mismatches"]
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")
+def test_topology_without_gpu(capsys):
+    assert main(["topology"]) == 0
+    out = capsys.readouterr().out
+    assert "no GPU found" in out and "topology config: cpu" in out
+
+
 def test_console_script_installed():
     out = subprocess.run([sys.executable, "-m", "pkb_env.cli", "tasks"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "all_to_all" in out.stdout

@@ -59,19 +59,20 @@ def make_executor(name: str, world_size: int) -> ProcessExecutor:
     gpus = gpu_count()
     if gpus == 0:
         raise ExecutorError(f"executor {name!r} needs a CUDA GPU and torch sees none; use executor='cpu'")
-    import torch
+    from pkb_env.hardware import detect
 
-    model = torch.cuda.get_device_name(0)
+    machine = detect()  # NVML: no CUDA context in the judge's process
+    model = machine.gpus[0].name if machine.gpus else "unknown GPU"
+    topology = machine.topology_name if machine.gpus else "unknown_gpu"
     if name == "cuda":
         if gpus < world_size:
             raise ExecutorError(f"executor 'cuda' needs {world_size} GPUs and this machine has {gpus}; "
                                 f"use executor='cuda-emulated' to run {world_size} ranks on fewer GPUs")
         placement = Placement(tuple(f"cuda:{r}" for r in range(world_size)), "nccl", ResourceLimits())
-        info = ExecutorInfo("cuda", f"cuda/{model}/x{world_size}", True, _topology_for(model))
+        info = ExecutorInfo("cuda", f"cuda/{model}/x{world_size}", True, topology)
     else:
         placement = Placement(tuple(f"cuda:{r % gpus}" for r in range(world_size)), "gloo", ResourceLimits())
-        info = ExecutorInfo("cuda-emulated", f"cuda-emulated/{model}/{world_size}on{gpus}", False,
-                            _topology_for(model))
+        info = ExecutorInfo("cuda-emulated", f"cuda-emulated/{model}/{world_size}on{gpus}", False, topology)
     if name == "cuda":
         return ProcessExecutor(info, placement)
     # Several ranks per GPU: torch symmetric memory refuses overlapping devices unless told otherwise, and
@@ -83,14 +84,6 @@ def make_executor(name: str, world_size: int) -> ProcessExecutor:
 def cpu_placement(world_size: int) -> Placement:
     limits = ResourceLimits(address_space_bytes=max(2 << 30, int(_total_memory() * 0.6 / world_size)))
     return Placement(tuple("cpu" for _ in range(world_size)), "gloo", limits)
-
-
-def _topology_for(model: str) -> str:
-    lowered = model.lower()
-    for name in ("h200", "h100", "b200"):
-        if name in lowered:
-            return f"{name}_8gpu"
-    return "unknown_gpu"
 
 
 def _total_memory() -> int:

@@ -66,8 +66,8 @@ def snapshots(gen: Generation, indices: list[int], timeout: float) -> list[list[
     return [[_unpack(got[r][i]) for r in range(gen.world_size)] for i in range(len(indices))]
 
 
-def calibrate(gen: Generation, sizes: list[int], timeout: float) -> dict[str, Any]:
-    gen.send({"op": "calibrate", "sizes": sizes, "label": "calibration"})
+def calibrate(gen: Generation, sizes: list[int], statistic: str, timeout: float) -> dict[str, Any]:
+    gen.send({"op": "calibrate", "sizes": sizes, "statistic": statistic, "label": "calibration"})
     got = gen.collect("calibrated", 1, time.monotonic() + timeout, "calibration")
     return got[0][0].header["result"]
 

@@ -160,21 +160,23 @@ class RankServer:
     def calibrate(self, message: dict) -> None:
         """Latency (a 4-byte all_reduce) and bus bandwidth (large all_reduces) of this placement's backend.
 
-        Measured on the default group with the judge's timing loop, so the roofline's alpha and B come
-        from the same machine, backend and method as the candidates' times.
+        Measured on the default group with the judge's timing loop and statistic, so the roofline's alpha
+        and B come from the same machine, backend and method as the candidates' times.
         """
         self.solution = lambda t: dist.all_reduce(t)
+        pick = min if message.get("statistic") == "min" else (lambda xs: sorted(xs)[len(xs) // 2])
         result = {"latency_s": None, "busbw": []}
         small = torch.ones(1, device=self.device)
-        lat = sorted(self.timed_call((small,))[1] for _ in range(50))
-        result["latency_s"] = _max_over_ranks(lat[len(lat) // 2], self.judge_group)
+        result["latency_s"] = _max_over_ranks(pick([self.timed_call((small,))[1] for _ in range(50)]),
+                                              self.judge_group)
         for size in message["sizes"]:
             big = torch.ones(size // 4, device=self.device)
             self.timed_call((big,))
-            times = sorted(self.timed_call((big,))[1] for _ in range(5))
-            seconds = _max_over_ranks(times[len(times) // 2], self.judge_group)
+            seconds = _max_over_ranks(pick([self.timed_call((big,))[1] for _ in range(5)]), self.judge_group)
             factor = 2 * (self.world_size - 1) / self.world_size
             result["busbw"].append([size, factor * size / seconds])
+        if self.device.type == "cuda" and self.rank == 0:
+            result["peers"] = peer_copy_bandwidth(message["sizes"][-1])
         self.solution = None
         self.send({"event": "calibrated", "result": result})
 
@@ -276,6 +278,27 @@ def describe_exception(exc: BaseException) -> str:
     lines = [f"  line {f.lineno}, in {f.name}: {f.line}" for f in frames[-4:]]
     text = f"{type(exc).__name__}: {exc}"
     return ("\n".join(lines + [text]) if lines else text)[:2000]
+
+
+def peer_copy_bandwidth(size: int) -> list[list[float]]:
+    """[src, dst, GB/s] of a copy-engine copy (tensor.copy_ across devices) for every ordered GPU pair."""
+    table = []
+    count = torch.cuda.device_count()
+    for src in range(count):
+        for dst in range(count):
+            a = torch.empty(size, dtype=torch.uint8, device=f"cuda:{src}")
+            b = torch.empty(size, dtype=torch.uint8, device=f"cuda:{dst}")
+            b.copy_(a)
+            torch.cuda.synchronize(src), torch.cuda.synchronize(dst)
+            times = []
+            for _ in range(5):
+                start = time.perf_counter()
+                b.copy_(a)
+                torch.cuda.synchronize(src), torch.cuda.synchronize(dst)
+                times.append(time.perf_counter() - start)
+            table.append([src, dst, size / sorted(times)[2] / 1e9])
+            del a, b
+    return table
 
 
 def _max_over_ranks(value: float, group) -> float:

@@ -34,6 +34,8 @@ from pkb_env.topology import (Calibration, calibration_from_measurement, load_ca
                               save_calibration)
 
 CANDIDATE_FAILURES = (GenerationFailed, ChannelError)
+# all_reduce sizes (bytes) whose best bus bandwidth is the calibrated B; GPUs need large messages to saturate.
+CALIBRATION_SIZES = {"cpu": (1 << 20, 8 << 20), "cuda": (1 << 20, 64 << 20, 256 << 20), "cuda-emulated": (1 << 20,)}
 
 
 class JudgeError(RuntimeError):
@@ -49,7 +51,7 @@ class JudgeSettings:
     build_timeout_s: float = 60.0
     trial_timeout_s: float = 30.0
     timing_timeout_s: float = 60.0
-    calibration_sizes: tuple[int, ...] = (1 << 20, 8 << 20)
+    calibration_sizes: tuple[int, ...] | None = None  # None: CALIBRATION_SIZES of the executor
 
 
 class Judge:
@@ -82,13 +84,16 @@ class Judge:
             return None
         if self._calibration is None:
             info = self.executor.info
-            self._calibration = load_calibration(info.hardware, self.executor.world_size) or self.calibrate()
+            self._calibration = (load_calibration(info.hardware, self.executor.world_size, self.protocol.statistic)
+                                 or self.calibrate())
         return self._calibration
 
     def calibrate(self) -> Calibration:
         gen = self._reference_ready()
-        result = ops.calibrate(gen, list(self.settings.calibration_sizes), self.settings.timing_timeout_s)
-        cal = calibration_from_measurement(self.executor.info.hardware, self.executor.world_size, result)
+        sizes = self.settings.calibration_sizes or CALIBRATION_SIZES[self.executor.info.name]
+        result = ops.calibrate(gen, list(sizes), self.protocol.statistic, self.settings.timing_timeout_s)
+        cal = calibration_from_measurement(self.executor.info.hardware, self.executor.world_size, result,
+                                           self.protocol.statistic)
         save_calibration(cal)
         self._calibration = cal
         return cal
