@@ -52,12 +52,15 @@ class Delivery:
 
 
 class Generation:
-    def __init__(self, zygote: Zygote, placement: Placement, env: dict[str, str], role: str, root: str | None = None):
+    def __init__(self, zygote: Zygote, placement: Placement, env: dict[str, str], role: str, root: str | None = None,
+                 uid: int | None = None):
         self.zygote = zygote
         self.placement = placement
         self.role = role
         self.workdir = tempfile.mkdtemp(prefix=f"pkb-{role}-", dir=root)
         os.chmod(self.workdir, 0o700)
+        if uid is not None:  # the ranks will run as `uid`: the directory is theirs, nothing else of ours is
+            os.chown(self.workdir, uid, uid)
         self.conns: list[Connection] = []
         self.pids: list[int] = []
         self.ready = False
@@ -71,7 +74,7 @@ class Generation:
                     "env": {**env, "TMPDIR": self.workdir, "HOME": self.workdir,
                             "CUPY_CACHE_DIR": os.path.join(self.workdir, "cupy"),
                             "TRITON_CACHE_DIR": os.path.join(self.workdir, "triton")},
-                    "limits": asdict(placement.limits), "pg_timeout_s": placement.pg_timeout_s}
+                    "limits": asdict(placement.limits), "pg_timeout_s": placement.pg_timeout_s, "uid": uid}
             self.pids.append(zygote.spawn(spec, theirs.fileno()))
             theirs.close()
             self.conns.append(Connection(os.dup(ours.fileno())))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from pkb_env.executors.environment import rank_environment
 from pkb_env.executors.generation import Generation, Placement
+from pkb_env.executors.isolation import unprivileged_uid
 from pkb_env.executors.zygote import Zygote
 
 
@@ -38,6 +39,8 @@ class ProcessExecutor:
         self.start_timeout = start_timeout
         self.env = rank_environment(extra_env)
         self.root = tempfile.mkdtemp(prefix="pkb-env-")
+        os.chmod(self.root, 0o711)  # unprivileged ranks may enter their own directories below it, not list it
+        self.candidate_uid, self.privileges = unprivileged_uid()
         self._zygote: Zygote | None = None
         self._reference: Generation | None = None
         self._next: Generation | None = None
@@ -75,7 +78,11 @@ class ProcessExecutor:
             self._reference = None
 
     def _start(self, role: str) -> Generation:
-        return Generation(self.zygote, self.placement, self.env, role, root=self.root)
+        return Generation(self.zygote, self.placement, self.env, role, root=self.root, uid=self.candidate_uid)
+
+    def isolation(self) -> dict[str, str]:
+        """What containment candidate ranks get here (it depends on privileges and the platform)."""
+        return {"network": self.zygote.network, "privileges": self.privileges}
 
     def process_ids(self) -> list[int]:
         """Every live process this executor owns (for tests and leak checks)."""

@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_env.executors import channel
+from pkb_env.executors.isolation import drop_privileges
 from pkb_env.executors.limits import ResourceLimits, become_subreaper, set_parent_death_signal
 from pkb_env.runtime import link
 from pkb_env.task import load_reference, load_task
@@ -56,6 +57,8 @@ def run_forked(spec: dict, fd: int) -> NoReturn:
         os.environ.clear()
         os.environ.update(spec["env"])
         ResourceLimits(**spec["limits"]).apply()
+        if spec.get("uid") is not None:
+            drop_privileges(spec["uid"])
         RankServer(Connection(fd), spec).serve()
     except BaseException:  # the judge sees the EOF and the log tail; nothing else to do here
         traceback.print_exc()

@@ -38,6 +38,7 @@ class Zygote:
         message, _ = channel.recv(self.conn, time.monotonic() + start_timeout)
         if message.get("event") != "ready":
             raise RuntimeError(f"zygote failed to start: {message}")
+        self.network: str = message.get("network", "unknown")
 
     @property
     def pid(self) -> int:

@@ -10,13 +10,14 @@ from multiprocessing.connection import Connection
 from multiprocessing.reduction import recv_handle
 
 from pkb_env.executors import channel
+from pkb_env.executors.isolation import enter_private_network
 from pkb_env.executors.limits import set_parent_death_signal
 
 
-def serve(conn: Connection) -> None:
+def serve(conn: Connection, network: str) -> None:
     from pkb_env.executors import rank  # imported before any fork: each fork inherits it warm
 
-    channel.send(conn, {"event": "ready"})
+    channel.send(conn, {"event": "ready", "network": network})
     while True:
         _reap(conn)
         if not conn.poll(0.05):
@@ -53,12 +54,13 @@ def _reap(conn: Connection) -> None:
 def main() -> None:
     fd = int(sys.argv[1])
     set_parent_death_signal()
+    network = enter_private_network()  # before any rank exists: every fork inherits the namespace
     import torch  # noqa: F401  (the point of the zygote: pay for this once)
     import torch.distributed  # noqa: F401
 
     for module in sys.argv[2:]:
         __import__(module)
-    serve(Connection(fd))  # ranks die with us: each set PR_SET_PDEATHSIG
+    serve(Connection(fd), network)  # ranks die with us: each set PR_SET_PDEATHSIG
 
 
 if __name__ == "__main__":

@@ -177,7 +177,8 @@ class KernelService:
                 path = build_extension(str(header["name"]), list(header["cpp_sources"]),
                                        list(header["cuda_sources"]), header.get("functions"),
                                        list(header.get("extra_cuda_cflags", [])), list(header.get("extra_cflags", [])))
-                return {"op": "reply", "ok": True, "path": path}, None
+                # The bytes, not the path: unprivileged ranks cannot read the judge's cache.
+                return {"op": "reply", "ok": True}, Path(path).read_bytes()
             return {"op": "reply", "ok": False, "error": f"unknown request {kind!r}"}, None
         except CompileError as exc:
             return {"op": "reply", "ok": False, "error": str(exc)}, None

@@ -107,10 +107,12 @@ def load_inline(name: str, cpp_sources: str | Sequence[str] = "", cuda_sources: 
             "functions": list(functions) if functions else None, "extra_cuda_cflags": list(extra_cuda_cflags),
             "extra_cflags": list(extra_cflags)}
     if link.attached():
-        header, _ = link.request("load_inline", body)
+        header, payload = link.request("load_inline", body)
         if not header.get("ok"):
             raise CompileError(header.get("error", "build failed"))
-        path = header["path"]
+        path = os.path.join(tempfile.mkdtemp(), f"{name}.so")
+        with open(path, "wb") as f:
+            f.write(payload)
     else:
         from pkb_env.judge.compiler import build_extension
 
