@@ -52,6 +52,7 @@ CAND_LOAD_INLINE = HERE / "candidate_load_inline.py"
 CAND_NVRTC = HERE / "candidate_nvrtc.py"
 TASK, WORLD, PRESET = "all_reduce", 1, "bench"
 ENV_ID = "pkb_env/ParallelKernel-v0"
+ENV_EXECUTOR, ENV_PRESET = "cuda", PRESET  # what (b) asks for; kept apart so a CPU test can swap them
 COOLDOWN_S = 0.5                      # PKB_PERF_THERMAL_COOLDOWN_SEC between the reference and candidate jobs
 TORCH_IMPORT = "from torch.utils.cpp_extension import load_inline"
 ENV_IMPORT = "from pkb_env.runtime import load_inline"
@@ -145,7 +146,9 @@ def child_environment() -> dict[str, str]:
     env = dict(os.environ)
     env.update(NVLS_OFF)
     env["PYTHONUNBUFFERED"] = "1"
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    bindir = os.path.dirname(sys.executable)
+    if env.get("PATH", "").split(os.pathsep)[0] != bindir:
+        env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     env.pop("TORCH_EXTENSIONS_DIR", None)  # the worker derives its per-rank dir from --extensions-base
     return env
 
@@ -173,6 +176,32 @@ def tail(path: Path, chars: int = 3000) -> str:
     return text[-chars:]
 
 
+def kill_job(proc: subprocess.Popen) -> None:
+    """End a torchrun job we started: torchrun, its process group, and its ranks (which torchrun may have
+    started in sessions of their own), each by pid."""
+    try:
+        import psutil
+
+        ranks = psutil.Process(proc.pid).children(recursive=True)
+    except Exception:  # noqa: BLE001 - psutil missing or torchrun already gone
+        ranks = []
+    proc.send_signal(signal.SIGTERM)  # torchrun forwards it to its ranks
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the job's own process group (start_new_session=True)
+    except ProcessLookupError:
+        pass
+    for child in ranks:
+        try:
+            child.kill()
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+    proc.wait()
+
+
 def launch(solution: Path, trial: int, out_dir: Path, ext_base: Path, timeout: float) -> dict[str, Any]:
     """One torchrun job of worker.py; wall time, per-rank perf and a split of the wall time into phases."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -190,8 +219,7 @@ def launch(solution: Path, trial: int, out_dir: Path, ext_base: Path, timeout: f
         try:
             rc: int | str = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the job's own process group (torchrun and its ranks)
-            proc.wait()
+            kill_job(proc)
             rc = "timeout"
     wall = time.perf_counter() - start
     wall_end = wall_start + wall
@@ -324,7 +352,7 @@ def run_pkb_phase(phase: str, planned: int, reference: Path, ext_base: Path, wor
 
 def _trial_line(rec: dict[str, Any]) -> str:
     if not rec.get("ok"):
-        return f"  PKB {rec['phase']} trial {rec['trial']}: FAILED: {rec.get('error')}"
+        return f"  PKB {rec['phase']} trial {rec['trial']}: FAILED: {_first_line(rec.get('error', ''))}"
     return (f"  PKB {rec['phase']} trial {rec['trial']}: ref job {rec['ref']['wall_s']:.1f} s, cand job "
             f"{rec['cand']['wall_s']:.1f} s, ref {rec['ref']['mean_ms'] * 1e3:.1f} us, cand "
             f"{rec['cand']['mean_ms'] * 1e3:.1f} us, speedup {rec['speedup']:.2f}x, correct {rec['compare']['correct']}")
@@ -395,7 +423,8 @@ def step_record(info: dict[str, Any], total_s: float, reward: float) -> dict[str
     return rec
 
 
-def run_env(args: argparse.Namespace, work: Path, bar_factory) -> dict[str, Any]:
+def run_env(args: argparse.Namespace, work: Path, bar_factory, res: dict[str, Any]) -> dict[str, Any]:
+    """Fills `res` as it goes, so that what was measured survives a failure part-way."""
     cache = work / "pkb_env_cache"
     if cache.exists():
         shutil.rmtree(cache)
@@ -406,11 +435,12 @@ def run_env(args: argparse.Namespace, work: Path, bar_factory) -> dict[str, Any]
     import pkb_env  # noqa: F401  (registers the env)
 
     sources, skipped = env_sources()
-    res: dict[str, Any] = {"cache_dir": str(cache), "skipped": skipped, "candidates": {},
-                           "settings": {"task": TASK, "world_size": WORLD, "executor": "cuda", "preset": PRESET,
-                                        "warm_steps": args.env_warm_steps, "judge_settings": "defaults"}}
+    res.update({"cache_dir": str(cache), "skipped": skipped, "candidates": {},
+                "settings": {"task": TASK, "world_size": WORLD, "executor": ENV_EXECUTOR, "preset": ENV_PRESET,
+                             "warm_steps": args.env_warm_steps, "judge_settings": "defaults"}})
     start = time.perf_counter()
-    env = gymnasium.make(ENV_ID, task=TASK, world_size=WORLD, executor="cuda", preset=PRESET, max_turns=1000)
+    env = gymnasium.make(ENV_ID, task=TASK, world_size=WORLD, executor=ENV_EXECUTOR, preset=ENV_PRESET,
+                         max_turns=1000)
     res["make_s"] = time.perf_counter() - start
     try:
         settings = env.unwrapped.judge.settings
@@ -427,7 +457,10 @@ def run_env(args: argparse.Namespace, work: Path, bar_factory) -> dict[str, Any]
                 t = time.perf_counter()
                 env.reset(seed=0)
                 cand["reset_s"] = time.perf_counter() - t
-                steps = []
+                steps: list[dict[str, Any]] = []
+                cand["steps"] = steps
+                res["candidates"][label] = cand
+                cand.update(_env_summary(steps))  # refreshed after every step
                 for i in range(1 + args.env_warm_steps):
                     t = time.perf_counter()
                     _, reward, _, _, info = env.step(source)
@@ -437,14 +470,17 @@ def run_env(args: argparse.Namespace, work: Path, bar_factory) -> dict[str, Any]
                     bar.write(f"  pkb-env {label} {'first' if i == 0 else f'warm {i}'} step: {s['total_s']:.2f} s, "
                               f"verdict {s['verdict']}, speedup {_fmt(s['speedup'])}, build "
                               f"{_fmt(s['stage_seconds']['build'])} s"
-                              + (f", error: {s['error']}" if s["error"] else ""))
-                cand["steps"] = steps
-                cand.update(_env_summary(steps))
-                res["candidates"][label] = cand
+                              + (f", error: {_first_line(s['error'])}" if s["error"] else ""))
+                    cand.update(_env_summary(steps))
     finally:
         env.close()
     res["total_s"] = time.perf_counter() - start
     return res
+
+
+def _first_line(text: str, limit: int = 200) -> str:
+    lines = [l.strip() for l in str(text).splitlines() if l.strip()]
+    return (lines[0] if lines else "")[:limit]
 
 
 def _env_summary(steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -456,7 +492,7 @@ def _env_summary(steps: list[dict[str, Any]]) -> dict[str, Any]:
             "warm_step_s_max": max((s["total_s"] for s in warm), default=None),
             "warm_stage_seconds_median": {k: statistics.median(s["stage_seconds"][k] or 0.0 for s in warm)
                                           for k in STAGES} if warm else None,
-            "all_correct": all(s["correct"] for s in steps),
+            "all_correct": bool(steps) and all(s["correct"] for s in steps),
             "warm_time_s": times, "warm_time_max_over_min": _ratio(times),
             "warm_speedups": speedups, "warm_speedup_max_over_min": _ratio(speedups)}
 
@@ -538,6 +574,8 @@ def comparison_rows(results: dict[str, Any]) -> list[list[Any]]:
     pkb, env = results.get("pkb", {}), results.get("env", {})
     cold, warm = pkb.get("cold"), pkb.get("warm")
     li, nv = env.get("candidates", {}).get("load_inline"), env.get("candidates", {}).get("nvrtc")
+    li = li if li and li.get("steps") else None  # a candidate with no finished step has nothing to compare
+    nv = nv if nv and nv.get("steps") else None
     cold0 = cold["trials"][0] if cold and cold["trials"] else None
     rows = [
         ["first judgement, empty caches (s)",
@@ -547,14 +585,16 @@ def comparison_rows(results: dict[str, Any]) -> list[list[Any]]:
         ["CUDA build (s)",
          _fmt(cold0["cand"].get("phases_s", {}).get("solution_import")) + " (cold trial 0, in the job)"
          if cold0 and "cand" in cold0 else "-",
-         f"{_fmt(li['steps'][0]['build_s'])} load_inline; {_fmt(nv['steps'][0]['build_s']) if nv else '-'} nvrtc"
+         f"{_fmt(li['steps'][0]['stage_seconds']['build'])} load_inline; "
+         f"{_fmt(nv['steps'][0]['stage_seconds']['build']) if nv else '-'} nvrtc (first step's build stage)"
          if li else "-"],
         ["warm judgement (s)",
          f"{_fmt(warm['total_s'])} ({warm['trials_run']} trials)" if warm and warm["trials_run"] else "-",
          f"{_fmt(li['warm_step_s_median'])} load_inline; {_fmt(nv['warm_step_s_median']) if nv else '-'} nvrtc "
          f"(median step)" if li else "-"],
         ["per job / per step (s)", _fmt(warm["launch_s_median"]) + " per torchrun job (warm)"
-         if warm and warm.get("launch_s_median") else _fmt(cold["launch_s_median"]) if cold else "-",
+         if warm and warm.get("launch_s_median") else _fmt(cold["launch_s_median"]) + " per torchrun job (cold phase)"
+         if cold else "-",
          f"{_fmt(li['warm_step_s_median'])} per step" if li else "-"],
         ["candidate time per call (us)",
          _fmt(statistics.median(_all(pkb, "cand_mean_ms")) * 1e3) + " (mean of 100 back-to-back calls)"
@@ -628,6 +668,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     t_start = time.monotonic()
+    # This interpreter's bin first on PATH, for every child (torchrun jobs, pkb-env's extension builds): torch's
+    # load_inline runs `ninja`, which pip installs beside python.
+    os.environ["PATH"] = child_environment()["PATH"]
     deadline = t_start + args.budget_s
     meta = preflight(args)
 
@@ -666,28 +709,28 @@ def main(argv: list[str] | None = None) -> int:
             if ext_base.exists():
                 shutil.rmtree(ext_base)
             ext_base.mkdir(parents=True)
-            with tqdm(total=2 * (args.trials + args.warm_trials), desc="PKB torchrun jobs", unit="job") as bar:
+            with tqdm(total=2 * args.trials, desc="PKB cold: torchrun jobs", unit="job") as bar:
                 results["pkb"]["cold"] = run_pkb_phase("cold", args.trials, reference, ext_base, work,
                                                        (tol.atol, tol.rtol), args, bar)
-                write_json(out, results)
-                if not args.skip_env:
-                    bar.clear()
-                    bar.write("pkb-env part (the warm PKB phase follows it)")
-                    try:
-                        results["env"] = run_env(args, work, tqdm)
-                    except Exception as exc:  # noqa: BLE001 - recorded; the PKB results stand
-                        results["env"] = {"error": f"{type(exc).__name__}: {exc}"}
-                        bar.write(f"pkb-env part failed: {results['env']['error']}")
-                    write_json(out, results)
-                if args.warm_trials:
-                    estimate = warm_trial_estimate(results["pkb"]["cold"])
-                    results["pkb"]["warm"] = run_pkb_phase("warm", args.warm_trials, reference, ext_base, work,
-                                                           (tol.atol, tol.rtol), args, bar, deadline, estimate)
-                    results["pkb"]["warm"]["trial_estimate_s"] = estimate
-                    if "cut" in results["pkb"]["warm"]:
-                        results["cuts"].append("PKB warm phase: " + results["pkb"]["warm"]["cut"])
-        elif not args.skip_env:
-            results["env"] = run_env(args, work, tqdm)
+            write_json(out, results)
+        if not args.skip_env:
+            try:
+                run_env(args, work, tqdm, results["env"])
+            except Exception as exc:  # noqa: BLE001 - recorded; the PKB results and earlier steps stand
+                results["env"]["error"] = f"{type(exc).__name__}: {exc}"
+                results["cuts"].append(f"pkb-env part stopped early: {results['env']['error']}")
+                tqdm.write(f"pkb-env part failed: {results['env']['error']}")
+            write_json(out, results)
+        if not args.skip_pkb and args.warm_trials and not results["pkb"]["cold"]["trials_ok"]:
+            results["cuts"].append("PKB warm phase not run: no cold trial passed")
+        elif not args.skip_pkb and args.warm_trials:
+            estimate = warm_trial_estimate(results["pkb"]["cold"])
+            with tqdm(total=2 * args.warm_trials, desc="PKB warm: torchrun jobs", unit="job") as bar:
+                results["pkb"]["warm"] = run_pkb_phase("warm", args.warm_trials, reference, ext_base, work,
+                                                       (tol.atol, tol.rtol), args, bar, deadline, estimate)
+            results["pkb"]["warm"]["trial_estimate_s"] = estimate
+            if "cut" in results["pkb"]["warm"]:
+                results["cuts"].append("PKB warm phase: " + results["pkb"]["warm"]["cut"])
         if results["env"].get("candidates"):
             first = next(iter(results["env"]["candidates"].values()))
             results["env"]["first_reset_s"] = first["reset_s"]

@@ -42,6 +42,16 @@ def _parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(run=cmd_eval)
 
+    p = sub.add_parser("evaluate", help="run an agent over the suite: pass@k, fast_p, roofline; JSON, Markdown, PNG")
+    p.add_argument("--tasks", default=None, help="comma-separated task names (default: all; for files: the tasks "
+                                                 "the folder has files for)")
+    p.add_argument("--agent", default="reference", help="reference | files:DIR (DIR holds one <task>.py per task)")
+    p.add_argument("--samples", type=int, default=1, help="samples per task (default 1)")
+    p.add_argument("--k", default="1", help="comma-separated k of pass@k, each <= --samples (default 1)")
+    p.add_argument("--out", type=Path, default=Path("pkb-eval"), help="output folder (default ./pkb-eval)")
+    _common(p)
+    p.set_defaults(run=cmd_evaluate)
+
     p = sub.add_parser("demo", help="an evaluation episode on the default executor (the README's main job)")
     _common(p)
     p.set_defaults(run=cmd_demo)
@@ -146,6 +156,33 @@ def stage_table(record) -> str:
 def _short(text, limit: int = 90) -> str:
     text = str(text or "").replace("\n", " ")
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def cmd_evaluate(args) -> int:
+    from pkb_env.evaluate import agent_from_spec, evaluate, resolve_tasks
+
+    try:
+        ks = [int(k) for k in args.k.split(",") if k.strip()]
+    except ValueError:
+        ks = []
+    if not ks or min(ks) < 1:
+        raise ValueError(f"--k {args.k!r}: pass comma-separated positive integers, e.g. --k 1,5")
+    agent = agent_from_spec(args.agent)
+    tasks = resolve_tasks(args.tasks, agent)
+    report = evaluate(agent, tasks=tasks, world_size=args.world_size, executor=args.executor, preset=args.preset,
+                      dtype=args.dtype, samples=args.samples, ks=ks)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "report.json").write_text(report.to_json() + "\n")
+    markdown = report.to_markdown()
+    (args.out / "report.md").write_text(markdown)
+    written = [args.out / "report.json", args.out / "report.md"]
+    try:
+        written.append(report.plot(args.out / "speedup_vs_roofline.png"))
+    except ImportError as exc:
+        print(f"pkb-env: warning: {exc}; skipped the plot", file=sys.stderr)
+    print(markdown)
+    print("wrote " + ", ".join(map(str, written)))
+    return 0
 
 
 def cmd_demo(args) -> int:

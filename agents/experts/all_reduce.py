@@ -107,18 +107,21 @@ __device__ __forceinline__ void reduce_span(T* dst, T* dst2, const long long* pt
     const long long head = vector_head<T>(base0, dst, n);
     const long long nvec = (n - head) / V;
     const long long tail = head + nvec * V;
+    const T* src[W > 0 ? W : 1];  // the ranks' buffers, read once (a store to dst might alias ptrs[])
+#pragma unroll
+    for (int r = 0; r < (W > 0 ? W : 1); ++r) src[r] = reinterpret_cast<const T*>(ptrs[r]);
     for (long long i = tid; i < nvec; i += nthreads) {
         const long long e = off + head + i * V;
         float acc[V];
         if constexpr (W > 0) {
             uint4 v[W];
 #pragma unroll
-            for (int r = 0; r < W; ++r) v[r] = *reinterpret_cast<const uint4*>(reinterpret_cast<const T*>(ptrs[r]) + e);
+            for (int r = 0; r < W; ++r) v[r] = *reinterpret_cast<const uint4*>(src[r] + e);
             Pack<T>::init(acc, v[0]);
 #pragma unroll
             for (int r = 1; r < W; ++r) Pack<T>::add(acc, v[r]);
         } else {
-            Pack<T>::init(acc, *reinterpret_cast<const uint4*>(reinterpret_cast<const T*>(ptrs[0]) + e));
+            Pack<T>::init(acc, *reinterpret_cast<const uint4*>(src[0] + e));
             for (int r = 1; r < ws; ++r) Pack<T>::add(acc, *reinterpret_cast<const uint4*>(reinterpret_cast<const T*>(ptrs[r]) + e));
         }
         const uint4 packed = Pack<T>::pack(acc);
@@ -127,12 +130,15 @@ __device__ __forceinline__ void reduce_span(T* dst, T* dst2, const long long* pt
     }
     // the unaligned head and the tail that does not fill a 16-byte pack, one element per thread
     const long long scalars = head + (n - tail);
-    const int nw = W > 0 ? W : ws;
     for (long long k = tid; k < scalars; k += nthreads) {
         const long long i = k < head ? k : tail + (k - head);
-        float acc = to_f32(reinterpret_cast<const T*>(ptrs[0])[off + i]);
+        float acc = to_f32(src[0][off + i]);
+        if constexpr (W > 0) {
 #pragma unroll
-        for (int r = 1; r < nw; ++r) acc += to_f32(reinterpret_cast<const T*>(ptrs[r])[off + i]);
+            for (int r = 1; r < W; ++r) acc += to_f32(src[r][off + i]);
+        } else {
+            for (int r = 1; r < ws; ++r) acc += to_f32(reinterpret_cast<const T*>(ptrs[r])[off + i]);
+        }
         const T value = from_f32<T>(acc);
         dst[i] = value;
         if (dst2 != nullptr) dst2[i] = value;

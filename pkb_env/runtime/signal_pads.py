@@ -9,6 +9,10 @@ barrier. System-scope fences order the data writes before the signal and the rea
 Include it in a kernel's source: `compile_cuda(SIGNAL_PAD_CUDA + MY_SOURCE)`, pass `buf.signal_pad_ptrs`
 and call `pkb_block_barrier(pads, rank, world_size)` from every thread of every participating block.
 The default pad (9216 bytes) holds 2304 flags, so at most 2304 // world_size blocks may use it.
+Every block of the grid must be resident at once (no more blocks than the GPU runs concurrently, e.g.
+one per SM), or blocks spinning in the barrier starve those not yet scheduled and the kernel deadlocks.
+Block 0 uses the same flags as channel 0 of `SymmetricBuffer.barrier()`; both follow this protocol, so
+mixing them on one stream is safe, but not concurrently from two streams.
 """
 
 SIGNAL_PAD_CUDA = r"""
