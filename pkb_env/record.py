@@ -130,12 +130,15 @@ class TimingResult:
 
     time_s: float                         # the figure of merit: `statistic` over calls (speedup, roofline)
     statistic: str                        # "median" | "min"
+    clock: str                            # "host" | "events" (CUDA events, cross-checked with host time)
     median_s: float
     spread: float                         # (p90 - p10) / median over calls
     min_s: float
     max_s: float
     calls: int
     warmup_calls: int
+    input_sets: int = 0                   # distinct input sets the timed calls rotated over
+    host_gap_s: float | None = None       # median host time minus event time (events clock only)
     reference_s: float | None = None      # the reference's time, same statistic and protocol
     speedup: float | None = None
     suspect: str | None = None            # why the time cannot be trusted (never rewarded then)

@@ -20,7 +20,7 @@ def make_record(verdict: Verdict | None = Verdict.CORRECT, speedup: float | None
                               hardware="h200" if available else "cpu", verdict=verdict,
                               performance_available=available, flags=list(flags or []))
     if speedup is not None or suspect is not None:
-        record.timing = TimingResult(time_s=1e-3, statistic="median", median_s=1e-3, spread=0.05, min_s=9e-4,
+        record.timing = TimingResult(time_s=1e-3, statistic="median", clock="events", median_s=1e-3, spread=0.05, min_s=9e-4,
                                      max_s=1.2e-3, calls=50, warmup_calls=5, reference_s=1e-3 * (speedup or 1.0),
                                      speedup=speedup, suspect=suspect)
     if fraction is not None:

@@ -47,16 +47,25 @@ def trials(gen: Generation, preset: str, dtype: str, seeds: list[list[Seeds]], l
     return results
 
 
+@dataclass
+class TimedCalls:
+    host: list[list[float]]            # per rank, per call: seconds across a full device synchronisation
+    events: list[list[float]] | None   # per rank, per call: CUDA-event seconds on the caller's stream
+    warmup: int                        # warm-up calls (the first, sizing call included)
+    sets: int                          # distinct input sets; timed call i used set i % sets
+
+
 def timed_calls(gen: Generation, preset: str, dtype: str, sets: list[list[Seeds]], warmup_sets: list[list[Seeds]],
-                protocol: dict[str, float], timeout: float) -> tuple[list[list[float]], int]:
-    """Per-rank lists of per-call seconds, and the warm-up call count."""
+                protocol: dict[str, float], timeout: float) -> TimedCalls:
     gen.send([{"op": "time", "preset": preset, "dtype": dtype, "sets": s, "warmup_sets": w, "label": "timing",
                "rng": "device", **protocol} for s, w in zip(sets, warmup_sets)])
     got = gen.collect("timing", 1, time.monotonic() + timeout, "timing")
-    times = [[float(t) for t in d[0].header["times"]] for d in got]
-    if len({len(t) for t in times}) != 1:
-        raise ValueError("ranks reported different numbers of timed calls")
-    return times, int(got[0][0].header["warmup"])
+    headers = [d[0].header for d in got]
+    host = [[float(t) for t in h["times"]] for h in headers]
+    events = [[float(t) for t in h["event_times"]] for h in headers] if headers[0].get("event_times") else None
+    if len({len(t) for t in host}) != 1 or len({int(h["sets"]) for h in headers}) != 1:
+        raise channel.ChannelError("ranks reported different numbers of timed calls")
+    return TimedCalls(host, events, int(headers[0]["warmup"]), int(headers[0]["sets"]))
 
 
 def snapshots(gen: Generation, indices: list[int], timeout: float) -> list[list[Any]]:

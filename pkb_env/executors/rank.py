@@ -135,30 +135,41 @@ class RankServer:
     def time_calls(self, message: dict) -> None:
         """Barrier-aligned calls; each rank reports its own per-call times, the judge takes the max.
 
-        Call counts come from the first call's time reduced (max) over ranks, so every rank runs the
-        same number of calls. Warm-up draws from its own input sets; every timed call gets a distinct
-        input set, and each output is copied out right after its call for the judge to sample.
+        Counts come from the first call's time reduced over ranks (every rank runs the same number of
+        calls), bounded by time. Warm-up draws from its own input sets. Timed calls rotate over distinct
+        input sets, all made before the first timed call: on CPU one per call, on a GPU enough that they
+        exceed 3x the L2 cache, so no call finds its inputs in cache. Each output is copied on the device
+        right after its call; the judge later asks for a secret sample of them.
+        On CUDA each call is timed twice: CUDA events on the caller's stream (the figure of merit) and
+        host time across a full device synchronisation (the cross-check for work the events miss).
         """
         warm_sets = [self.make_inputs(message, *seeds) for seeds in message["warmup_sets"]]
-        _, first = self.timed_call(warm_sets[0])
+        out, first, _ = self.timed_call(warm_sets[0])
         per_call = max(_max_over_ranks(first, self.judge_group), 1e-7)
         warmup = _clamp(math.ceil(message["warmup_s"] / per_call), message["min_warmup"], message["max_warmup"])
         calls = _clamp(math.ceil(message["measure_s"] / per_call), message["min_calls"], len(message["sets"]))
-        # All timed inputs exist before the first timed call: none is fresh in cache when its call runs
-        # (100 sets of a 2 MiB problem are 200 MB, over 3x the H200's 60 MB L2).
-        sets = [self.make_inputs(message, *seeds) for seeds in message["sets"][:calls]]
+        calls = max(message["min_calls"], min(calls, message["snapshot_bytes"] // max(1, _nbytes(out))))
+        sets = calls
+        if self.device.type == "cuda":
+            l2 = torch.cuda.get_device_properties(self.device).L2_cache_size
+            sets = _clamp(math.ceil(3 * l2 / max(1, _nbytes(warm_sets[0]))), 8, calls)
+        calls, sets = _min_over_ranks([calls, sets], self.judge_group)
+        inputs = [self.make_inputs(message, *seeds) for seeds in message["sets"][:sets]]
         for i in range(warmup):
             self.timed_call(warm_sets[(i + 1) % len(warm_sets)])
-        times, self.snapshots = [], []
-        for args in sets:
-            out, seconds = self.timed_call(args)
-            times.append(seconds)
-            self.snapshots.append(export(out))
-        self.send({"event": "timing", "times": times, "warmup": warmup + 1})
+        host, events, self.snapshots = [], [], []
+        for i in range(calls):
+            out, host_s, event_s = self.timed_call(inputs[i % sets])
+            host.append(host_s)
+            events.append(event_s)
+            self.snapshots.append(stage(out))
+        self.send({"event": "timing", "times": host, "event_times": events if self.device.type == "cuda" else None,
+                   "warmup": warmup + 1, "sets": sets})
 
     def send_snapshots(self, message: dict) -> None:
         for index in message["indices"]:
-            self.send({"event": "snapshot", "index": index}, channel.pack_tensors({"output": self.snapshots[index]}))
+            self.send({"event": "snapshot", "index": index},
+                      channel.pack_tensors({"output": export(self.snapshots[index])}))
 
     def calibrate(self, message: dict) -> None:
         """Latency (a 4-byte all_reduce) and bus bandwidth (large all_reduces) of this placement's backend.
@@ -170,12 +181,12 @@ class RankServer:
         pick = min if message.get("statistic") == "min" else (lambda xs: sorted(xs)[len(xs) // 2])
         result = {"latency_s": None, "busbw": []}
         small = torch.ones(1, device=self.device)
-        result["latency_s"] = _max_over_ranks(pick([self.timed_call((small,))[1] for _ in range(50)]),
+        result["latency_s"] = _max_over_ranks(pick([_seconds(self.timed_call((small,))) for _ in range(50)]),
                                               self.judge_group)
         for size in message["sizes"]:
             big = torch.ones(size // 4, device=self.device)
             self.timed_call((big,))
-            seconds = _max_over_ranks(pick([self.timed_call((big,))[1] for _ in range(5)]), self.judge_group)
+            seconds = _max_over_ranks(pick([_seconds(self.timed_call((big,))) for _ in range(5)]), self.judge_group)
             factor = 2 * (self.world_size - 1) / self.world_size
             result["busbw"].append([size, factor * size / seconds])
         if self.device.type == "cuda" and self.rank == 0:
@@ -190,13 +201,22 @@ class RankServer:
                                       self.device, seed, shared, rng)
         return self.task.make_inputs(ctx)
 
-    def timed_call(self, args: tuple) -> tuple[Any, float]:
+    def timed_call(self, args: tuple) -> tuple[Any, float, float | None]:
+        """(output, host seconds across a full device sync, CUDA-event seconds on the caller's stream)."""
         dist.barrier(group=self.judge_group)
         self.sync()
+        if self.device.type != "cuda":
+            start = time.perf_counter()
+            out = self.solution(*args)
+            return out, time.perf_counter() - start, None
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start = time.perf_counter()
+        begin.record()
         out = self.solution(*args)
-        self.sync()  # a full device sync: work left on side streams is inside the measurement
-        return out, time.perf_counter() - start
+        end.record()
+        self.sync()  # a full device sync: work left on side streams is inside the host time
+        host = time.perf_counter() - start
+        return out, host, begin.elapsed_time(end) / 1e3
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -302,6 +322,21 @@ def peer_copy_bandwidth(size: int) -> list[list[float]]:
             table.append([src, dst, size / sorted(times)[2] / 1e9])
             del a, b
     return table
+
+
+def _seconds(timed: tuple) -> float:
+    """The figure of merit of a timed call: CUDA-event time where there is one, else host time."""
+    return timed[2] if timed[2] is not None else timed[1]
+
+
+def _nbytes(obj: Any) -> int:
+    return sum(t.numel() * t.element_size() for _, t in _tensors(obj))
+
+
+def _min_over_ranks(values: list[int], group) -> list[int]:
+    t = torch.tensor(values, dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group)
+    return [int(v) for v in t]
 
 
 def _max_over_ranks(value: float, group) -> float:

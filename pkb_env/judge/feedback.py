@@ -25,7 +25,8 @@ def write_feedback(record: EvaluationRecord) -> str:
         lines.append("Output of the failing rank(s), last lines:\n" + record.run.log_tail[-MAX_LOG_CHARS:])
     t = record.timing
     if t is not None:
-        lines.append(f"Time per call ({t.statistic} of {t.calls} calls, slowest rank): {_us(t.time_s)} "
+        lines.append(f"Time per call ({t.statistic} of {t.calls} calls on {t.input_sets} input sets, {t.clock} "
+                     f"clock, slowest rank): {_us(t.time_s)} "
                      f"(median {_us(t.median_s)}, spread {t.spread:.0%}); reference {_us(t.reference_s)}; "
                      f"speedup {t.speedup:.2f}x.")
         if t.suspect:

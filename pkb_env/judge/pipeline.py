@@ -172,9 +172,8 @@ class Judge:
         sets = seeds.per_rank("timed", range(p.max_calls))
         warm = seeds.per_rank("warmup", range(p.warmup_sets))
         try:
-            times, warmup = ops.timed_calls(gen, record.preset, record.dtype, sets, warm, p.message(),
-                                            s.timing_timeout_s)
-            timing = summarize(times, warmup, p.statistic)
+            calls = ops.timed_calls(gen, record.preset, record.dtype, sets, warm, p.message(), s.timing_timeout_s)
+            timing = summarize(calls, p)
             indices = sorted(random.SystemRandom().sample(range(timing.calls), min(p.timed_samples, timing.calls)))
             snaps = ops.snapshots(gen, indices, s.trial_timeout_s)
         except CANDIDATE_FAILURES as exc:
@@ -182,7 +181,8 @@ class Judge:
             record.fail(Stage.TIME, Verdict.RUNTIME_ERROR, _failure_text(exc))
             return False
         gen.close()  # nothing of the candidate may run while the reference is timed
-        expected = self._reference_trials(task, record.preset, record.dtype, seeds.per_rank("timed", indices),
+        expected = self._reference_trials(task, record.preset, record.dtype,
+                                          seeds.per_rank("timed", [i % calls.sets for i in indices]),
                                           "timed-output check", rng="device")
         labels = [f"timed call {i}" for i in indices]
         check = verify(task, record.dtype, expected, [ops.TrialOutputs(o, [], [[]] * len(o), [[]] * len(o))
@@ -197,6 +197,11 @@ class Judge:
         reference = self._reference_time(task, record.preset, record.dtype)
         timing.reference_s = reference.time_s
         timing.speedup = reference.time_s / timing.time_s if timing.time_s > 0 else None
+        if timing.host_gap_s is not None and reference.host_gap_s is not None and \
+                timing.host_gap_s > 2 * reference.host_gap_s + p.hidden_work_s:
+            timing.suspect = (f"the device stayed busy {timing.host_gap_s * 1e6:.0f} us past the end of each call "
+                              f"on the caller's stream (reference: {reference.host_gap_s * 1e6:.0f} us): work on "
+                              f"unjoined streams or threads is not credited")
         record.timing = timing
         return True
 
@@ -240,10 +245,10 @@ class Judge:
             s, p = self.settings, self.protocol
             seeds = SeedPlan(self.executor.world_size)
             self._reference_call(ops.load, task.name, None, s.build_timeout_s)
-            times, warmup = self._reference_call(ops.timed_calls, preset, dtype, seeds.per_rank("timed", range(p.max_calls)),
-                                                 seeds.per_rank("warmup", range(p.warmup_sets)), p.message(),
-                                                 s.timing_timeout_s)
-            self._reference_times[key] = summarize(times, warmup, p.statistic)
+            calls = self._reference_call(ops.timed_calls, preset, dtype, seeds.per_rank("timed", range(p.max_calls)),
+                                         seeds.per_rank("warmup", range(p.warmup_sets)), p.message(),
+                                         s.timing_timeout_s)
+            self._reference_times[key] = summarize(calls, p)
         return self._reference_times[key]
 
 

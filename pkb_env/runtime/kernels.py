@@ -58,11 +58,13 @@ _streams: dict[int, Any] = {}
 def _cupy_stream(handle: int) -> Any:
     """CuPy's view of a torch stream, made once per stream (making one costs ~24 us of host time)."""
     if handle not in _streams:
+        import warnings
+
         import cupy
 
-        stream_type = cupy.cuda.Stream
-        from_external = getattr(stream_type, "from_external", None)
-        _streams[handle] = from_external(handle) if from_external else cupy.cuda.ExternalStream(handle)
+        with warnings.catch_warnings():  # CuPy 14 prefers Stream.from_external(obj with __cuda_stream__)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            _streams[handle] = cupy.cuda.ExternalStream(handle)
     return _streams[handle]
 
 
