@@ -54,6 +54,8 @@ def test_unprivileged_candidate_cannot_touch_the_judge(env2, tmp_path):
         pytest.skip(f"privilege drop not available here: {isolation['privileges']}")
     target = tmp_path / "judge-file"
     target.write_text("judge")
+    # Obfuscated past the static screen on purpose: this checks the operating system's barrier, the one
+    # that holds when the screen is fooled.
     feedback = _verdict_message(env2, f"""import os
 results = [str(os.getuid())]
 try:
@@ -62,12 +64,12 @@ try:
 except OSError as exc:
     results.append("nowrite")
 try:
-    os.kill({os.getpid()}, 0)
+    getattr(os, "ki" + "ll")({os.getpid()}, 0)
     results.append("SIGNALLED")
 except OSError:
     results.append("nosignal")
 try:
-    open("/proc/{os.getpid()}/environ").read()
+    open("/" + "pr" + "oc/{os.getpid()}/environ").read()
     results.append("READENV")
 except OSError:
     results.append("noenv")
