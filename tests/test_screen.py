@@ -192,6 +192,16 @@ EXPLOITS = [
     ("ctypes_memory", "import ctypes\nbuf = (ctypes.c_char * 16).from_address(1234)\n"),
     ("frame_inspection", "import sys\ncaller = sys._getframe(1).f_locals\n"),
     ("frame_inspection", "import inspect\nframes = inspect.stack()\n"),
+    # obfuscation: what the adversarial suite used to get past an earlier version of this screen
+    ("dynamic_code", "exec('x = 1')\n"),
+    ("dynamic_import", "import importlib\nname = 'cu' + 'py'\nm = importlib.import_module(name)\n"),
+    ("dynamic_import", "t = __import__('ti' + 'me')\n"),
+    ("dynamic_attribute", "import os\ngetattr(os, 'ki' + 'll')(1, 9)\n"),
+    ("dynamic_attribute", "import time\nvars(time)['perf_counter'] = lambda: 0.0\n"),
+    ("sys_modules", "import sys\nrank = sys.modules['pkb_env.executors.' + 'rank']\n"),
+    ("introspection", "def f(x=1):\n    return x\nf.__defaults__ = (2,)\n"),
+    ("introspection", "def g():\n    return 1\ncell = g.__closure__\n"),
+    ("process_control", "import psutil\n"),
 ]
 
 
@@ -258,8 +268,6 @@ INFOS = [
     ("changes_math_mode", "import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\n"),
     ("changes_math_mode", "import torch\ntorch.set_float32_matmul_precision('high')\n"),
     ("changes_config", "import torch._dynamo\ntorch._dynamo.config.cache_size_limit = 64\n"),
-    ("dynamic_code", "exec('x = 1')\n"),
-    ("dynamic_import", "import importlib\nname = 'cu' + 'py'\nm = importlib.import_module(name)\n"),
 ]
 
 

@@ -17,12 +17,13 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from pkb_env.executors import channel
-from pkb_env.executors.limits import ResourceLimits, describe_status, kill_tree
+from pkb_env.executors.limits import ResourceLimits, describe_status, kill_tree, running
 from pkb_env.executors.zygote import Zygote
 from pkb_env.record import RankFailure
 
 GRACE_S = 0.3        # how long the other ranks may still report after one fails
 LOG_TAIL_BYTES = 1500
+SERVICE_BUDGET_S = 900.0  # judge time (kernel compiles) one generation may ask for in all
 
 
 class GenerationFailed(RuntimeError):
@@ -66,6 +67,7 @@ class Generation:
         self.ready = False
         self.closed = False
         self.request_handler = None  # answers ranks' service requests (kernel compiles) during collect()
+        self.service_seconds = 0.0
         store = os.path.join(self.workdir, "store")
         for rank, device in enumerate(placement.devices):
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -132,8 +134,9 @@ class Generation:
                     continue
                 if kind == "error":
                     message = str(header.get("message", ""))
-                    failures[rank] = RankFailure(rank, "exception", f"rank {rank} raised during "
-                                                 f"{header.get('phase', phase)}: {message}", phase)
+                    failures[rank] = RankFailure(rank, "tampered" if header.get("tampered") else "exception",
+                                                 f"rank {rank} raised during {header.get('phase', phase)}: "
+                                                 f"{message}", phase)
                     del pending[conn]
                 elif kind == event:
                     got[rank].append(Delivery(header, payload))
@@ -160,13 +163,18 @@ class Generation:
         start = time.monotonic()
         if self.request_handler is None:
             reply, payload = {"op": "reply", "ok": False, "error": "no services in this generation"}, None
+        elif self.service_seconds > SERVICE_BUDGET_S:
+            reply, payload = {"op": "reply", "ok": False, "error": f"this step used its {SERVICE_BUDGET_S:.0f} s "
+                                                                   f"of judge-side compile time"}, None
         else:
             reply, payload = self.request_handler(header)
         try:
             channel.send(conn, reply, payload)
         except OSError:
             pass
-        return time.monotonic() - start
+        spent = time.monotonic() - start
+        self.service_seconds += spent
+        return spent
 
     def _ended(self, rank: int, phase: str) -> RankFailure:
         status = self.zygote.status_of(self.pids[rank], wait=1.0)
@@ -185,6 +193,11 @@ class Generation:
         return ("..." if size > LOG_TAIL_BYTES else "") + text
 
     # -- teardown ----------------------------------------------------------------------------------
+    def alive(self) -> bool:
+        """Every rank still running (a pre-started generation can be killed by whoever ran before it)."""
+        self.zygote.drain()
+        return not self.closed and all(pid not in self.zygote.exit_status and running(pid) for pid in self.pids)
+
     def close(self) -> list[int]:
         """Kill every process of the generation and delete its directory; returns pids that survived."""
         if self.closed:

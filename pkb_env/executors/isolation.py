@@ -63,6 +63,27 @@ def drop_privileges(uid: int, max_processes: int = 1024) -> None:
     os.setuid(uid)
 
 
+def remove_files_of(uid: int, directories: tuple[str, ...]) -> None:
+    """Delete what `uid` left at the top of shared directories (only that uid's entries are touched)."""
+    import shutil
+
+    for directory in directories:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.stat(follow_symlinks=False).st_uid != uid:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+            except OSError:
+                pass
+
+
 def _python_paths() -> list[str]:
     paths = {sys.executable, os.path.realpath(sys.executable), sys.prefix, sys.base_prefix}
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):

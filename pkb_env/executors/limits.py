@@ -95,13 +95,13 @@ def kill_tree(pids: list[int], timeout: float = 5.0) -> list[int]:
     deadline = time.monotonic() + timeout
     alive = victims
     while alive and time.monotonic() < deadline:
-        alive = {p for p in alive if _running(p)}
+        alive = {p for p in alive if running(p)}
         if alive:
             time.sleep(0.01)
     return sorted(alive)
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:

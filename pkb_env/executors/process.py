@@ -10,12 +10,15 @@ code paths. It owns:
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
+import time
 from dataclasses import dataclass
 
 from pkb_env.executors.environment import rank_environment
 from pkb_env.executors.generation import Generation, Placement
-from pkb_env.executors.isolation import unprivileged_uid
+from pkb_env.executors.isolation import remove_files_of, unprivileged_uid
+from pkb_env.executors.limits import kill_tree
 from pkb_env.executors.zygote import Zygote
 
 
@@ -56,10 +59,53 @@ class ProcessExecutor:
         return self._zygote
 
     def candidate_generation(self) -> Generation:
-        """A fresh generation for one candidate (the caller closes it); the next one starts now."""
-        gen = self._next if self._next is not None and self._next.zygote.alive() else self._start("candidate")
+        """A fresh generation for one candidate (give it back with `release`); the next one starts now."""
+        gen = self._next
+        if gen is None or not gen.zygote.alive() or not gen.alive():
+            if gen is not None:
+                gen.close()
+            gen = self._start("candidate")
         self._next = self._start("candidate")
         return gen
+
+    def release(self, gen: Generation) -> None:
+        """End a candidate generation and everything it left behind, before the judge goes on."""
+        gen.close()
+        self.sweep()
+
+    def sweep(self, seconds: float = 1.0) -> None:
+        """Kill whatever the zygote adopted that is not a rank of a live generation.
+
+        The zygote is a subreaper: a candidate's process that outlived its rank (detached daemons, a
+        process that keeps forking and exiting to stay ahead of a tree walk) ends up its child. Files
+        the candidate uid left in the shared temporary directories go too.
+        """
+        if self._zygote is None or not self._zygote.alive():
+            return
+        import psutil
+
+        live = {pid for gen in (self._reference, self._next) if gen is not None and not gen.closed for pid in gen.pids}
+        root = psutil.Process(self._zygote.pid)
+        deadline = time.monotonic() + seconds  # bounded: a process that forks and exits faster than we scan
+        first = True                           # can outrun this (a PID namespace per generation would not)
+        while time.monotonic() < deadline:
+            try:
+                strays = [c.pid for c in root.children() if c.pid not in live]
+            except psutil.Error:
+                return
+            if not strays:
+                break
+            if first:
+                kill_tree(strays, timeout=0.5)
+                first = False
+            for pid in strays:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        self._zygote.drain()
+        if self.candidate_uid is not None:
+            remove_files_of(self.candidate_uid, ("/tmp", "/dev/shm", "/var/tmp"))
 
     def prestart(self) -> None:
         """Start the zygote and the next candidate generation now, so the first step need not wait."""

@@ -31,6 +31,7 @@ import torch.distributed as dist
 from pkb_env.executors import channel
 from pkb_env.executors.isolation import drop_privileges
 from pkb_env.executors.limits import ResourceLimits, become_subreaper, set_parent_death_signal
+from pkb_env.executors.tripwire import JUDGE, tampered, watch
 from pkb_env.runtime import link
 from pkb_env.task import load_reference, load_task
 
@@ -39,6 +40,10 @@ CANDIDATE_FILE = "candidate.py"
 
 class OutputError(TypeError):
     """The solution returned something the judge cannot accept as an output."""
+
+
+class Tampered(RuntimeError):
+    """The candidate replaced part of the judge's machinery in this process (see tripwire.py)."""
 
 
 def run_forked(spec: dict, fd: int) -> NoReturn:
@@ -104,33 +109,42 @@ class RankServer:
             try:
                 handlers[op](message)
             except BaseException as exc:  # candidate code may raise anything, SystemExit included
-                self.send({"event": "error", "phase": phase, "message": describe_exception(exc)})
+                self.send({"event": "error", "phase": phase, "message": describe_exception(exc),
+                           "tampered": isinstance(exc, Tampered)})
 
     def send(self, header: dict, payload: bytes | None = None) -> None:
-        channel.send(self.conn, {**header, "rank": self.rank}, payload)
+        JUDGE.send(self.conn, {**header, "rank": self.rank}, payload)
+
+    def check_tools(self) -> None:
+        """After candidate code ran: the judge's tools must be what they were (see tripwire.py)."""
+        changed = tampered(self, self.conn)
+        if changed:
+            raise Tampered(f"the candidate replaced {', '.join(sorted(set(changed))[:6])}")
 
     # -- operations --------------------------------------------------------------------------------
     def load(self, message: dict) -> None:
-        start = time.perf_counter()
+        start = JUDGE.clock()
         self.task = load_task(message["task"])
         source = message.get("source")
         self.solution = load_reference(self.task.name) if source is None else load_candidate(source)
-        self.send({"event": "built", "seconds": time.perf_counter() - start})
+        self.check_tools()  # module-level code of the candidate has run
+        self.send({"event": "built", "seconds": JUDGE.clock() - start})
 
     def trials(self, message: dict) -> None:
         for index, (seed, shared) in enumerate(message["seeds"]):
             args = self.make_inputs(message, seed, shared)
             pristine = clone_args(args)
-            start = time.perf_counter()
+            start = JUDGE.clock()
             out = self.solution(*args)
             # Copied on the current stream before any synchronisation, as a caller would use the result:
             # work left running on a side stream the candidate never joined races this copy.
             staged = stage(out)
             self.sync()
-            seconds = time.perf_counter() - start
+            seconds = JUDGE.clock() - start
+            self.check_tools()
             header = {"event": "trial", "index": index, "seconds": seconds,
                       "aliases": aliases(out, args), "mutated": mutated(args, pristine)}
-            self.send(header, channel.pack_tensors({"output": export(staged)}))
+            self.send(header, JUDGE.pack({"output": export(staged)}))
 
     def time_calls(self, message: dict) -> None:
         """Barrier-aligned calls; each rank reports its own per-call times, the judge takes the max.
@@ -163,13 +177,13 @@ class RankServer:
             host.append(host_s)
             events.append(event_s)
             self.snapshots.append(stage(out))
+            self.check_tools()
         self.send({"event": "timing", "times": host, "event_times": events if self.device.type == "cuda" else None,
                    "warmup": warmup + 1, "sets": sets})
 
     def send_snapshots(self, message: dict) -> None:
         for index in message["indices"]:
-            self.send({"event": "snapshot", "index": index},
-                      channel.pack_tensors({"output": export(self.snapshots[index])}))
+            self.send({"event": "snapshot", "index": index}, JUDGE.pack({"output": export(self.snapshots[index])}))
 
     def calibrate(self, message: dict) -> None:
         """Latency (a 4-byte all_reduce) and bus bandwidth (large all_reduces) of this placement's backend.
@@ -203,24 +217,27 @@ class RankServer:
 
     def timed_call(self, args: tuple) -> tuple[Any, float, float | None]:
         """(output, host seconds across a full device sync, CUDA-event seconds on the caller's stream)."""
-        dist.barrier(group=self.judge_group)
+        JUDGE.barrier(group=self.judge_group)
         self.sync()
         if self.device.type != "cuda":
-            start = time.perf_counter()
+            start = JUDGE.clock()
             out = self.solution(*args)
-            return out, time.perf_counter() - start, None
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start = time.perf_counter()
+            return out, JUDGE.clock() - start, None
+        begin, end = JUDGE.event(enable_timing=True), JUDGE.event(enable_timing=True)
+        start = JUDGE.clock()
         begin.record()
         out = self.solution(*args)
         end.record()
         self.sync()  # a full device sync: work left on side streams is inside the host time
-        host = time.perf_counter() - start
+        host = JUDGE.clock() - start
         return out, host, begin.elapsed_time(end) / 1e3
 
     def sync(self) -> None:
         if self.device.type == "cuda":
-            torch.cuda.synchronize()
+            JUDGE.synchronize()
+
+
+watch(RankServer, "send", "check_tools", "timed_call", "time_calls", "trials", "send_snapshots", "sync", "load")
 
 
 def load_candidate(source: str) -> Callable[..., Any]:
@@ -245,7 +262,7 @@ def export(obj: Any, path: str = "output") -> Any:
     if isinstance(obj, torch.Tensor):
         if type(obj) is not torch.Tensor:
             raise OutputError(f"{path} is a {type(obj).__name__} (a tensor subclass); return a plain torch.Tensor")
-        return obj.detach().to("cpu", copy=True)
+        return JUDGE.to(JUDGE.detach(obj), "cpu", copy=True)
     if type(obj) in (tuple, list, torch.Size):
         items = [export(v, f"{path}[{i}]") for i, v in enumerate(obj)]
         return list(items) if type(obj) is list else tuple(items)
@@ -260,7 +277,7 @@ def export(obj: Any, path: str = "output") -> Any:
 def stage(obj: Any) -> Any:
     """Device-side copies of every tensor in an output, ordered on the current stream (no host sync)."""
     if isinstance(obj, torch.Tensor) and type(obj) is torch.Tensor:
-        return obj.detach().clone()
+        return JUDGE.clone(JUDGE.detach(obj))
     if type(obj) in (tuple, list):
         return type(obj)(stage(v) for v in obj)
     if type(obj) is dict:
@@ -286,13 +303,13 @@ def aliases(out: Any, args: tuple) -> list[str]:
 
 
 def clone_args(args: tuple) -> list[tuple[str, torch.Tensor]]:
-    return [(p, t.detach().clone()) for p, t in _tensors(args, "argument")]
+    return [(p, JUDGE.clone(JUDGE.detach(t))) for p, t in _tensors(args, "argument")]
 
 
 def mutated(args: tuple, pristine: list[tuple[str, torch.Tensor]]) -> list[str]:
     current = dict(_tensors(args, "argument"))
     return [p for p, before in pristine
-            if current[p].shape != before.shape or not torch.equal(current[p].detach(), before)]
+            if current[p].shape != before.shape or not JUDGE.equal(JUDGE.detach(current[p]), before)]
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -347,3 +364,7 @@ def _max_over_ranks(value: float, group) -> float:
 
 def _clamp(value: int, low: int, high: int) -> int:
     return max(low, min(high, value))
+
+
+watch(sys.modules[__name__], "export", "stage", "clone_args", "mutated", "aliases", "describe_exception",
+      "_max_over_ranks", "_min_over_ranks")

@@ -63,15 +63,19 @@ class Zygote:
         while pid not in self.exit_status:
             try:
                 message, _ = channel.recv(self.conn, deadline)
-            except channel.ChannelTimeout:
-                return None
+            except (channel.ChannelTimeout, channel.ChannelClosed, channel.ChannelError):
+                return None  # no answer in time, or the zygote itself is gone
             self._note(message)
         return self.exit_status[pid]
 
     def drain(self) -> None:
-        while self.conn.poll(0):
-            message, _ = channel.recv(self.conn, time.monotonic())
-            self._note(message)
+        """Take in the exit reports waiting on the channel; a dead zygote has none to give."""
+        try:
+            while self.conn.poll(0):
+                message, _ = channel.recv(self.conn, time.monotonic())
+                self._note(message)
+        except (OSError, EOFError, channel.ChannelClosed, channel.ChannelError):
+            pass
 
     def _note(self, message: dict) -> None:
         if message.get("event") == "exited":

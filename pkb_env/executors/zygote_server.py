@@ -11,7 +11,7 @@ from multiprocessing.reduction import recv_handle
 
 from pkb_env.executors import channel
 from pkb_env.executors.isolation import enter_private_network
-from pkb_env.executors.limits import set_parent_death_signal
+from pkb_env.executors.limits import become_subreaper, set_parent_death_signal
 
 
 def serve(conn: Connection, network: str) -> None:
@@ -54,6 +54,7 @@ def _reap(conn: Connection) -> None:
 def main() -> None:
     fd = int(sys.argv[1])
     set_parent_death_signal()
+    become_subreaper()  # orphans of candidates (double forks, fork-walkers) become ours, so the judge can sweep them
     network = enter_private_network()  # before any rank exists: every fork inherits the namespace
     import torch  # noqa: F401  (the point of the zygote: pay for this once)
     import torch.distributed  # noqa: F401

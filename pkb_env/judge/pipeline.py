@@ -27,8 +27,8 @@ from pkb_env.judge.roofline import roofline
 from pkb_env.judge.screen import reference_parameters, screen_source
 from pkb_env.judge.seeds import SeedPlan
 from pkb_env.judge.timing import PROTOCOLS, TimingProtocol, summarize
-from pkb_env.record import (BuildResult, EvaluationRecord, Mismatch, RunResult, Stage, TimingResult, Verdict,
-                            VerifyResult)
+from pkb_env.record import (BuildResult, EvaluationRecord, Flag, Mismatch, RunResult, Severity, Stage,
+                            TimingResult, Verdict, VerifyResult)
 from pkb_env.task import DTYPES, TaskSpec, load_task
 from pkb_env.topology import (Calibration, calibration_from_measurement, load_calibration, load_topology,
                               save_calibration)
@@ -117,14 +117,19 @@ class Judge:
             return
 
         seeds = SeedPlan(self.executor.world_size)
+        # Expected outputs first, while no candidate process exists to interfere with the reference ranks.
+        with _stage(record, Stage.VERIFY):
+            expected = self._reference_trials(task, record.preset, record.dtype,
+                                              seeds.per_rank("trial", range(self.settings.trials)), "trials")
         gen = self.executor.candidate_generation()
         gen.request_handler = self.kernels.handle
         try:
-            self._run_candidate(task, record, gen, seeds)
+            self._run_candidate(task, record, gen, seeds, expected)
         finally:
-            gen.close()
+            self.executor.release(gen)
 
-    def _run_candidate(self, task: TaskSpec, record: EvaluationRecord, gen: Generation, seeds: SeedPlan) -> None:
+    def _run_candidate(self, task: TaskSpec, record: EvaluationRecord, gen: Generation, seeds: SeedPlan,
+                       expected: list[ops.TrialOutputs]) -> None:
         s = self.settings
         preset, dtype = record.preset, record.dtype
         record.stage = Stage.BUILD
@@ -134,7 +139,8 @@ class Judge:
                 record.build = BuildResult(seconds=ops.load(gen, task.name, record.parse.code, s.build_timeout_s))
             except CANDIDATE_FAILURES as exc:
                 record.build = BuildResult(error=_failure_text(exc))
-                record.fail(Stage.BUILD, Verdict.BUILD_ERROR, record.build.error)
+                verdict, text = _verdict_for(exc, record)
+                record.fail(Stage.BUILD, Verdict.BUILD_ERROR if verdict is Verdict.RUNTIME_ERROR else verdict, text)
                 return
 
         trial_seeds = seeds.per_rank("trial", range(s.trials))
@@ -145,11 +151,10 @@ class Judge:
                 got = ops.trials(gen, preset, dtype, trial_seeds, "trials", s.trial_timeout_s)
             except CANDIDATE_FAILURES as exc:
                 record.run = _run_failure(exc, s.trials)
-                record.fail(Stage.RUN, Verdict.RUNTIME_ERROR, record.run.error)
+                record.fail(Stage.RUN, *_verdict_for(exc, record))
                 return
             record.run = RunResult(trials=s.trials, seconds=time.perf_counter() - start)
         with _stage(record, Stage.VERIFY):
-            expected = self._reference_trials(task, preset, dtype, trial_seeds, "trials")
             labels = [f"trial {k}" for k in range(s.trials)]
             record.verify = verify(task, dtype, expected, got, labels)
         if not record.verify.correct:
@@ -178,9 +183,9 @@ class Judge:
             snaps = ops.snapshots(gen, indices, s.trial_timeout_s)
         except CANDIDATE_FAILURES as exc:
             record.run.failures.extend(getattr(exc, "failures", []))
-            record.fail(Stage.TIME, Verdict.RUNTIME_ERROR, _failure_text(exc))
+            record.fail(Stage.TIME, *_verdict_for(exc, record))
             return False
-        gen.close()  # nothing of the candidate may run while the reference is timed
+        self.executor.release(gen)  # nothing of the candidate may run while the reference works
         expected = self._reference_trials(task, record.preset, record.dtype,
                                           seeds.per_rank("timed", [i % calls.sets for i in indices]),
                                           "timed-output check", rng="device")
@@ -225,29 +230,38 @@ class Judge:
             raise JudgeError(f"the reference ranks failed to start: {exc}") from exc
         return gen
 
-    def _reference_call(self, fn, *args):
-        gen = self._reference_ready()
-        try:
-            return fn(gen, *args)
-        except CANDIDATE_FAILURES as exc:
-            self.executor.discard_reference()
-            raise JudgeError(f"the reference failed: {_failure_text(exc)}") from exc
+    def _with_reference(self, task: TaskSpec, work):
+        """Run `work(gen)` on the reference ranks with the task loaded; once more on fresh ranks if they died.
+
+        Reference ranks never run candidate code, but a candidate that ran as the same user may have killed
+        them during its step; the reference only works while no candidate process is alive, so a fresh
+        generation cannot be reached. A second failure is the judge's own: JudgeError.
+        """
+        for attempt in (1, 2):
+            gen = self.executor.reference_generation()
+            try:
+                gen.wait_ready(self.settings.start_timeout_s)
+                ops.load(gen, task.name, None, self.settings.build_timeout_s)
+                return work(gen)
+            except CANDIDATE_FAILURES as exc:
+                self.executor.discard_reference()
+                if attempt == 2:
+                    raise JudgeError(f"the reference failed: {_failure_text(exc)}") from exc
 
     def _reference_trials(self, task: TaskSpec, preset: str, dtype: str, seeds, label: str,
                           rng: str = "cpu") -> list[ops.TrialOutputs]:
         s = self.settings
-        self._reference_call(ops.load, task.name, None, s.build_timeout_s)
-        return self._reference_call(ops.trials, preset, dtype, seeds, label, s.trial_timeout_s, rng)
+        return self._with_reference(task, lambda gen: ops.trials(gen, preset, dtype, seeds, label,
+                                                                 s.trial_timeout_s, rng))
 
     def _reference_time(self, task: TaskSpec, preset: str, dtype: str) -> TimingResult:
         key = (task.name, preset, dtype, self.executor.world_size, self.executor.info.hardware)
         if key not in self._reference_times:
             s, p = self.settings, self.protocol
             seeds = SeedPlan(self.executor.world_size)
-            self._reference_call(ops.load, task.name, None, s.build_timeout_s)
-            calls = self._reference_call(ops.timed_calls, preset, dtype, seeds.per_rank("timed", range(p.max_calls)),
-                                         seeds.per_rank("warmup", range(p.warmup_sets)), p.message(),
-                                         s.timing_timeout_s)
+            calls = self._with_reference(task, lambda gen: ops.timed_calls(
+                gen, preset, dtype, seeds.per_rank("timed", range(p.max_calls)),
+                seeds.per_rank("warmup", range(p.warmup_sets)), p.message(), s.timing_timeout_s))
             self._reference_times[key] = summarize(calls, p)
         return self._reference_times[key]
 
@@ -290,6 +304,16 @@ def _failure_text(exc: Exception) -> str:
     if failures:
         return "; ".join(f.message for f in failures)
     return f"a rank returned something the judge could not read: {exc}"
+
+
+def _verdict_for(exc: Exception, record: EvaluationRecord) -> tuple[Verdict, str]:
+    """A rank failure is a runtime error, unless a rank caught the candidate replacing judge machinery."""
+    text = _failure_text(exc)
+    tampering = [f for f in getattr(exc, "failures", []) if f.kind == "tampered"]
+    if tampering:
+        record.flags.append(Flag("runtime_tampering", Severity.EXPLOIT, tampering[0].message))
+        return Verdict.FLAGGED, text
+    return Verdict.RUNTIME_ERROR, text
 
 
 def _run_failure(exc: Exception, trials: int) -> RunResult:

@@ -64,6 +64,11 @@ DYNAMIC_CODE = {"builtins.exec", "builtins.eval", "builtins.compile"}
 IMPORTERS = {"builtins.__import__", "importlib.import_module", "importlib.__import__"}
 SETATTR = {"builtins.setattr", "builtins.delattr", "builtins.object.__setattr__", "builtins.object.__delattr__",
            "builtins.type.__setattr__", "builtins.type.__delattr__"}
+# Modules whose attributes a candidate has no business reaching by a computed name (getattr/vars):
+# obfuscated access to them is how patches and process attacks hide from this screen.
+SYSTEM_MODULES = {"os", "sys", "time", "signal", "ctypes", "gc", "builtins", "importlib", "inspect", "pkb_env",
+                  "psutil", "subprocess", "threading", "multiprocessing"}
+INTROSPECTION_ATTRS = {"__closure__", "cell_contents", "__defaults__", "__kwdefaults__", "__code__", "__globals__"}
 PROC_PATHS = re.compile(r"(?<![\w.])/proc(?:/|$)|/dev/(?:k?mem|port)\b")
 THREAD_MODULES = {"threading", "_thread", "concurrent"}
 PROCESS_MODULES = {"multiprocessing", "subprocess", "torch.multiprocessing", "pty"}
@@ -341,6 +346,9 @@ class _Screen(ast.NodeVisitor):
                                                           f"or spec is not allowed: write the code yourself)")
         elif parts[0] == "pkb_env" and parts[1:2] != ["runtime"]:
             self._flag("judge_import", EXPLOIT, node, f"imports {name} (only pkb_env.runtime is open to candidates)")
+        elif parts[0] == "psutil":
+            self._flag("process_control", EXPLOIT, node, "imports psutil (inspecting or controlling other "
+                                                         "processes is not allowed)")
         elif parts[0] in THREAD_MODULES:
             self._flag("threads", INFO, node, f"uses {name} (threads)", subject=parts[0])
         elif parts[0] in PROCESS_MODULES or name.startswith("torch.multiprocessing"):
@@ -350,6 +358,9 @@ class _Screen(ast.NodeVisitor):
 
     # ---- writes: assignment, del, augmented assignment, for/with targets all land here
     def visit_Attribute(self, node: ast.Attribute) -> None:
+        if node.attr in INTROSPECTION_ATTRS:
+            self._flag("introspection", EXPLOIT, node, f"reads .{node.attr} (reaching into functions' code, "
+                                                       f"defaults or closures is not allowed)")
         if node.attr in FRAME_ATTRS:
             self._flag("frame_inspection", EXPLOIT, node, f"reads .{node.attr} (inspecting the caller's frames "
                                                           f"is not allowed)")
@@ -365,7 +376,8 @@ class _Screen(ast.NodeVisitor):
             elif base == "os" and node.attr == "environ":
                 self._flag("reads_environment", INFO, node, "reads os.environ", subject="os.environ")
             elif base == "sys" and node.attr == "modules":
-                self._flag("reads_sys_modules", INFO, node, "reads sys.modules", subject="sys.modules")
+                self._flag("sys_modules", EXPLOIT, node, "reaches sys.modules (other modules' internals, the "
+                                                         "judge's included, are not open to candidates)")
         self.generic_visit(node)
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
@@ -435,7 +447,14 @@ class _Screen(ast.NodeVisitor):
             if module:
                 self._check_module(module, node)
             else:
-                self._flag("dynamic_import", INFO, node, f"calls {name} with a computed name", subject=name)
+                self._flag("dynamic_import", EXPLOIT, node, f"calls {name} with a computed name (imports must "
+                                                            f"name their module)")
+        elif name in ("builtins.getattr", "builtins.vars") and node.args:
+            target = self._dotted(node.args[0], subscripts=True)
+            computed = name == "builtins.vars" or len(node.args) < 2 or _const_str(node.args[1]) is None
+            if target and target.split(".")[0] in SYSTEM_MODULES and computed:
+                self._flag("dynamic_attribute", EXPLOIT, node, f"calls {last}() on {target} with a computed name "
+                                                               f"(obfuscated access to system modules is not allowed)")
         elif name in SETATTR and node.args:
             target = self._dotted(node.args[0], subscripts=True)
             attr = _const_str(node.args[1]) if len(node.args) > 1 else None
@@ -463,8 +482,8 @@ class _Screen(ast.NodeVisitor):
         elif name in SUBPROCESS or name.startswith(("os.exec", "os.spawn")):
             self._flag("subprocess", INFO, node, f"calls {name}", subject=name)
         elif name in DYNAMIC_CODE:
-            self._flag("dynamic_code", INFO, node, f"calls {last} (code built at run time escapes this screen)",
-                       subject=name)
+            self._flag("dynamic_code", EXPLOIT, node, f"calls {last} (code built at run time would escape this "
+                                                      f"screen; write it in the module)")
         elif name == "signal.signal":
             self._flag("signal_handler", INFO, node, "installs a signal handler", subject=name)
 

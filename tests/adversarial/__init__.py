@@ -1,0 +1,7 @@
+"""Adversarial regression suite: exploit candidates the judge must defeat, and unusual legitimate
+candidates it must accept (DESIGN §5, §7; /work/shared/reference/peers_and_exploits.md table (b)).
+
+`exploits.py` and `legit.py` hold the candidate programs as data; `test_adversarial.py` runs them
+through a CPU environment at world size 4 and asserts the outcomes. Exploits that still get through
+are marked `xfail(strict=True)` with the hole named, so the suite documents what is open.
+"""
