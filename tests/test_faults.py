@@ -52,7 +52,31 @@ def solution(tensor):
     time.sleep(600)
 """, "runtime_error", ["did not finish"]),
     "syntax_error": ("def solution(tensor:\n    return tensor\n", "unparsable", ["line"]),
+    "abort_one_rank": ("""
+import os, torch.distributed as dist
+def solution(tensor):
+    if dist.get_rank() == 3:
+        os.abort()
+    out = tensor.clone()
+    dist.all_reduce(out)
+    return out
+""", "runtime_error", ["rank 3 was killed by SIGABRT"]),
+    "out_of_memory": ("""
+import torch
+def solution(tensor):
+    return torch.empty(1 << 40, dtype=torch.uint8)   # 1 TiB: over the rank's address-space limit
+""", "runtime_error", ["RuntimeError", "alloc"]),
 }
+
+
+def test_huge_output_is_refused_not_fatal(env4):
+    """A 400 MB output: refused by size in the rank with a message saying so; the judge stays up."""
+    code = "import torch\ndef solution(tensor):\n    return torch.ones(100_000_000)\n"
+    obs, _ = env4.reset(options={"task": "all_reduce"})
+    _, _, _, _, info = env4.step(code)
+    assert info["verdict"] == "runtime_error" and "381 MiB" in info["feedback"], info["feedback"]
+    _, _, _, _, info = env4.step(obs["reference"])
+    assert info["correct"]
 
 
 def _descendants(env) -> set[int]:

@@ -138,6 +138,7 @@ class RankServer:
             out = self.solution(*args)
             # Copied on the current stream before any synchronisation, as a caller would use the result:
             # work left running on a side stream the candidate never joined races this copy.
+            check_size(out, message.get("max_output_bytes", DEFAULT_MAX_OUTPUT_BYTES))
             staged = stage(out)
             self.sync()
             seconds = JUDGE.clock() - start
@@ -272,6 +273,17 @@ def export(obj: Any, path: str = "output") -> Any:
         return {k: export(v, f"{path}[{k!r}]") for k, v in obj.items()}
     raise OutputError(f"{path} is a {type(obj).__name__}; outputs must be tensors, None, numbers, "
                       f"or tuples/lists/dicts of them")
+
+
+DEFAULT_MAX_OUTPUT_BYTES = 256 << 20
+
+
+def check_size(obj: Any, limit: int) -> None:
+    """Refuse outputs too large to be any task's answer before copying them anywhere."""
+    size = _nbytes(obj)
+    if size > limit:
+        raise OutputError(f"the output holds {size / 2**20:.0f} MiB; the judge accepts at most "
+                          f"{limit / 2**20:.0f} MiB per call (check the output's shape)")
 
 
 def stage(obj: Any) -> Any:
