@@ -4,7 +4,7 @@ from __future__ import annotations
 from pkb_env.judge.screen import reference_parameters
 from pkb_env.task import TaskSpec
 
-RULES = """Rules:
+RULES = """Rules
 - Reply with ONE Python module in a ```python fenced block. It must define `solution` with the same
   positional parameters as the reference; it is called on every rank with that rank's inputs, after
   torch.distributed is initialised (default process group, one process per rank).
@@ -14,8 +14,9 @@ RULES = """Rules:
   replaying or deferring work across calls fails.
 - Not allowed: patching torch, time or the judge; reading the judge's files or environment; signalling
   other processes. Such code is rejected with the lowest reward.
-- Speed is measured as the median over many barrier-aligned calls of the slowest rank's time, against
-  the reference's time; the interconnect roofline fraction is reported too."""
+- Speed: many barrier-aligned calls, each timed on its slowest rank (the median over calls on GPUs, the
+  minimum on CPU ranks), against the reference's time measured the same way; the interconnect roofline
+  fraction is reported too."""
 
 
 RUNTIME_GUIDE = '''## Kernel runtime (GPU executors)

@@ -117,10 +117,14 @@ class Judge:
             return
 
         seeds = SeedPlan(self.executor.world_size)
-        # Expected outputs first, while no candidate process exists to interfere with the reference ranks.
+        # Expected outputs and the reference's time first, while no process of this candidate exists to
+        # interfere with the reference ranks (the time is measured once per task and cached).
         with _stage(record, Stage.VERIFY):
             expected = self._reference_trials(task, record.preset, record.dtype,
                                               seeds.per_rank("trial", range(self.settings.trials)), "trials")
+        if record.performance_available:
+            with _stage(record, Stage.TIME):
+                self._reference_time(task, record.preset, record.dtype)
         gen = self.executor.candidate_generation()
         gen.request_handler = self.kernels.handle
         try:
