@@ -27,6 +27,7 @@ from typing import Any, Iterable, Sequence
 
 from tqdm import tqdm
 
+from pkb_env.record import jsonable
 from pkb_env.task import TaskError, load_task, task_names
 
 __all__ = ["SampleResult", "TaskSummary", "EvaluationReport", "evaluate", "pass_at_k", "fast_p", "agent_from_spec",
@@ -154,7 +155,7 @@ class EvaluationReport:
 
     # -- output ----------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable({
+        return jsonable({
             "meta": {"agent": self.agent, "executor": self.executor, "world_size": self.world_size,
                      "preset": self.preset, "dtype": self.dtype, "hardware": self.hardware,
                      "performance_available": self.performance_available, "date": self.date,
@@ -403,12 +404,3 @@ def _colours(n: int) -> list:
     cmap = colormaps["tab10" if n <= 10 else "tab20"]
     return [cmap(i % cmap.N) for i in range(n)]
 
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # strict JSON has no inf/nan
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value

@@ -10,7 +10,7 @@ import dataclasses
 import enum
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 
 class Stage(str, enum.Enum):
@@ -213,16 +213,19 @@ class EvaluationRecord:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(dataclasses.asdict(self))
+        return jsonable(self)
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """Dataclasses, enums, mappings and sequences as JSON-safe dicts, strings and lists."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)  # strict JSON has no inf/nan
     if isinstance(value, enum.Enum):
         return value.value
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     return value

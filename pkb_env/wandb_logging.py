@@ -53,8 +53,6 @@ see WANDB_API_KEY at all: pkb_env.executors.environment gives rank processes an 
 """
 from __future__ import annotations
 
-import dataclasses
-import enum
 import importlib.metadata
 import math
 import netrc
@@ -69,7 +67,7 @@ from urllib.parse import urlparse
 import gymnasium
 
 from pkb_env.executors.environment import SECRET
-from pkb_env.record import Verdict
+from pkb_env.record import Verdict, jsonable
 
 TABLE_COLUMNS = ("global_step", "episode", "turn", "task", "verdict", "reward", "speedup", "roofline_fraction",
                  "feedback", "code")
@@ -292,11 +290,11 @@ def run_config(env: gymnasium.Env) -> dict[str, Any]:
             "topology": info.topology,
             "max_turns": base.max_turns,
             "target_speedup": base.target_speedup,
-            "turn_credit": _plain(base.turn_credit),
+            "turn_credit": jsonable(base.turn_credit),
         },
         "reward": {"name": reward_fn.name, "kind": reward_fn.kind, "bounds": list(reward_fn.bounds),
-                   "config": _plain(dict(reward_fn.config))},
-        "judge": {"settings": _plain(base.judge.settings), "protocol": _plain(base.judge.protocol)},
+                   "config": jsonable(dict(reward_fn.config))},
+        "judge": {"settings": jsonable(base.judge.settings), "protocol": jsonable(base.judge.protocol)},
         "versions": package_versions(),
     }
 
@@ -356,19 +354,6 @@ def _trim(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return text[:limit] + f"\n... [{len(text) - limit} more characters trimmed]"
-
-
-def _plain(value: Any) -> Any:
-    """Dataclasses, enums and tuples as JSON-friendly dicts, strings and lists."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
 
 
 def _secret_values() -> list[str]:

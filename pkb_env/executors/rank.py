@@ -136,9 +136,9 @@ class RankServer:
             pristine = clone_args(args)
             start = JUDGE.clock()
             out = self.solution(*args)
+            check_size(out)
             # Copied on the current stream before any synchronisation, as a caller would use the result:
             # work left running on a side stream the candidate never joined races this copy.
-            check_size(out, message.get("max_output_bytes", DEFAULT_MAX_OUTPUT_BYTES))
             staged = stage(out)
             self.sync()
             seconds = JUDGE.clock() - start
@@ -275,10 +275,10 @@ def export(obj: Any, path: str = "output") -> Any:
                       f"or tuples/lists/dicts of them")
 
 
-DEFAULT_MAX_OUTPUT_BYTES = 256 << 20
+MAX_OUTPUT_BYTES = 256 << 20
 
 
-def check_size(obj: Any, limit: int) -> None:
+def check_size(obj: Any, limit: int = MAX_OUTPUT_BYTES) -> None:
     """Refuse outputs too large to be any task's answer before copying them anywhere."""
     size = _nbytes(obj)
     if size > limit:

@@ -13,7 +13,7 @@ import random
 import time
 from contextlib import contextmanager
 from functools import lru_cache
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pkb_env.executors import operations as ops
 from pkb_env.executors.channel import ChannelError
@@ -220,7 +220,8 @@ class Judge:
         record.roofline = roofline(traffic, record.world_size, record.timing.time_s, self.topology,
                                    self.calibration())
         p = self.protocol
-        if record.roofline is not None and record.timing.time_s < p.suspect_below * record.roofline.bound_s:
+        if record.roofline is not None and record.timing.suspect is None and \
+                record.timing.time_s < p.suspect_below * record.roofline.bound_s:
             record.timing.suspect = (f"{p.statistic} {record.timing.time_s * 1e6:.1f} us is under "
                                      f"{p.suspect_below:g}x the roofline bound {record.roofline.bound_s * 1e6:.1f} us")
 

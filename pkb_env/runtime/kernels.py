@@ -42,7 +42,6 @@ class Kernel:
 
     def __call__(self, grid: Sequence[int] | int, block: Sequence[int] | int, *args: Any,
                  shared_mem: int = 0, stream: Any = None) -> None:
-        import cupy
         import torch
 
         grid = (grid,) if isinstance(grid, int) else tuple(grid)
