@@ -49,7 +49,7 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
 
     ## Arguments
     task: a task name, a list of names to draw from at reset, or None for the whole suite.
-    world_size, executor ("auto" | "cpu" | "cuda" | "cuda-emulated"), preset ("tiny" | "bench"),
+    world_size, executor ("auto" | "cpu" | "cuda" | "cuda-emulated"), preset ("tiny" | "bench" | "large"),
     dtype (None: the preset's), max_turns, target_speedup, reward (config name or YAML path),
     turn_credit ("turn" | "improvement"), judge_settings (JudgeSettings), render_mode (None | "ansi").
     """

@@ -38,14 +38,16 @@ SUM_TOLERANCES: Mapping[str, Tolerance] = {
 
 
 def presets(bench_note: str = "2 MiB") -> dict[str, Preset]:
-    """The primitives' sizes: `tiny` for CPU ranks, `bench` at PKB's default (M, N) = (1024, 1024) in bf16.
+    """The primitives' sizes: `tiny` for CPU ranks, `bench` at PKB's default (M, N) = (1024, 1024) in bf16,
+    `large` eight times that (16 MiB blocks), where NVLink transfers rather than launches set the time.
 
     `bench_note` says what the 2 MiB is on this task (per chunk, in or out per rank), because the buffer
     that holds one (M, N) block differs between primitives. A fresh dict on every call, so no two specs
     share mutable state.
     """
     return {"tiny": Preset({"M": 64, "N": 64}, "float32", "CPU ranks, milliseconds"),
-            "bench": Preset({"M": 1024, "N": 1024}, "bfloat16", f"PKB's default size, {bench_note}")}
+            "bench": Preset({"M": 1024, "N": 1024}, "bfloat16", f"PKB's default size, {bench_note}"),
+            "large": Preset({"M": 4096, "N": 2048}, "bfloat16", "8x PKB's default: bandwidth-bound on NVLink")}
 
 
 def draw_root(ctx: InputContext) -> int:

@@ -1,12 +1,21 @@
-"""Candidates cannot reach the network, and (where the judge is root and the platform allows) cannot act
-as root: signal the judge, write its files, or read its environment."""
+"""Candidates cannot reach the network, see or outlive their generation, write anything but their own
+directory and private scratch space, or (where the judge is root and the platform allows) act as root:
+signal the judge, write its files, or read its environment. Without namespaces the judge still works,
+and refuses to when containment is required."""
 import os
 import socket
 import threading
 
+import psutil
 import pytest
 
+import pkb_env
 from conftest import make_env
+from pkb_env.executors.namespaces import probe
+from pkb_env.executors.zygote import ContainmentError
+
+NAMESPACES = probe()
+needs_namespaces = pytest.mark.skipif(NAMESPACES is not None, reason=f"no namespaces here: {NAMESPACES}")
 
 
 @pytest.fixture(scope="module")
@@ -25,10 +34,9 @@ def _verdict_message(env, body: str):
     return info["feedback"]
 
 
+@needs_namespaces
 def test_no_network_beyond_the_namespace(env2):
-    isolation = env2.unwrapped.executor.isolation()
-    if not isolation["network"].startswith("private"):
-        pytest.skip(f"network isolation not available here: {isolation['network']}")
+    assert env2.unwrapped.executor.isolation()["network"].startswith("private")
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
@@ -76,3 +84,67 @@ except OSError:
 raise RuntimeError("RESULT " + " ".join(results))""")
     assert "RESULT 65534 nowrite nosignal noenv" in feedback, feedback
     assert target.read_text() == "judge"
+
+
+@needs_namespaces
+def test_a_generation_sees_only_itself_and_writes_only_its_own(env2):
+    isolation = env2.unwrapped.executor.isolation()
+    assert isolation["pid"].startswith("private") and isolation["filesystem"].startswith("read-only"), isolation
+    package = os.path.dirname(pkb_env.__file__)
+    # Obfuscated past the static screen on purpose: this checks the kernel's barrier, not the screen's.
+    probe_code = f"""import os
+seen = []
+proc = "/" + "pr" + "oc"
+seen.append("pids=" + ",".join(sorted(p for p in os.listdir(proc) if p.isdigit())))
+seen.append("parent=" + str(os.getppid()))
+for path in ({package!r} + "/pwned.py", "/pwned-root"):
+    try:
+        open(path, "w").write("x")
+        seen.append("WROTE " + path)
+    except OSError as exc:
+        seen.append("refused " + path + " " + str(exc.errno))
+open("/tmp/pkb-left-behind", "w").write("x")
+seen.append("tmp=" + ",".join(sorted(os.listdir("/tmp"))))
+raise RuntimeError("SEEN " + " ".join(seen) + " END")"""
+    first = _verdict_message(env2, probe_code)
+    seen = first[first.index("SEEN pids="):].split(" END")[0].split()
+    pids = [int(p) for p in seen[1].removeprefix("pids=").split(",")]
+    assert max(pids) < 64, f"a rank sees processes beyond its generation: {seen[1]}"
+    assert seen[2] == "parent=0", "the cell (outside the namespace) must be invisible to its ranks"
+    assert "WROTE" not in first, first
+    assert not os.path.exists(os.path.join(package, "pwned.py"))
+    assert not os.path.exists("/tmp/pkb-left-behind"), "a rank's /tmp reached the host"
+    # The next generation's /tmp is a fresh one: what this one left there is gone.
+    second = _verdict_message(env2, probe_code)
+    tmp_entries = [part for part in second.split() if part.startswith("tmp=")][0]
+    assert tmp_entries.count("pkb-left-behind") == 1, tmp_entries  # only this generation's own write
+
+
+def test_without_namespaces_the_judge_still_works(monkeypatch):
+    monkeypatch.setenv("PKB_ENV_NAMESPACES", "0")
+    env = make_env(world_size=2)
+    try:
+        obs, _ = env.reset(seed=0)
+        assert env.unwrapped.executor.isolation()["pid"].startswith("off"), env.unwrapped.executor.isolation()
+        _, _, _, _, info = env.step(obs["reference"])
+        assert info["correct"], info["feedback"]
+        _, _, _, _, info = env.step("import time\ndef solution(tensor):\n    while True:\n        time.sleep(0.01)\n")
+        assert info["verdict"] == "runtime_error" and "in time" in info["feedback"], info["feedback"]
+        _, _, _, _, info = env.step(obs["reference"])
+        assert info["correct"], info["feedback"]
+        zygote = psutil.Process(env.unwrapped.executor.zygote.pid)
+        # zygote's children: the pre-started candidate cell and the reference cell, nothing adopted
+        assert len(zygote.children()) == 2, [c.cmdline() for c in zygote.children()]
+    finally:
+        env.close()
+
+
+def test_required_containment_refuses_to_run_without_it(monkeypatch):
+    monkeypatch.setenv("PKB_ENV_NAMESPACES", "0")
+    monkeypatch.setenv("PKB_ENV_REQUIRE_CONTAINMENT", "1")
+    env = make_env(world_size=2)
+    try:
+        with pytest.raises(ContainmentError, match="PKB_ENV_REQUIRE_CONTAINMENT"):
+            env.reset(seed=0)
+    finally:
+        env.close()

@@ -1,7 +1,8 @@
-"""A generation: N rank processes forked together, sharing one process group, driven by the judge.
+"""A generation: N rank processes forked together in one cell, sharing one process group, driven by the judge.
 
 Candidate generations serve one step and are killed with every process they started; the reference
-generation serves many steps. Every wait has a deadline. When a rank raises, exits or is killed, the
+generation serves many steps. The ranks are forked by the generation's cell (cell.py), inside its
+namespaces, so ending the cell ends everything the generation started. Every wait has a deadline. When a rank raises, exits or is killed, the
 others get a moment to report, then the generation is declared failed with one RankFailure per rank
 that did not deliver, saying what happened ("rank 1 was killed by SIGSEGV during trial 0").
 """
@@ -18,7 +19,7 @@ from typing import Any
 
 from pkb_env.executors import channel
 from pkb_env.executors.limits import ResourceLimits, describe_status, kill_tree, running
-from pkb_env.executors.zygote import Zygote
+from pkb_env.executors.zygote import Containment, Zygote
 from pkb_env.record import RankFailure
 
 GRACE_S = 0.3        # how long the other ranks may still report after one fails
@@ -53,15 +54,19 @@ class Delivery:
 
 
 class Generation:
-    def __init__(self, zygote: Zygote, placement: Placement, env: dict[str, str], role: str, root: str | None = None,
-                 uid: int | None = None):
-        self.zygote = zygote
+    def __init__(self, zygote: Zygote, placement: Placement, env: dict[str, str], role: str, root: str,
+                 uid: int | None = None, containment: Containment = Containment()):
         self.placement = placement
         self.role = role
         self.workdir = tempfile.mkdtemp(prefix=f"pkb-{role}-", dir=root)
         os.chmod(self.workdir, 0o700)
         if uid is not None:  # the ranks will run as `uid`: the directory is theirs, nothing else of ours is
             os.chown(self.workdir, uid, uid)
+        try:
+            self.cell = zygote.cell(self.workdir, root, containment)
+        except BaseException:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            raise
         self.conns: list[Connection] = []
         self.pids: list[int] = []
         self.ready = False
@@ -77,7 +82,7 @@ class Generation:
                             "CUPY_CACHE_DIR": os.path.join(self.workdir, "cupy"),
                             "TRITON_CACHE_DIR": os.path.join(self.workdir, "triton")},
                     "limits": asdict(placement.limits), "pg_timeout_s": placement.pg_timeout_s, "uid": uid}
-            self.pids.append(zygote.spawn(spec, theirs.fileno()))
+            self.pids.append(self.cell.spawn(spec, theirs.fileno()))
             theirs.close()
             self.conns.append(Connection(os.dup(ours.fileno())))
             ours.close()
@@ -177,7 +182,7 @@ class Generation:
         return spent
 
     def _ended(self, rank: int, phase: str) -> RankFailure:
-        status = self.zygote.status_of(self.pids[rank], wait=1.0)
+        status = self.cell.status_of(self.pids[rank], wait=1.0)
         kind = "signal" if status is not None and os.WIFSIGNALED(status) else "exit"
         return RankFailure(rank, kind, f"rank {rank} {describe_status(status)} during {phase}", phase)
 
@@ -195,17 +200,19 @@ class Generation:
     # -- teardown ----------------------------------------------------------------------------------
     def alive(self) -> bool:
         """Every rank still running (a pre-started generation can be killed by whoever ran before it)."""
-        self.zygote.drain()
-        return not self.closed and all(pid not in self.zygote.exit_status and running(pid) for pid in self.pids)
+        if self.closed or not self.cell.alive():
+            return False
+        self.cell.drain()
+        return all(pid not in self.cell.exit_status and running(pid) for pid in self.pids)
 
     def close(self) -> list[int]:
         """Kill every process of the generation and delete its directory; returns pids that survived."""
         if self.closed:
             return []
         self.closed = True
-        survivors = kill_tree(self.pids)
+        self.cell.close()
+        survivors = kill_tree(self.pids)  # already dead where the cell had a PID namespace
         for conn in self.conns:
             conn.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
-        self.zygote.drain()
         return survivors

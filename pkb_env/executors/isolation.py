@@ -1,45 +1,25 @@
-"""Isolation of candidate processes beyond resource limits: no network, no root.
+"""Privileges of candidate processes: no root, no capabilities, no way to regain either.
 
-* Network: the zygote enters a private network namespace with only a loopback interface (ranks still
-  talk to each other over it; gloo and NCCL bootstrap use loopback), so candidate code reaches nothing
-  outside the machine and no service of the host. Needs CAP_SYS_ADMIN (root); skipped otherwise.
-* Privileges: when the judge runs as root, candidate ranks switch to an unprivileged uid/gid (nobody)
-  after setting up, so they cannot signal the judge, read its memory or environment through /proc, or
-  write its files and caches. Needs the Python installation to be readable by that uid; skipped, with
-  the reason recorded, where it is not (e.g. a venv whose interpreter lives under a 0700 /root).
+* When the judge runs as root, candidate ranks switch to an unprivileged uid/gid (nobody) after setting
+  up, so they cannot signal the judge, read its memory or environment through /proc, or write its
+  files and caches. That needs the Python installation to be readable by that uid; where it is not
+  (e.g. a venv whose interpreter lives under a 0700 /root) they stay root but lose every capability.
+* Either way no rank can gain privileges again (PR_SET_NO_NEW_PRIVS: setuid binaries do nothing).
+Namespaces (own PIDs, read-only filesystem, no network) are the cell's business: namespaces.py.
 What was applied is reported in the executor's `isolation` description.
 """
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import os
 import resource
-import socket
 import stat
-import struct
 import sys
 import sysconfig
 
-CLONE_NEWNET = 0x40000000
-SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 NOBODY = 65534
-
-
-def enter_private_network() -> str:
-    """Move this process into a new network namespace with loopback up; returns what happened."""
-    if os.environ.get("PKB_ENV_ISOLATE_NETWORK", "1") == "0":
-        return "off (PKB_ENV_ISOLATE_NETWORK=0)"
-    if not sys.platform.startswith("linux"):
-        return f"unavailable on {sys.platform}"
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(CLONE_NEWNET) != 0:
-        return f"unavailable ({os.strerror(ctypes.get_errno())})"
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        request = struct.pack("16sh", b"lo", 0)
-        flags = struct.unpack("16sh", fcntl.ioctl(s, SIOCGIFFLAGS, request)[:18])[1]
-        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sh", b"lo", flags | IFF_UP))
-    return "private network namespace (loopback only)"
+PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 38, 47, 4
+CAPABILITY_VERSION_3 = 0x20080522
 
 
 def unprivileged_uid() -> tuple[int | None, str]:
@@ -51,16 +31,43 @@ def unprivileged_uid() -> tuple[int | None, str]:
     for path in _python_paths():
         blocked = _first_closed_directory(path)
         if blocked:
-            return None, f"unavailable: {blocked} is not readable by other users (Python lives under it)"
+            return None, (f"root without capabilities (no uid change: {blocked} is not readable by other users "
+                          f"and Python lives under it)")
     return NOBODY, f"candidates run as uid {NOBODY} (nobody)"
 
 
-def drop_privileges(uid: int, max_processes: int = 1024) -> None:
-    """Become `uid` for good; limit how many processes/threads that uid may have (fork bombs)."""
-    resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
-    os.setgroups([])
-    os.setgid(uid)
-    os.setuid(uid)
+def drop_privileges(uid: int | None, max_processes: int = 1024) -> None:
+    """Become `uid` for good (None: keep the uid, lose every capability); never regain privileges.
+
+    With a uid change, limit how many processes/threads that uid may have (fork bombs).
+    """
+    if uid is not None:
+        resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)  # a uid other than 0 keeps no capabilities
+    elif sys.platform.startswith("linux"):
+        drop_capabilities()
+    if sys.platform.startswith("linux"):
+        _prctl(PR_SET_NO_NEW_PRIVS, 1)
+
+
+def drop_capabilities() -> None:
+    """Empty the bounding, ambient, effective, permitted and inheritable capability sets of this process."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in range(64):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            break  # EINVAL: past the last capability this kernel knows; EPERM: we never held CAP_SETPCAP
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # two {effective, permitted, inheritable} words, all zero
+    if libc.capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
+
+
+def _prctl(option: int, value: int) -> None:
+    if ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
 
 
 def remove_files_of(uid: int, directories: tuple[str, ...]) -> None:

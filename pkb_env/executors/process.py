@@ -3,7 +3,8 @@
 One class serves every local placement (cpu over gloo, cuda over NCCL, cuda-emulated over gloo on fewer
 GPUs); what differs between them is data (devices, backend, limits, whether times mean anything), not
 code paths. It owns:
-  * the zygote (torch imported once; ranks are forks),
+  * the zygote (torch imported once; each generation is a forked cell with its own namespaces, whose
+    ranks are forks of it),
   * the trusted reference generation, reused across steps (it never runs candidate code),
   * candidate generations, one per step, pre-started so that a step rarely waits for one.
 """
@@ -19,7 +20,7 @@ from pkb_env.executors.environment import rank_environment
 from pkb_env.executors.generation import Generation, Placement
 from pkb_env.executors.isolation import remove_files_of, unprivileged_uid
 from pkb_env.executors.limits import kill_tree
-from pkb_env.executors.zygote import Zygote
+from pkb_env.executors.zygote import Containment, Zygote
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class ProcessExecutor:
         self.root = tempfile.mkdtemp(prefix="pkb-env-")
         os.chmod(self.root, 0o711)  # unprivileged ranks may enter their own directories below it, not list it
         self.candidate_uid, self.privileges = unprivileged_uid()
+        self.containment = Containment.from_environment()
         self._zygote: Zygote | None = None
         self._reference: Generation | None = None
         self._next: Generation | None = None
@@ -61,7 +63,7 @@ class ProcessExecutor:
     def candidate_generation(self) -> Generation:
         """A fresh generation for one candidate (give it back with `release`); the next one starts now."""
         gen = self._next
-        if gen is None or not gen.zygote.alive() or not gen.alive():
+        if gen is None or not gen.alive():
             if gen is not None:
                 gen.close()
             gen = self._start("candidate")
@@ -74,20 +76,21 @@ class ProcessExecutor:
         self.sweep()
 
     def sweep(self, seconds: float = 1.0) -> None:
-        """Kill whatever the zygote adopted that is not a rank of a live generation.
+        """Kill whatever the zygote adopted that is not the cell of a live generation.
 
-        The zygote is a subreaper: a candidate's process that outlived its rank (detached daemons, a
-        process that keeps forking and exiting to stay ahead of a tree walk) ends up its child. Files
-        the candidate uid left in the shared temporary directories go too.
+        Where cells have PID namespaces nothing can escape them and this finds nothing. Without them the
+        zygote is a subreaper: a candidate's process that outlived its cell (detached daemons, a process
+        that keeps forking and exiting to stay ahead of a tree walk) ends up its child, and the time-bounded
+        scan below may lose that race. Files the candidate uid left in the shared temporary directories go too.
         """
         if self._zygote is None or not self._zygote.alive():
             return
         import psutil
 
-        live = {pid for gen in (self._reference, self._next) if gen is not None and not gen.closed for pid in gen.pids}
+        live = {gen.cell.pid for gen in (self._reference, self._next) if gen is not None and not gen.closed}
         root = psutil.Process(self._zygote.pid)
         deadline = time.monotonic() + seconds  # bounded: a process that forks and exits faster than we scan
-        first = True                           # can outrun this (a PID namespace per generation would not)
+        first = True                           # can outrun this (a PID namespace cannot be outrun)
         while time.monotonic() < deadline:
             try:
                 strays = [c.pid for c in root.children() if c.pid not in live]
@@ -109,12 +112,15 @@ class ProcessExecutor:
 
     def prestart(self) -> None:
         """Start the zygote and the next candidate generation now, so the first step need not wait."""
-        if self._next is None or not self._next.zygote.alive():
+        if self._next is None or not self._next.alive():
             self._next = self._start("candidate")
 
     def reference_generation(self) -> Generation:
-        if self._reference is None or self._reference.closed or not self._reference.zygote.alive():
-            self._reference = Generation(self.zygote, self.reference_placement, self.env, "reference", root=self.root)
+        if self._reference is None or not self._reference.alive():
+            if self._reference is not None:
+                self._reference.close()
+            self._reference = Generation(self.zygote, self.reference_placement, self.env, "reference", root=self.root,
+                                         containment=self.containment)
         return self._reference
 
     def discard_reference(self) -> None:
@@ -124,11 +130,14 @@ class ProcessExecutor:
             self._reference = None
 
     def _start(self, role: str) -> Generation:
-        return Generation(self.zygote, self.placement, self.env, role, root=self.root, uid=self.candidate_uid)
+        return Generation(self.zygote, self.placement, self.env, role, root=self.root, uid=self.candidate_uid,
+                          containment=self.containment)
 
     def isolation(self) -> dict[str, str]:
         """What containment candidate ranks get here (it depends on privileges and the platform)."""
-        return {"network": self.zygote.network, "privileges": self.privileges}
+        if self._next is None or self._next.closed:
+            self.prestart()
+        return {**self._next.cell.isolation, "privileges": self.privileges}
 
     def process_ids(self) -> list[int]:
         """Every live process this executor owns (for tests and leak checks)."""

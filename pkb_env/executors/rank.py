@@ -62,8 +62,7 @@ def run_forked(spec: dict, fd: int) -> NoReturn:
         os.environ.clear()
         os.environ.update(spec["env"])
         ResourceLimits(**spec["limits"]).apply()
-        if spec.get("uid") is not None:
-            drop_privileges(spec["uid"])
+        drop_privileges(spec.get("uid"))  # a uid change where possible, else no capabilities
         RankServer(Connection(fd), spec).serve()
     except BaseException:  # the judge sees the EOF and the log tail; nothing else to do here
         traceback.print_exc()

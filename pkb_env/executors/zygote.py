@@ -1,13 +1,13 @@
-"""A fork server for rank processes: torch is imported once, each rank is a fork that costs milliseconds.
+"""A fork server for rank processes: torch is imported once, each generation is a fork that costs milliseconds.
 
 Starting a rank from scratch costs a torch import (1-1.5 s here, per rank); candidates must run in fresh
-processes every step (DESIGN §4), so the zygote imports torch and the rank code once and forks ranks on
-request. It is started with a scrubbed environment (no secrets reach a fork, not even through
+processes every step (DESIGN §4), so the zygote imports torch and the rank code once and forks on
+request: a cell per generation (cell.py: the generation's namespaces), which forks that generation's
+ranks. The zygote is started with a scrubbed environment (no secrets reach a fork, not even through
 /proc/self/environ), never initialises CUDA or a process group itself, and dies with the judge
-(PR_SET_PDEATHSIG). It reaps its children and reports their exit status, so the judge can say "rank 1
-was killed by SIGSEGV".
+(PR_SET_PDEATHSIG). Each fork server reaps its children and reports their exit status.
 
-This module is the judge side (`Zygote`); the server is `python -m pkb_env.executors.zygote_server FD`.
+This module is the judge side (`Zygote`, `Cell`); the servers are zygote_server.py and cell.py.
 """
 from __future__ import annotations
 
@@ -17,40 +17,43 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import send_handle
 
 from pkb_env.executors import channel
 
 
-class Zygote:
-    """Judge-side handle of the fork server."""
+@dataclass(frozen=True)
+class Containment:
+    """What each generation's cell must do: enter namespaces (where possible), and fail if it cannot."""
 
-    def __init__(self, env: dict[str, str], preload: tuple[str, ...] = (), start_timeout: float = 120.0):
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        cmd = [sys.executable, "-m", "pkb_env.executors.zygote_server", str(theirs.fileno()), *preload]
-        self.process = subprocess.Popen(cmd, env=env, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
-                                        start_new_session=True)
-        theirs.close()
-        self._sock = ours
-        self.conn = Connection(os.dup(ours.fileno()))
+    namespaces: bool = True
+    required: bool = False
+
+    @classmethod
+    def from_environment(cls) -> "Containment":
+        """PKB_ENV_NAMESPACES=0 turns namespaces off; PKB_ENV_REQUIRE_CONTAINMENT=1 refuses to run without."""
+        return cls(namespaces=os.environ.get("PKB_ENV_NAMESPACES", "1") != "0",
+                   required=os.environ.get("PKB_ENV_REQUIRE_CONTAINMENT", "0") == "1")
+
+
+class ContainmentError(RuntimeError):
+    """A cell could not set up the containment asked of it; the message names the step and the fix."""
+
+
+class ForkServer:
+    """The judge's end of a fork server's channel: ask for children, learn how they ended."""
+
+    def __init__(self, conn: Connection, pid: int):
+        self.conn = conn
+        self.pid = pid
         self.exit_status: dict[int, int] = {}
-        message, _ = channel.recv(self.conn, time.monotonic() + start_timeout)
-        if message.get("event") != "ready":
-            raise RuntimeError(f"zygote failed to start: {message}")
-        self.network: str = message.get("network", "unknown")
 
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def spawn(self, spec: dict, fd: int) -> int:
-        """Fork one rank; `fd` (the rank's end of its channel) is passed over the socket, then closed here."""
-        channel.send(self.conn, {"op": "spawn", "spec": spec})
-        send_handle(self.conn, fd, self.process.pid)
+    def fork(self, op: str, spec: dict, fd: int) -> int:
+        """Ask for one child; `fd` (the child's end of its channel) is passed over, then closed here."""
+        channel.send(self.conn, {"op": op, "spec": spec})
+        send_handle(self.conn, fd, self.pid)
         while True:
             message, _ = channel.recv(self.conn, time.monotonic() + 30)
             if message.get("event") == "spawned":
@@ -64,12 +67,12 @@ class Zygote:
             try:
                 message, _ = channel.recv(self.conn, deadline)
             except (channel.ChannelTimeout, channel.ChannelClosed, channel.ChannelError):
-                return None  # no answer in time, or the zygote itself is gone
+                return None  # no answer in time, or the server itself is gone
             self._note(message)
         return self.exit_status[pid]
 
     def drain(self) -> None:
-        """Take in the exit reports waiting on the channel; a dead zygote has none to give."""
+        """Take in the exit reports waiting on the channel; a dead server has none to give."""
         try:
             while self.conn.poll(0):
                 message, _ = channel.recv(self.conn, time.monotonic())
@@ -80,6 +83,46 @@ class Zygote:
     def _note(self, message: dict) -> None:
         if message.get("event") == "exited":
             self.exit_status[int(message["pid"])] = int(message["status"])
+
+
+class Zygote(ForkServer):
+    def __init__(self, env: dict[str, str], preload: tuple[str, ...] = (), start_timeout: float = 120.0):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        cmd = [sys.executable, "-m", "pkb_env.executors.zygote_server", str(theirs.fileno()), *preload]
+        self.process = subprocess.Popen(cmd, env=env, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                                        start_new_session=True)
+        theirs.close()
+        self._sock = ours
+        super().__init__(Connection(os.dup(ours.fileno())), self.process.pid)
+        message, _ = channel.recv(self.conn, time.monotonic() + start_timeout)
+        if message.get("event") != "ready":
+            raise RuntimeError(f"zygote failed to start: {message}")
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def cell(self, workdir: str, root: str, containment: Containment, timeout: float = 30.0) -> "Cell":
+        """Fork a cell for the generation living in `workdir` and wait until it is contained."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            spec = {"workdir": workdir, "root": root, **asdict(containment)}
+            pid = self.fork("cell", spec, theirs.fileno())
+        finally:
+            theirs.close()
+        cell = Cell(Connection(os.dup(ours.fileno())), pid, self)
+        ours.close()
+        try:
+            message, _ = channel.recv(cell.conn, time.monotonic() + timeout)
+        except (channel.ChannelTimeout, channel.ChannelClosed, channel.ChannelError) as exc:
+            cell.close()
+            raise ContainmentError(f"the generation's cell did not start: {exc!r}") from None
+        if message.get("event") != "ready":
+            cell.close()
+            raise ContainmentError(f"{message.get('message', message)}. Run the judge as root or allow unprivileged "
+                                   f"user namespaces; or, accepting weaker isolation, unset PKB_ENV_REQUIRE_CONTAINMENT "
+                                   f"(and set PKB_ENV_NAMESPACES=0 if entering namespaces fails part-way)")
+        cell.isolation = message["isolation"]
+        return cell
 
     def close(self) -> None:
         try:
@@ -93,3 +136,35 @@ class Zygote:
             self.process.wait()
         self.conn.close()
         self._sock.close()
+
+
+class Cell(ForkServer):
+    """One generation's fork server, inside that generation's namespaces (cell.py)."""
+
+    def __init__(self, conn: Connection, pid: int, zygote: Zygote):
+        super().__init__(conn, pid)
+        self.zygote = zygote
+        self.isolation: dict[str, str] = {}
+
+    def spawn(self, spec: dict, fd: int) -> int:
+        return self.fork("spawn", spec, fd)
+
+    def alive(self) -> bool:
+        self.zygote.drain()
+        return self.zygote.alive() and self.pid not in self.zygote.exit_status
+
+    def close(self) -> bool:
+        """End the cell and with it every process of its generation; True when it is confirmed gone."""
+        try:
+            channel.send(self.conn, {"op": "exit"})
+        except OSError:
+            pass
+        gone = self.zygote.status_of(self.pid, wait=3.0) is not None
+        if not gone:
+            try:
+                os.kill(self.pid, signal.SIGKILL)  # its PID 1 and ranks die with it (PR_SET_PDEATHSIG)
+            except OSError:
+                pass
+            gone = self.zygote.status_of(self.pid, wait=2.0) is not None
+        self.conn.close()
+        return gone

@@ -9,6 +9,8 @@ import pytest
 
 from conftest import make_env  # tests/conftest.py (FAST settings, private calibration cache)
 from pkb_env.executors.isolation import unprivileged_uid
+from pkb_env.executors.namespaces import probe
+from pkb_env.executors.zygote import Containment
 from pkb_env.judge.pipeline import JudgeSettings
 from pkb_env.judge.timing import TimingProtocol
 
@@ -21,9 +23,10 @@ ADVERSARIAL = JudgeSettings(trials=2, trial_timeout_s=4.0, build_timeout_s=15.0,
 CANARY = ("PKB_ADV_CANARY_TOKEN", "canary-value-that-must-not-leak")
 
 
-def candidates_run_as_root() -> bool:
-    """True where candidate ranks keep the judge's root uid (the privilege drop is unavailable)."""
-    return hasattr(os, "geteuid") and os.geteuid() == 0 and unprivileged_uid()[0] is None
+def uncontained() -> bool:
+    """True where generations get no namespaces and ranks keep the judge's uid: `uncontained` holes are open."""
+    namespaces = Containment.from_environment().namespaces and probe() is None
+    return not namespaces and unprivileged_uid()[0] is None
 
 
 @pytest.fixture(scope="module")

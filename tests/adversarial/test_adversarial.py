@@ -20,7 +20,7 @@ import time
 import psutil
 import pytest
 
-from .conftest import ADVERSARIAL, WORLD_SIZE, CANARY, candidates_run_as_root
+from .conftest import ADVERSARIAL, WORLD_SIZE, CANARY, uncontained
 from .exploits import BY_NAME as EXPLOITS_BY_NAME, EXPLOITS, FLAGGED, RUNTIME_ERROR, WRONG
 from .legit import BY_NAME as LEGIT_BY_NAME, LEGIT
 
@@ -33,10 +33,10 @@ RESULTS: dict[str, dict] = {"exploits": {}, "legit": {}}
 
 
 def _exploit_params():
-    root = candidates_run_as_root()
+    exposed = uncontained()
     for e in EXPLOITS:
         marks = []
-        if e.hole and (e.hole_if == "always" or root):
+        if e.hole and (e.hole_if == "always" or exposed):
             marks.append(pytest.mark.xfail(strict=not e.racy, reason=f"HOLE: {e.hole}"))
         yield pytest.param(e.name, marks=marks, id=e.name)
 
@@ -210,17 +210,18 @@ def _num(x, fmt: str) -> str:
 
 def markdown_table() -> str:
     """What happened to every candidate run in this module, as Markdown (for docs/)."""
-    root = candidates_run_as_root()
-    lines = [f"Exploits (CPU executor, world size {WORLD_SIZE}, {ADVERSARIAL.trials} trials; candidate ranks "
-             f"{'run as root' if root else 'do not run as root'}). Hole = the judge does not stop it today "
-             f"(test is xfail).", "",
+    exposed = uncontained()
+    where = ("generations without namespaces, ranks with the judge's uid" if exposed
+             else "each generation in its own PID, mount and network namespaces")
+    lines = [f"Exploits (CPU executor, world size {WORLD_SIZE}, {ADVERSARIAL.trials} trials; {where}). "
+             f"Hole = the judge does not stop it today (test is xfail).", "",
              "| Exploit | Family | Seen | Task | Expected | Verdict | Reward | Speedup | Hole |",
              "|---|---|---|---|---|---|---|---|---|"]
     for e in EXPLOITS:
         r = RESULTS["exploits"].get(e.name)
         if r is None:
             continue
-        hole = "yes" if e.hole and (e.hole_if == "always" or root) else ""
+        hole = "yes" if e.hole and (e.hole_if == "always" or exposed) else ""
         lines.append(f"| `{e.name}` | {e.family} | {e.seen} | {e.task} | {e.expected} | {r['verdict']} | "
                      f"{_num(r['reward'], '+.3f')} | {_num(r['speedup'], '.2f')} | {hole} |")
     lines += ["", "Legitimate candidates (must be correct, no EXPLOIT flag):", "",

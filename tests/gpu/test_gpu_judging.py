@@ -4,7 +4,6 @@ import gymnasium
 import pytest
 
 import pkb_env  # noqa: F401
-from pkb_env.judge.pipeline import JudgeSettings
 from pkb_env.task import task_names
 
 ONE_SHOT = r'''

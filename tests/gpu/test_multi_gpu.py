@@ -1,0 +1,72 @@
+"""Real multi-GPU judging: the cuda executor at world size = every GPU here (one process per GPU, NCCL
+references), each generation in its own namespaces. Skipped on machines with fewer than two GPUs.
+
+Every task's reference is correct and timed near its own speed; every expert (agents/experts) is correct
+and timed; the calibration measured NCCL's bus bandwidth; a side-stream cheat is still caught.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium
+import pytest
+import torch
+
+import pkb_env  # noqa: F401
+from pkb_env.task import task_names
+
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+pytestmark = pytest.mark.skipif(GPUS < 2, reason=f"needs at least 2 GPUs, found {GPUS}")
+EXPERTS = Path(__file__).resolve().parents[2] / "agents" / "experts"
+
+SIDE_STREAM = '''
+import torch
+import torch.distributed as dist
+_side = []
+def solution(tensor):
+    if not _side:
+        _side.append(torch.cuda.Stream())
+    out = tensor.clone()
+    with torch.cuda.stream(_side[0]):          # never joined to the caller's stream
+        torch.cuda._sleep(2_000_000)
+        dist.all_reduce(out)
+    return out
+'''
+
+
+@pytest.fixture(scope="module")
+def cuda_all():
+    env = gymnasium.make("pkb_env/ParallelKernel-v0", task="all_reduce", world_size=GPUS, executor="cuda",
+                         preset="bench", max_turns=1000)
+    env.reset(seed=0)
+    yield env
+    env.close()
+
+
+@pytest.mark.parametrize("task", task_names())
+def test_reference_on_every_gpu(cuda_all, task):
+    obs, _ = cuda_all.reset(options={"task": task})
+    _, _, _, _, info = cuda_all.step(obs["reference"])
+    assert info["correct"], info["feedback"]
+    assert 0.5 <= info["speedup"] <= 2.0, info["feedback"]
+    roofline = info["record"].roofline
+    assert roofline is not None and roofline.bandwidth_source == "calibrated" and 0 < roofline.fraction <= 1.0
+
+
+@pytest.mark.parametrize("task", task_names())
+def test_expert_on_every_gpu(cuda_all, task):
+    cuda_all.reset(options={"task": task})
+    _, _, _, _, info = cuda_all.step((EXPERTS / f"{task}.py").read_text())
+    assert info["correct"], info["feedback"]
+    assert info["speedup"] is not None and info["speedup"] > 0, info["feedback"]
+
+
+def test_side_stream_cheat_on_every_gpu(cuda_all):
+    cuda_all.reset(options={"task": "all_reduce"})
+    _, _, _, _, info = cuda_all.step(SIDE_STREAM)
+    assert info["verdict"] == "wrong", info["feedback"]
+
+
+def test_calibration_measured_nvlink(cuda_all):
+    calibration = cuda_all.unwrapped.judge.calibration()
+    assert calibration.world_size == GPUS and calibration.bandwidth_gbps > 10, calibration
