@@ -62,8 +62,8 @@ def test_unprivileged_candidate_cannot_touch_the_judge(env2, tmp_path):
         pytest.skip(f"privilege drop not available here: {isolation['privileges']}")
     target = tmp_path / "judge-file"
     target.write_text("judge")
-    # Obfuscated past the static screen on purpose: this checks the operating system's barrier, the one
-    # that holds when the screen is fooled.
+    # Past the static screen on purpose (libc's kill through ctypes, a computed /proc path): this checks the
+    # operating system's barrier, the one that holds when the screen is fooled.
     feedback = _verdict_message(env2, f"""import os
 results = [str(os.getuid())]
 try:
@@ -71,10 +71,10 @@ try:
     results.append("WROTE")
 except OSError as exc:
     results.append("nowrite")
-try:
-    getattr(os, "ki" + "ll")({os.getpid()}, 0)
+import ctypes
+if ctypes.CDLL(None, use_errno=True).kill({os.getpid()}, 0) == 0:
     results.append("SIGNALLED")
-except OSError:
+else:
     results.append("nosignal")
 try:
     open("/" + "pr" + "oc/{os.getpid()}/environ").read()
