@@ -92,14 +92,6 @@ class RankServer:
         # The judge's own barriers and reductions run on a group of their own: a candidate's collectives
         # on the default group can never match (or mismatch) them.
         self.judge_group = dist.new_group(backend="gloo")
-        # On several GPUs every timed call starts when all GPUs leave one tiny all_reduce on an NCCL group of
-        # the judge's: host barriers release ranks tens of microseconds apart, and that skew would be timed
-        # as part of every collective (it was: ~100 us per call at 2 GPUs).
-        self.device_group = None
-        if spec["backend"] == "nccl" and self.world_size > 1:
-            self.device_group = dist.new_group(backend="nccl")
-            self.align = torch.zeros(1, device=self.device)
-            JUDGE.all_reduce(self.align, group=self.device_group)  # its communicator is made now, not mid-timing
         link.attach(conn)  # kernel compiles are requested from the judge (pkb_env.runtime)
 
     # -- loop ------------------------------------------------------------------------------------
@@ -224,11 +216,7 @@ class RankServer:
         return self.task.make_inputs(ctx)
 
     def timed_call(self, args: tuple) -> tuple[Any, float, float | None]:
-        """(output, host seconds across a full device sync, CUDA-event seconds on the caller's stream).
-
-        Ranks meet at a host barrier; on several GPUs they also meet on the devices (see `device_group`),
-        so the events start together on every GPU and the slowest rank's time is the call's, not the skew.
-        """
+        """(output, host seconds across a full device sync, CUDA-event seconds on the caller's stream)."""
         JUDGE.barrier(group=self.judge_group)
         self.sync()
         if self.device.type != "cuda":
@@ -236,8 +224,6 @@ class RankServer:
             out = self.solution(*args)
             return out, JUDGE.clock() - start, None
         begin, end = JUDGE.event(enable_timing=True), JUDGE.event(enable_timing=True)
-        if self.device_group is not None:
-            JUDGE.all_reduce(self.align, group=self.device_group)
         start = JUDGE.clock()
         begin.record()
         out = self.solution(*args)
