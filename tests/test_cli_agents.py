@@ -58,6 +58,7 @@ def test_topology_without_gpu(capsys):
     assert main(["topology"]) == 0
     out = capsys.readouterr().out
     assert "no GPU found" in out and "topology config: cpu" in out
+    assert "candidate containment here:" in out and "privileges:" in out
 
 
 def test_console_script_installed():

@@ -27,7 +27,7 @@ def unprivileged_uid() -> tuple[int | None, str]:
     if os.environ.get("PKB_ENV_DROP_PRIVILEGES", "1") == "0":
         return None, "off (PKB_ENV_DROP_PRIVILEGES=0)"
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        return None, "not needed (the judge does not run as root)"
+        return None, "the judge's own uid (not root), no capabilities"
     for path in _python_paths():
         blocked = _first_closed_directory(path)
         if blocked:
