@@ -7,6 +7,7 @@ unavailable (the executor then reports them unavailable and falls back; test_iso
 import ctypes
 import json
 import os
+import shutil
 import tempfile
 import traceback
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.skipif(MISSING is not None or os.geteuid() != 0,
                                 reason=f"needs root to play both parts here, and namespaces ({MISSING})")
 
 
-def _in_child(as_user: bool, workdir: str) -> dict:
+def _in_child(as_user: bool, workdir: str, checkout: str) -> dict:
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -35,13 +36,17 @@ def _in_child(as_user: bool, workdir: str) -> dict:
                 # was never root (the case this stands for) is dumpable and may write its own uid_map.
                 ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
             namespaces.unshare(user=as_user)
-            report["refused"] = namespaces.private_filesystem(workdir, [("/tmp", 16 << 20), ("/dev/shm", 16 << 20)])
+            report["refused"] = namespaces.private_filesystem(workdir, [("/tmp", 16 << 20), ("/dev/shm", 16 << 20)],
+                                                              [checkout, os.path.join(checkout, "inner")])
+            with open(os.path.join(checkout, "inner", "module.py")) as f:
+                report["checkout"] = f.read()
             namespaces.loopback_up()
             report["tmp"] = sorted(os.listdir("/tmp"))
             with open(os.path.join(workdir, "mine"), "w") as f:
                 f.write("ok")
             report["workdir_writable"] = True
-            for path in ("/etc/pkb-namespace-probe", os.path.join(os.path.dirname(namespaces.__file__), "x.py")):
+            for path in ("/etc/pkb-namespace-probe", os.path.join(os.path.dirname(namespaces.__file__), "x.py"),
+                         os.path.join(checkout, "inner", "module.py")):
                 try:
                     open(path, "w").close()
                     report.setdefault("wrote", []).append(path)
@@ -76,22 +81,31 @@ def test_a_cell_filesystem_and_pid_namespace(as_user, tmp_path):
     root = tempfile.mkdtemp(prefix="pkb-ns-test-")
     workdir = os.path.join(root, "gen")
     os.mkdir(workdir, 0o700)
+    checkout = tempfile.mkdtemp(prefix="pkb-ns-checkout-")  # code under /tmp, as a CI checkout may be
+    os.mkdir(os.path.join(checkout, "inner"))
+    with open(os.path.join(checkout, "inner", "module.py"), "w") as f:
+        f.write("X = 1\n")
+    os.chmod(checkout, 0o755)
     if as_user:
         os.chown(workdir, NOBODY, NOBODY)
         os.chmod(root, 0o711)
     try:
-        report = _in_child(as_user, workdir)
+        report = _in_child(as_user, workdir, checkout)
         assert "error" not in report, report.get("error")
         assert report["refused"] == [], report
-        assert report["tmp"] == [os.path.basename(root)], "the private /tmp holds only the generation's path"
+        assert report["tmp"] == sorted([os.path.basename(root), os.path.basename(checkout)]), \
+            "the private /tmp holds only the generation's path and the code bound back in"
+        assert report["checkout"] == "X = 1\n", "code kept from under /tmp must stay readable"
         assert report["workdir_writable"] and "wrote" not in report, report
         assert set(report["errors"]) <= {30, 13}, report  # EROFS (or EACCES as nobody)
         assert report["pid1_status"] != 3, "PID 1 of the new namespace must see only itself in its /proc"
         assert report["pid1_status"] == 0, "no capability may survive drop_privileges(None)"
         with open(os.path.join(workdir, "mine")) as f:
             assert f.read() == "ok", "the bound directory is the judge's, not a copy"
-        assert set(os.listdir("/tmp")) - host_tmp <= {os.path.basename(root)}, "nothing leaked into the host's /tmp"
+        assert set(os.listdir("/tmp")) - host_tmp <= {os.path.basename(root), os.path.basename(checkout)}, \
+            "nothing leaked into the host's /tmp"
+        with open(os.path.join(checkout, "inner", "module.py")) as f:
+            assert f.read() == "X = 1\n"
     finally:
-        import shutil
-
         shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(checkout, ignore_errors=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from multiprocessing.connection import Connection
 from typing import NoReturn
@@ -24,8 +25,11 @@ from pkb_env.executors import channel, namespaces
 from pkb_env.executors.forking import reap, serve
 from pkb_env.executors.limits import become_subreaper, kill_tree, set_parent_death_signal
 
-# Private scratch space per generation, in memory (tmpfs), capped so a candidate cannot fill the RAM with it.
-SCRATCH_BYTES = {"/tmp": 2 << 30, "/var/tmp": 256 << 20, "/dev/shm": 8 << 30}
+# Private scratch space per generation, in memory (tmpfs), capped so that a candidate cannot fill the RAM
+# with it: /dev/shm gets the most (NCCL's shared-memory transport lives there where GPUs lack P2P).
+SCRATCH_CAPS = {"/tmp": (2 << 30, 8), "/var/tmp": (256 << 20, 32), "/dev/shm": (8 << 30, 4)}  # bytes, 1/x of RAM
+# Folders setup.py installs under the pkb_env name from elsewhere in the checkout (editable installs).
+MAPPED_PACKAGES = ("tasks", "rewards", "agents", "configs")
 CONTAINED = {"pid": "private PID namespace (the generation dies as one)",
              "network": "private network namespace (loopback only)"}
 
@@ -42,8 +46,8 @@ def run_cell(spec: dict, fd: int) -> NoReturn:
         os.setsid()
         try:
             isolation, init = contain(spec, conn)
-        except OSError as exc:
-            channel.send(conn, {"event": "failed", "message": f"could not contain the generation: {exc}"})
+        except Exception as exc:  # noqa: BLE001  (any failure here is reported, then the cell ends)
+            channel.send(conn, {"event": "failed", "message": f"could not contain the generation: {exc!r}"})
             return_code = 1
         else:
             if spec["required"] and not isolation["pid"].startswith("private"):
@@ -72,8 +76,10 @@ def contain(spec: dict, conn: Connection) -> tuple[dict[str, str], int | None]:
         reason = f"unavailable ({exc})"
         return {"pid": reason, "filesystem": reason, "network": reason}, None
     # From here a failure leaves half-made namespaces: the cell fails rather than run candidates in them.
-    scratch = [(path, size) for path, size in SCRATCH_BYTES.items()] + [(spec["root"], 64 << 20)]
-    refused = namespaces.private_filesystem(spec["workdir"], scratch)
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    scratch = [(path, min(cap, memory // share)) for path, (cap, share) in SCRATCH_CAPS.items()]
+    scratch.append((spec["root"], 64 << 20))
+    refused = namespaces.private_filesystem(spec["workdir"], scratch, needed_paths())
     namespaces.loopback_up()
     init = start_init(conn)
     filesystem = "read-only except the generation's directory; private /tmp, /var/tmp, /dev/shm and /proc"
@@ -83,6 +89,18 @@ def contain(spec: dict, conn: Connection) -> tuple[dict[str, str], int | None]:
     if user:
         isolation["user"] = "user namespace (ids mapped to themselves)"
     return isolation, init
+
+
+def needed_paths() -> list[str]:
+    """Where this Python and the judge's code live: ranks must still see them when /tmp is covered."""
+    import importlib.util
+
+    paths = [sys.prefix, sys.exec_prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+             *sys.path]
+    for name in ("pkb_env", *(f"pkb_env.{sub}" for sub in MAPPED_PACKAGES)):
+        spec = importlib.util.find_spec(name)
+        paths += list(spec.submodule_search_locations or []) if spec else []
+    return paths
 
 
 def start_init(conn: Connection) -> int:

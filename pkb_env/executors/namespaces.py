@@ -65,27 +65,27 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
            f"mount {fstype or source or ''} on {target}")
 
 
-def private_filesystem(workdir: str, scratch: list[tuple[str, int]]) -> list[str]:
+def private_filesystem(workdir: str, scratch: list[tuple[str, int]], keep: list[str]) -> list[str]:
     """Cover each (path, bytes) of `scratch` with a fresh tmpfs, keep `workdir`, make the rest read-only.
 
+    `keep` lists what the ranks need that may live under a covered path (the Python install, the judge's
+    code: a checkout in /tmp is common); each is bound back, read-only, at its own path.
     Returns the mount points that could not be made read-only (normally none).
     """
     mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing done here reaches the host's mount table
     existing = mount_points()
-    keep = os.open(workdir, os.O_PATH | os.O_DIRECTORY)
+    covering = [path for path, _ in scratch if os.path.isdir(path)]
+    held = {path: os.open(path, os.O_PATH) for path in _outermost(keep) if _under(path, covering)}
+    workdir_fd = os.open(workdir, os.O_PATH | os.O_DIRECTORY)
     covered = []
     for path, size in scratch:
-        if os.path.isdir(path) and not _under(path, covered):
-            mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777")
-            covered.append(path)
-    if not os.path.isdir(workdir):
-        old = os.umask(0o022)
-        try:
-            os.makedirs(workdir)
-        finally:
-            os.umask(old)
-    mount(f"/proc/self/fd/{keep}", workdir, None, MS_BIND)  # its own mount: stays writable below
-    os.close(keep)
+        if not os.path.isdir(path) or _under(path, covered):
+            continue
+        mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777")
+        covered.append(path)
+        for kept in [k for k in held if _under(k, [path])]:
+            _bind(held.pop(kept), kept, MS_RDONLY | _options_at(kept, existing))
+    _bind(workdir_fd, workdir, 0)  # its own mount: stays writable below
     refused = []
     for point, flags in existing:
         if _under(point, covered) or _under(point, ["/proc"]):
@@ -95,6 +95,35 @@ def private_filesystem(workdir: str, scratch: list[tuple[str, int]]) -> list[str
         except OSError:
             refused.append(point)
     return refused
+
+
+def _bind(fd: int, path: str, flags: int) -> None:
+    """Mount what `fd` holds at `path` (created in the new tmpfs when missing), with `flags` if any."""
+    directory = os.path.isdir(f"/proc/self/fd/{fd}")
+    if not os.path.exists(path):
+        old = os.umask(0o022)
+        try:
+            os.makedirs(path if directory else os.path.dirname(path), exist_ok=True)
+            if not directory:
+                open(path, "a").close()
+        finally:
+            os.umask(old)
+    mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+    os.close(fd)
+    if flags:
+        mount(None, path, None, MS_REMOUNT | MS_BIND | flags)
+
+
+def _options_at(path: str, points: list[tuple[str, int]]) -> int:
+    """The kept options of the mount that holds `path` (the longest mount point above it)."""
+    best = max((p for p in points if _under(path, [p[0]])), key=lambda p: len(p[0]), default=("/", 0))
+    return best[1]
+
+
+def _outermost(paths: list[str]) -> list[str]:
+    """Existing absolute paths, without those inside another one of them."""
+    found = sorted({os.path.normpath(p) for p in paths if p and os.path.isabs(p) and os.path.exists(p)})
+    return [p for i, p in enumerate(found) if not _under(p, found[:i])]
 
 
 def mount_proc() -> None:
