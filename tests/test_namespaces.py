@@ -14,6 +14,7 @@ import traceback
 import pytest
 
 from pkb_env.executors import namespaces
+from pkb_env.executors.cell import needed_paths
 from pkb_env.executors.isolation import NOBODY, drop_privileges
 
 MISSING = namespaces.probe()
@@ -37,7 +38,8 @@ def _in_child(as_user: bool, workdir: str, checkout: str) -> dict:
                 ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
             namespaces.unshare(user=as_user)
             report["refused"] = namespaces.private_filesystem(workdir, [("/tmp", 16 << 20), ("/dev/shm", 16 << 20)],
-                                                              [checkout, os.path.join(checkout, "inner")])
+                                                              [checkout, os.path.join(checkout, "inner"),
+                                                               *needed_paths()])
             with open(os.path.join(checkout, "inner", "module.py")) as f:
                 report["checkout"] = f.read()
             namespaces.loopback_up()
@@ -93,8 +95,9 @@ def test_a_cell_filesystem_and_pid_namespace(as_user, tmp_path):
         report = _in_child(as_user, workdir, checkout)
         assert "error" not in report, report.get("error")
         assert report["refused"] == [], report
-        assert report["tmp"] == sorted([os.path.basename(root), os.path.basename(checkout)]), \
-            "the private /tmp holds only the generation's path and the code bound back in"
+        kept = {os.path.basename(root), os.path.basename(checkout)}
+        kept |= {p.split(os.sep)[2] for p in needed_paths() if p.startswith("/tmp/") and os.path.exists(p)}
+        assert set(report["tmp"]) == kept, "the private /tmp holds only the generation's path and the code bound back in"
         assert report["checkout"] == "X = 1\n", "code kept from under /tmp must stay readable"
         assert report["workdir_writable"] and "wrote" not in report, report
         assert set(report["errors"]) <= {30, 13}, report  # EROFS (or EACCES as nobody)
