@@ -12,9 +12,9 @@ import pytest
 import pkb_env
 from conftest import make_env
 from pkb_env.executors.namespaces import probe
-from pkb_env.executors.zygote import ContainmentError
+from pkb_env.executors.zygote import Containment, ContainmentError
 
-NAMESPACES = probe()
+NAMESPACES = probe() if Containment.from_environment().namespaces else "off (PKB_ENV_NAMESPACES=0)"
 needs_namespaces = pytest.mark.skipif(NAMESPACES is not None, reason=f"no namespaces here: {NAMESPACES}")
 
 
@@ -148,3 +148,55 @@ def test_required_containment_refuses_to_run_without_it(monkeypatch):
             env.reset(seed=0)
     finally:
         env.close()
+
+
+JUDGE_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+from conftest import make_env
+env = make_env(world_size=2)
+obs, _ = env.reset(seed=0)
+env.step('''import subprocess
+def solution(tensor):
+    subprocess.Popen(["sh", "-c", "(sleep {marker} &) ; sleep {marker}"], start_new_session=True)
+    while True:
+        pass
+''')
+"""
+
+
+@needs_namespaces
+def test_nothing_survives_a_killed_judge(tmp_path):
+    """SIGKILL the judge while a candidate's detached children run: the namespace takes them all down."""
+    import subprocess
+    import sys
+    import time
+
+    marker = "7" + str(os.getpid() % 1000).zfill(3)  # a sleep length no one else uses
+    tests = os.path.dirname(os.path.abspath(__file__))
+    judge = subprocess.Popen([sys.executable, "-c", JUDGE_SCRIPT.format(tests=tests, marker=marker)],
+                             env={**os.environ, "PKB_ENV_CACHE": str(tmp_path)})
+
+    def left():
+        return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] and "sleep" in p.info["cmdline"][0]
+                and p.info["cmdline"][-1] == marker]
+
+    try:
+        deadline = time.monotonic() + 60
+        while not left() and time.monotonic() < deadline and judge.poll() is None:
+            time.sleep(0.1)
+        assert left(), "the candidate's children never started"
+        family = [c.pid for c in psutil.Process(judge.pid).children(recursive=True)]
+        judge.kill()
+        judge.wait()
+        deadline = time.monotonic() + 10
+        while (left() or any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                             for p in family)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not left(), f"children outlived the judge: {[p.pid for p in left()]}"
+        assert not [p for p in family if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    finally:
+        for p in left():
+            p.kill()
+        if judge.poll() is None:
+            judge.kill()
