@@ -124,7 +124,8 @@ def test_without_namespaces_the_judge_still_works(monkeypatch):
     monkeypatch.setenv("PKB_ENV_NAMESPACES", "0")
     env = make_env(world_size=2)
     try:
-        obs, _ = env.reset(seed=0)
+        with pytest.warns(RuntimeWarning, match="without namespaces.*PKB_ENV_REQUIRE_CONTAINMENT"):
+            obs, _ = env.reset(seed=0)
         assert env.unwrapped.executor.isolation()["pid"].startswith("off"), env.unwrapped.executor.isolation()
         _, _, _, _, info = env.step(obs["reference"])
         assert info["correct"], info["feedback"]

@@ -14,6 +14,7 @@ import os
 import signal
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 
 from pkb_env.executors.environment import rank_environment
@@ -46,6 +47,7 @@ class ProcessExecutor:
         os.chmod(self.root, 0o711)  # unprivileged ranks may enter their own directories below it, not list it
         self.candidate_uid, self.privileges = unprivileged_uid()
         self.containment = Containment.from_environment()
+        self._warned = False  # about running without namespaces: once per executor
         self._zygote: Zygote | None = None
         self._reference: Generation | None = None
         self._next: Generation | None = None
@@ -130,8 +132,15 @@ class ProcessExecutor:
             self._reference = None
 
     def _start(self, role: str) -> Generation:
-        return Generation(self.zygote, self.placement, self.env, role, root=self.root, uid=self.candidate_uid,
-                          containment=self.containment)
+        gen = Generation(self.zygote, self.placement, self.env, role, root=self.root, uid=self.candidate_uid,
+                         containment=self.containment)
+        pid = gen.cell.isolation.get("pid", "")
+        if not pid.startswith("private") and not self._warned:
+            self._warned = True
+            warnings.warn(f"candidate code runs without namespaces here ({pid}): a candidate's files in /tmp and "
+                          f"fast-forking processes can outlive its step, and the filesystem stays writable to it. "
+                          f"Set PKB_ENV_REQUIRE_CONTAINMENT=1 to refuse instead.", RuntimeWarning, stacklevel=3)
+        return gen
 
     def isolation(self) -> dict[str, str]:
         """What containment candidate ranks get here (it depends on privileges and the platform)."""
