@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from importlib import resources
@@ -44,17 +43,6 @@ CANDIDATES = {
 }
 
 
-def dir_bytes(path: str) -> int:
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                pass
-    return total
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=200)
@@ -83,7 +71,7 @@ def main() -> int:
                             "seconds": time.monotonic() - t0, "judge_rss_mb": me.memory_info().rss / 2**20,
                             "judge_fds": me.num_fds(), "executor_processes": len(executor.process_ids()),
                             "machine_processes": len(psutil.pids()),
-                            "tmp_bytes": dir_bytes(executor.root)})
+                            "tmp_bytes": executor.directory_bytes()})
     finally:
         env.close()
     leftovers = [p.info for p in psutil.process_iter(["pid", "cmdline"]) if p.info["cmdline"] == ["sleep", "300"]]

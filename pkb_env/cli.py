@@ -232,11 +232,10 @@ def cmd_topology(args) -> int:
 def containment_summary() -> str:
     """What a generation would get on this machine, without starting one."""
     from pkb_env.executors.isolation import unprivileged_uid
-    from pkb_env.executors.namespaces import probe
     from pkb_env.executors.zygote import Containment
 
     wanted = Containment.from_environment()
-    missing = probe() if wanted.namespaces else "off (PKB_ENV_NAMESPACES=0)"
+    missing = wanted.missing()
     namespaces = "own PID, mount and network namespaces per generation" if missing is None else f"no namespaces: {missing}"
     required = "; required (PKB_ENV_REQUIRE_CONTAINMENT=1)" if wanted.required else ""
     return f"{namespaces}{required}; privileges: {unprivileged_uid()[1]}"

@@ -11,10 +11,9 @@ import pytest
 
 import pkb_env
 from conftest import make_env
-from pkb_env.executors.namespaces import probe
 from pkb_env.executors.zygote import Containment, ContainmentError
 
-NAMESPACES = probe() if Containment.from_environment().namespaces else "off (PKB_ENV_NAMESPACES=0)"
+NAMESPACES = Containment.from_environment().missing()
 needs_namespaces = pytest.mark.skipif(NAMESPACES is not None, reason=f"no namespaces here: {NAMESPACES}")
 
 

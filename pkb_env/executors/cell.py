@@ -22,8 +22,9 @@ from multiprocessing.connection import Connection
 from typing import NoReturn
 
 from pkb_env.executors import channel, namespaces
-from pkb_env.executors.forking import reap, serve
+from pkb_env.executors.forking import serve
 from pkb_env.executors.limits import become_subreaper, kill_tree, set_parent_death_signal
+from pkb_env.executors.zygote import NAMESPACES_OFF
 
 # Private scratch space per generation, in memory (tmpfs), capped so that a candidate cannot fill the RAM
 # with it: /dev/shm gets the most (NCCL's shared-memory transport lives there where GPUs lack P2P).
@@ -50,11 +51,11 @@ def run_cell(spec: dict, fd: int) -> NoReturn:
             channel.send(conn, {"event": "failed", "message": f"could not contain the generation: {exc!r}"})
             return_code = 1
         else:
-            if spec["required"] and not isolation["pid"].startswith("private"):
+            if spec["required"] and init is None:
                 channel.send(conn, {"event": "failed", "message": f"containment is required and {isolation['pid']}"})
                 return_code = 1
             else:
-                channel.send(conn, {"event": "ready", "isolation": isolation})
+                channel.send(conn, {"event": "ready", "isolation": isolation, "contained": init is not None})
                 serve(conn, "spawn", rank.run_forked)
                 return_code = 0
     except BaseException:
@@ -67,8 +68,7 @@ def run_cell(spec: dict, fd: int) -> NoReturn:
 def contain(spec: dict, conn: Connection) -> tuple[dict[str, str], int | None]:
     """Enter the namespaces and start their PID 1; returns what was applied and PID 1's pid."""
     if not spec["namespaces"]:
-        off = "off (PKB_ENV_NAMESPACES=0)"
-        return {"pid": off, "filesystem": off, "network": off}, None
+        return {"pid": NAMESPACES_OFF, "filesystem": NAMESPACES_OFF, "network": NAMESPACES_OFF}, None
     user = os.geteuid() != 0
     try:
         namespaces.unshare(user=user)
@@ -154,11 +154,12 @@ def end(init: int | None) -> None:
         except psutil.Error:
             pass
     deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline:  # reap here: every rank's end is the cell's to collect
+    while True:  # reap here: every rank's end is the cell's to collect
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
+            if time.monotonic() > deadline:
+                return
             time.sleep(0.01)
-    reap(None)

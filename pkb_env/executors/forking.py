@@ -18,7 +18,7 @@ from pkb_env.executors import channel
 def serve(conn: Connection, op: str, child: Callable[[dict, int], NoReturn]) -> None:
     """Answer `op` requests with forks running `child(spec, fd)` until told to exit or the judge is gone."""
     while True:
-        reap(conn)
+        _reap(conn)
         if not conn.poll(0.05):
             continue
         try:
@@ -39,8 +39,8 @@ def serve(conn: Connection, op: str, child: Callable[[dict, int], NoReturn]) -> 
             channel.send(conn, {"event": "spawned", "pid": pid})
 
 
-def reap(conn: Connection | None) -> None:
-    """Collect every ended child, telling the judge how each ended (when there is a judge to tell)."""
+def _reap(conn: Connection | None) -> None:
+    """Collect every ended child, telling the judge how each ended (while there is a judge to tell)."""
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)

@@ -2,9 +2,10 @@
 
 Candidate generations serve one step and are killed with every process they started; the reference
 generation serves many steps. The ranks are forked by the generation's cell (cell.py), inside its
-namespaces, so ending the cell ends everything the generation started. Every wait has a deadline. When a rank raises, exits or is killed, the
-others get a moment to report, then the generation is declared failed with one RankFailure per rank
-that did not deliver, saying what happened ("rank 1 was killed by SIGSEGV during trial 0").
+namespaces, so ending the cell ends everything the generation started. Every wait has a deadline.
+When a rank raises, exits or is killed, the others get a moment to report, then the generation is
+declared failed with one RankFailure per rank that did not deliver, saying what happened ("rank 1 was
+killed by SIGSEGV during trial 0").
 """
 from __future__ import annotations
 

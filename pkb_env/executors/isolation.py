@@ -17,6 +17,8 @@ import stat
 import sys
 import sysconfig
 
+from pkb_env.executors.limits import prctl
+
 NOBODY = 65534
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 38, 47, 4
 CAPABILITY_VERSION_3 = 0x20080522
@@ -48,8 +50,7 @@ def drop_privileges(uid: int | None, max_processes: int = 1024) -> None:
         os.setuid(uid)  # a uid other than 0 keeps no capabilities
     elif sys.platform.startswith("linux"):
         drop_capabilities()
-    if sys.platform.startswith("linux"):
-        _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
 
 
 def drop_capabilities() -> None:
@@ -63,11 +64,6 @@ def drop_capabilities() -> None:
     data = (ctypes.c_uint32 * 6)()  # two {effective, permitted, inheritable} words, all zero
     if libc.capset(header, data) != 0:
         raise OSError(ctypes.get_errno(), "capset failed")
-
-
-def _prctl(option: int, value: int) -> None:
-    if ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
 
 
 def remove_files_of(uid: int, directories: tuple[str, ...]) -> None:

@@ -19,19 +19,20 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def _prctl(option: int, value: int) -> None:
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+def prctl(option: int, value: int) -> None:
+    """prctl(2) with one argument; raises OSError on failure; does nothing off Linux."""
+    if sys.platform.startswith("linux") and ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
 
 
 def set_parent_death_signal() -> None:
     """Die with SIGKILL when the process that forked us dies: nothing outlives a crashed judge."""
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def become_subreaper() -> None:
     """Adopt orphaned descendants, so a double-forked grandchild stays findable in our process tree."""
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
 @dataclass(frozen=True)

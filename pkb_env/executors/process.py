@@ -75,12 +75,13 @@ class ProcessExecutor:
     def release(self, gen: Generation) -> None:
         """End a candidate generation and everything it left behind, before the judge goes on."""
         gen.close()
-        self.sweep()
+        if not gen.cell.contained:  # a contained generation took everything with it: nothing to sweep
+            self.sweep()
 
     def sweep(self, seconds: float = 1.0) -> None:
         """Kill whatever the zygote adopted that is not the cell of a live generation.
 
-        Where cells have PID namespaces nothing can escape them and this finds nothing. Without them the
+        Only needed for generations without namespaces (a contained one cannot leave anything). The
         zygote is a subreaper: a candidate's process that outlived its cell (detached daemons, a process
         that keeps forking and exiting to stay ahead of a tree walk) ends up its child, and the time-bounded
         scan below may lose that race. Files the candidate uid left in the shared temporary directories go too.
@@ -134,10 +135,10 @@ class ProcessExecutor:
     def _start(self, role: str) -> Generation:
         gen = Generation(self.zygote, self.placement, self.env, role, root=self.root, uid=self.candidate_uid,
                          containment=self.containment)
-        pid = gen.cell.isolation.get("pid", "")
-        if not pid.startswith("private") and not self._warned:
+        if not gen.cell.contained and not self._warned:
             self._warned = True
-            warnings.warn(f"candidate code runs without namespaces here ({pid}): a candidate's files in /tmp and "
+            warnings.warn(f"candidate code runs without namespaces here ({gen.cell.isolation['pid']}): a "
+                          f"candidate's files in /tmp and "
                           f"fast-forking processes can outlive its step, and the filesystem stays writable to it. "
                           f"Set PKB_ENV_REQUIRE_CONTAINMENT=1 to refuse instead.", RuntimeWarning, stacklevel=3)
         return gen
@@ -147,6 +148,17 @@ class ProcessExecutor:
         if self._next is None or self._next.closed:
             self.prestart()
         return {**self._next.cell.isolation, "privileges": self.privileges}
+
+    def directory_bytes(self) -> int:
+        """Bytes in files under the executor's directory (for tests and leak checks)."""
+        total = 0
+        for base, _, files in os.walk(self.root):
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(base, name)).st_size
+                except OSError:
+                    pass
+        return total
 
     def process_ids(self) -> list[int]:
         """Every live process this executor owns (for tests and leak checks)."""

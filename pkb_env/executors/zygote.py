@@ -24,6 +24,9 @@ from multiprocessing.reduction import send_handle
 from pkb_env.executors import channel
 
 
+NAMESPACES_OFF = "off (PKB_ENV_NAMESPACES=0)"
+
+
 @dataclass(frozen=True)
 class Containment:
     """What each generation's cell must do: enter namespaces (where possible), and fail if it cannot."""
@@ -36,6 +39,12 @@ class Containment:
         """PKB_ENV_NAMESPACES=0 turns namespaces off; PKB_ENV_REQUIRE_CONTAINMENT=1 refuses to run without."""
         return cls(namespaces=os.environ.get("PKB_ENV_NAMESPACES", "1") != "0",
                    required=os.environ.get("PKB_ENV_REQUIRE_CONTAINMENT", "0") == "1")
+
+    def missing(self) -> str | None:
+        """None where a cell started now would get its namespaces, else why not (without starting one)."""
+        from pkb_env.executors.namespaces import probe
+
+        return probe() if self.namespaces else NAMESPACES_OFF
 
 
 class ContainmentError(RuntimeError):
@@ -122,6 +131,7 @@ class Zygote(ForkServer):
                                    f"user namespaces; or, accepting weaker isolation, unset PKB_ENV_REQUIRE_CONTAINMENT "
                                    f"(and set PKB_ENV_NAMESPACES=0 if entering namespaces fails part-way)")
         cell.isolation = message["isolation"]
+        cell.contained = message["contained"]
         return cell
 
     def close(self) -> None:
@@ -144,7 +154,8 @@ class Cell(ForkServer):
     def __init__(self, conn: Connection, pid: int, zygote: Zygote):
         super().__init__(conn, pid)
         self.zygote = zygote
-        self.isolation: dict[str, str] = {}
+        self.isolation: dict[str, str] = {}  # what was applied, in words
+        self.contained = False                # in its own namespaces (ending it ends all it started)
 
     def spawn(self, spec: dict, fd: int) -> int:
         return self.fork("spawn", spec, fd)

@@ -9,7 +9,6 @@ import pytest
 
 from conftest import make_env  # tests/conftest.py (FAST settings, private calibration cache)
 from pkb_env.executors.isolation import unprivileged_uid
-from pkb_env.executors.namespaces import probe
 from pkb_env.executors.zygote import Containment
 from pkb_env.judge.pipeline import JudgeSettings
 from pkb_env.judge.timing import TimingProtocol
@@ -25,8 +24,7 @@ CANARY = ("PKB_ADV_CANARY_TOKEN", "canary-value-that-must-not-leak")
 
 def uncontained() -> bool:
     """True where generations get no namespaces and ranks keep the judge's uid: `uncontained` holes are open."""
-    namespaces = Containment.from_environment().namespaces and probe() is None
-    return not namespaces and unprivileged_uid()[0] is None
+    return Containment.from_environment().missing() is not None and unprivileged_uid()[0] is None
 
 
 @pytest.fixture(scope="module")

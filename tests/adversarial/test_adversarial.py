@@ -67,7 +67,7 @@ def test_exploit_is_defeated(adv_env, baseline, name):
     if e.fresh_reference_time:  # as on the first step of a task in a real run
         _forget_reference_time(adv_env, e.task)
     processes_before = len(executor.process_ids())
-    root_before = _tree_size(executor.root)
+    root_before = executor.directory_bytes()
 
     problems: list[str] = []
     verdict, reward, speedup, feedback = "judge_error", None, None, ""
@@ -107,7 +107,7 @@ def test_exploit_is_defeated(adv_env, baseline, name):
     if left:
         problems.append(f"files outside the generation directory survived the step: {left}")
         _remove(left)
-    root_after = _tree_size(executor.root)
+    root_after = executor.directory_bytes()
     if root_after > root_before + ROOT_GROWTH_BYTES:
         problems.append(f"the executor's directory grew by {(root_after - root_before) >> 20} MiB")
     processes_after = len(executor.process_ids())
@@ -136,17 +136,6 @@ def _forget_reference_time(env, task: str) -> None:
     times = env.unwrapped.judge._reference_times
     for key in [k for k in times if k[0] == task]:
         del times[key]
-
-
-def _tree_size(root: str) -> int:
-    total = 0
-    for base, _, files in os.walk(root):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(base, f)).st_size
-            except OSError:
-                pass
-    return total
 
 
 def _marker_processes(marker: str | None) -> list[psutil.Process]:
