@@ -242,8 +242,7 @@ if __name__ == "__main__":
 
     # ---- env setup: one env, one single-turn episode per completion ----------------------------------------
     judge = (JudgeSettings(trials=2, trial_timeout_s=10.0, build_timeout_s=30.0, timing_timeout_s=30.0,
-                           protocol=TimingProtocol(warmup_s=0.05, measure_s=0.25, min_calls=10, max_calls=60,
-                                                   statistic="min"))
+                           protocol=TimingProtocol.quick("host"))
              if args.fast_judge else None)
     env = gymnasium.make(pkb_env.ENV_ID, task=args.tasks, world_size=args.world_size, executor=args.executor,
                          reward=args.reward, max_turns=1, judge_settings=judge)

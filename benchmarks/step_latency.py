@@ -1,10 +1,15 @@
 """Step latency of the environment itself: the first step and warm steps, with a per-stage breakdown.
 
     python benchmarks/step_latency.py --executor cpu --task all_reduce --world-size 4 --steps 10
+    python benchmarks/step_latency.py --executor cuda --world-size 2 --preset bench --steps 8 \
+        --candidates reference agents/experts/all_reduce.py --json step_latency.json
 
-The first step pays for the zygote (one torch import), the first rank generation, the reference
-generation, a calibration (unless cached) and the reference timing. Warm steps pay for one candidate
-generation (pre-started during the previous step), build, trials, verification and timing.
+`reset` starts the zygote (one torch import) and pre-starts the reference and the first candidate
+generation. The first step pays for waiting on them (CUDA contexts, communicators and their
+connections are made at generation start), a calibration (unless cached) and the reference's timing.
+Warm steps pay for one candidate generation (pre-started during the previous step), build, trials,
+verification, timing and the check of every timed call. With several `--candidates`, each gets its
+first step and `--steps` warm steps in the same env, in order.
 """
 from __future__ import annotations
 
@@ -30,7 +35,8 @@ def main() -> int:
     parser.add_argument("--world-size", type=int, default=4)
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--steps", type=int, default=10, help="warm steps after the first")
-    parser.add_argument("--candidate", default=None, help="a file to submit (default: the reference)")
+    parser.add_argument("--candidates", nargs="+", default=["reference"],
+                        help="files to submit, or 'reference' (default)")
     parser.add_argument("--json", default=None, help="write the measurements here")
     args = parser.parse_args()
     os.environ.setdefault("PKB_ENV_CACHE", tempfile.mkdtemp(prefix="pkb-bench-cache-"))  # cold calibration
@@ -42,37 +48,48 @@ def main() -> int:
     start = time.perf_counter()
     obs, _ = env.reset(seed=0)
     reset_s = time.perf_counter() - start
-    action = open(args.candidate).read() if args.candidate else obs["reference"]
-    steps = []
+    runs = {}
     try:
-        for i in tqdm(range(args.steps + 1), desc="steps", unit="step"):
-            start = time.perf_counter()
-            _, _, _, _, info = env.step(action)
-            total = time.perf_counter() - start
-            steps.append({"total_s": total, "verdict": info["verdict"], "speedup": info["speedup"],
-                          "call_s": info["record"].timing.time_s if info["record"].timing else None,
-                          **{f"{k}_s": v for k, v in info["stage_seconds"].items()}})
+        for name in args.candidates:
+            action = obs["reference"] if name == "reference" else open(name).read()
+            steps = runs[name] = []
+            for _ in tqdm(range(args.steps + 1), desc=os.path.basename(name), unit="step"):
+                start = time.perf_counter()
+                _, _, _, _, info = env.step(action)
+                total = time.perf_counter() - start
+                timing = info["record"].timing
+                steps.append({"total_s": total, "verdict": info["verdict"], "speedup": info["speedup"],
+                              "call_s": timing.time_s if timing else None, "bursts": timing and timing.bursts,
+                              "timed_calls": timing and timing.calls, "timing_wall_s": timing and timing.wall_s,
+                              **{f"{k}_s": v for k, v in info["stage_seconds"].items()}})
+        facts = env.unwrapped.executor._reference.facts if env.unwrapped.executor._reference else []
     finally:
         env.close()
 
-    stages = [k for k in steps[0] if k.endswith("_s") and k not in ("total_s", "call_s")]
-    warm = steps[1:]
-    rows = [["first step", *(steps[0][k] * 1e3 for k in stages), steps[0]["total_s"] * 1e3]]
-    if warm:
-        rows.append(["warm median", *(statistics.median(s[k] for s in warm) * 1e3 for k in stages),
-                     statistics.median(s["total_s"] for s in warm) * 1e3])
     print(f"\n{args.task} {args.preset} world {args.world_size} on {args.executor}: make {made * 1e3:.0f} ms, "
-          f"reset {reset_s * 1e3:.0f} ms (starts the zygote and the first generation)\n")
-    print(table(["ms", *(k[:-2] for k in stages), "total"], rows))
-    medians = [s["call_s"] for s in steps if s["call_s"]]
-    speedups = [s["speedup"] for s in steps if s["speedup"]]
-    if medians:
-        print(f"\ncandidate time per call (the executor's statistic) over {len(medians)} steps: min {min(medians) * 1e3:.3f} ms, "
-              f"max {max(medians) * 1e3:.3f} ms (max/min {max(medians) / min(medians):.2f}); "
-              f"speedup min {min(speedups):.2f}x max {max(speedups):.2f}x; verdicts {sorted({s['verdict'] for s in steps})}")
+          f"reset {reset_s * 1e3:.0f} ms (starts the zygote and pre-starts the generations)")
+    print(f"rank start-up (reference generation): {facts}\n")
+    first = True
+    for name, steps in runs.items():
+        stages = [k for k in steps[0] if k.endswith("_s") and k not in ("total_s", "call_s", "timing_wall_s")]
+        rows = [["first step" if first else "first of candidate", *(steps[0][k] * 1e3 for k in stages),
+                 steps[0]["total_s"] * 1e3]]
+        first = False
+        if steps[1:]:
+            rows.append(["warm median", *(statistics.median(s[k] for s in steps[1:]) * 1e3 for k in stages),
+                         statistics.median(s["total_s"] for s in steps[1:]) * 1e3])
+        print(os.path.basename(name))
+        print(table(["ms", *(k[:-2] for k in stages), "total"], rows))
+        medians = [s["call_s"] for s in steps if s["call_s"]]
+        speedups = [s["speedup"] for s in steps if s["speedup"]]
+        if medians:
+            print(f"time per call over {len(medians)} steps: {min(medians) * 1e6:.1f}-{max(medians) * 1e6:.1f} us "
+                  f"(max/min {max(medians) / min(medians):.3f}); speedup {min(speedups):.3f}-{max(speedups):.3f}x; "
+                  f"verdicts {sorted({s['verdict'] for s in steps})}\n")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "make_s": made, "reset_s": reset_s, "steps": steps}, f, indent=1)
+            json.dump({"args": vars(args), "make_s": made, "reset_s": reset_s, "rank_facts": facts, "runs": runs},
+                      f, indent=1)
     return 0
 
 

@@ -165,7 +165,7 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
         task = self._task
         topology = self._topology_text
         prompt = build_prompt(task, self.preset, self._dtype, self.world_size, topology, feedback, self._turn,
-                              gpu=self.executor.info.name != "cpu")
+                              gpu=self.executor.placement.gpu)
         return {
             "prompt": S.to_charset(prompt, S.MAX_PROMPT_CHARS),
             "task_id": task.name,

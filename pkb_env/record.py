@@ -84,7 +84,7 @@ class RankFailure:
     """Why a rank did not deliver: raised, exited, was killed, or ran out of time."""
 
     rank: int
-    kind: str          # "exception" | "exit" | "signal" | "timeout" | "protocol" | "limit"
+    kind: str          # "exception" | "exit" | "signal" | "timeout" | "forged" | "tampered" | "limit"
     message: str
     phase: str         # "build" | "trial 0" | "timing" | ...
     log_tail: str = ""
@@ -126,22 +126,32 @@ class VerifyResult:
 
 @dataclass
 class TimingResult:
-    """Step time per call: the max over ranks of each barrier-aligned call, then a statistic over calls."""
+    """Time per call of steady-state bursts (docs/timing.md): per burst the slowest rank's busy time / calls,
+    then the median over bursts. Written by the TIME stage only."""
 
-    time_s: float                         # the figure of merit: `statistic` over calls (speedup, roofline)
-    statistic: str                        # "median" | "min"
-    clock: str                            # "host" | "events" (CUDA events, cross-checked with host time)
+    time_s: float                         # the figure of merit: median burst figure (speedup, roofline)
+    statistic: str                        # "burst-median"
+    clock: str                            # "cuda" (CUDA events behind a device gate) | "host"
     median_s: float
-    spread: float                         # (p90 - p10) / median over calls
+    spread: float                         # (p90 - p10) / median over bursts
     min_s: float
     max_s: float
-    calls: int
+    calls: int                            # timed calls in all (each on an input set of its own)
     warmup_calls: int
-    input_sets: int = 0                   # distinct input sets the timed calls rotated over
-    host_gap_s: float | None = None       # median host time minus event time (events clock only)
-    reference_s: float | None = None      # the reference's time, same statistic and protocol
+    input_sets: int = 0                   # distinct input sets of the timed calls (one per call)
+    bursts: int = 0
+    rse: float = 0.0                      # relative standard error of the burst figures
+    per_call: dict[str, float] = field(default_factory=dict)  # p10/p50/p90/p99 of mark intervals, per call
+    launch_s: float | None = None         # host time to issue one call (what a CUDA graph would save)
+    idle_s: float | None = None           # device busy after a burst's end (median; GPUs)
+    wall_s: float = 0.0                   # the judge's wall time for the whole session
+    clock_allowance_s: float | None = None  # reporting overhead an honest rank may show per burst
+    clock_margin_s: float | None = None   # allowance less the worst rank's median overhead (>= 0: believed)
+    claim_ratio: float | None = None      # smallest claimed busy time / judge's wall time of a burst
+    reference_s: float | None = None      # the reference's time, same protocol and placement
     speedup: float | None = None
     suspect: str | None = None            # why the time cannot be trusted (never rewarded then)
+    error: str | None = None              # why the session ended without a time
 
 
 @dataclass

@@ -10,9 +10,10 @@ import pkb_env  # noqa: F401  (registers the env)
 from pkb_env.judge.pipeline import JudgeSettings
 from pkb_env.judge.timing import TimingProtocol
 
-# Short time limits so that hangs and deadlocks are cut quickly; a light timing protocol for speed.
+# Short time limits so that hangs and deadlocks are cut quickly; shorter bursts and budgets than production for
+# speed (tests about timing itself use the production protocol, TimingProtocol.for_clock("host")).
 FAST = JudgeSettings(trials=2, trial_timeout_s=6.0, build_timeout_s=20.0, timing_timeout_s=30.0,
-                     protocol=TimingProtocol(warmup_s=0.05, measure_s=0.25, min_calls=10, max_calls=60, statistic="min"))
+                     protocol=TimingProtocol.quick("host"))
 
 
 @pytest.fixture(scope="session", autouse=True)

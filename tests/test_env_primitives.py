@@ -11,9 +11,17 @@ def test_reference_is_correct_and_about_1x(env4, task):
     obs, reward, terminated, truncated, info = env4.step(obs["reference"])
     assert info["correct"], info["feedback"]
     assert info["verdict"] == "correct" and info["stage"] == "done" and info["error"] is None
-    assert 0.5 <= info["speedup"] <= 2.0, info["feedback"]
+    # The reference against itself on 4 ranks sharing 2 cores with whatever else runs: only a gross error
+    # (the first protocol's 4-8x) must not hide here; the distribution is in docs/timing.md (soak).
+    assert 0.1 <= info["speedup"] <= 10.0 and info["speedup"] == record_speedup(info), info["feedback"]
     assert 0.0 < info["roofline_fraction"] <= 1.0
     assert reward > 0.0 and info["reward_terms"]["performance"] == "measured"
     record = info["record"]
-    assert record.verify.checked == 2 * 4 + 3 * 4  # 2 trials + 3 sampled timed calls, on 4 ranks
-    assert record.timing.calls >= 10 and record.timing.reference_s > 0 and record.timing.statistic == "min"
+    assert record.verify.checked == 2 * 4 + record.timing.calls * 4  # 2 trials and every timed call, on 4 ranks
+    assert record.timing.suspect is None and record.timing.clock_margin_s >= 0
+    assert record.timing.calls >= 10 and record.timing.reference_s > 0 and record.timing.statistic == "interval-min"
+
+
+def record_speedup(info) -> float:
+    timing = info["record"].timing
+    return timing.reference_s / timing.time_s

@@ -1,10 +1,14 @@
 """Executors: where candidate and reference code runs. `make_executor` is the one way to get one.
 
-| name          | ranks                          | backend (reference) | times mean something |
-|---------------|--------------------------------|---------------------|----------------------|
-| cpu           | processes on the CPU           | gloo                | yes                  |
-| cuda          | one process per GPU            | nccl                | yes                  |
-| cuda-emulated | several processes per GPU      | gloo                | no (time-sliced GPU) |
+| name          | ranks                          | backend (reference) | clock       | times mean something |
+|---------------|--------------------------------|---------------------|-------------|----------------------|
+| cpu           | processes on the CPU           | gloo                | host        | yes                  |
+| cuda          | one process per GPU            | nccl                | CUDA events | yes                  |
+| cuda-emulated | several processes per GPU      | gloo (ref. on CPU)  | CUDA events | no (time-sliced GPU) |
+
+Everything that differs between them is data in the `Placement` (devices, backend, clock, calibration
+sizes, limits) and the `ExecutorInfo` (whether times mean anything, hardware fingerprint, topology):
+no other module asks an executor for its name.
 """
 from __future__ import annotations
 
@@ -16,6 +20,9 @@ from pkb_env.executors.limits import ResourceLimits
 from pkb_env.executors.process import ExecutorInfo, ProcessExecutor
 
 EXECUTORS = ("auto", "cpu", "cuda", "cuda-emulated")
+# all_reduce sizes (bytes) whose best bus bandwidth is the calibrated B; GPUs need large messages to saturate.
+GPU_CALIBRATION_SIZES = (1 << 20, 64 << 20, 256 << 20)
+CPU_CALIBRATION_SIZES = (1 << 20, 8 << 20)
 
 
 class ExecutorError(ValueError):
@@ -68,10 +75,12 @@ def make_executor(name: str, world_size: int) -> ProcessExecutor:
         if gpus < world_size:
             raise ExecutorError(f"executor 'cuda' needs {world_size} GPUs and this machine has {gpus}; "
                                 f"use executor='cuda-emulated' to run {world_size} ranks on fewer GPUs")
-        placement = Placement(tuple(f"cuda:{r}" for r in range(world_size)), "nccl", ResourceLimits())
+        placement = Placement(tuple(f"cuda:{r}" for r in range(world_size)), "nccl", ResourceLimits(), clock="cuda",
+                              calibration_sizes=GPU_CALIBRATION_SIZES)
         info = ExecutorInfo("cuda", f"cuda/{model}/x{world_size}", True, topology)
     else:
-        placement = Placement(tuple(f"cuda:{r % gpus}" for r in range(world_size)), "gloo", ResourceLimits())
+        placement = Placement(tuple(f"cuda:{r % gpus}" for r in range(world_size)), "gloo", ResourceLimits(),
+                              clock="cuda", calibration_sizes=(1 << 20,))
         info = ExecutorInfo("cuda-emulated", f"cuda-emulated/{model}/{world_size}on{gpus}", False, topology)
     if name == "cuda":
         return ProcessExecutor(info, placement)
@@ -83,7 +92,8 @@ def make_executor(name: str, world_size: int) -> ProcessExecutor:
 
 def cpu_placement(world_size: int) -> Placement:
     limits = ResourceLimits(address_space_bytes=max(2 << 30, int(_total_memory() * 0.6 / world_size)))
-    return Placement(tuple("cpu" for _ in range(world_size)), "gloo", limits)
+    return Placement(tuple("cpu" for _ in range(world_size)), "gloo", limits, clock="host",
+                     calibration_sizes=CPU_CALIBRATION_SIZES)
 
 
 def _total_memory() -> int:

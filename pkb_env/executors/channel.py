@@ -2,7 +2,8 @@
 
 The judge never unpickles anything a rank sends: a candidate can write to its own end of the channel
 (forging results), so headers are JSON and tensor payloads are read with `torch.load(weights_only=True)`,
-which admits only tensors and plain containers. Sizes are capped on receipt.
+which admits only tensors and plain containers. Sizes are capped on receipt. Framing is all this module
+does; what a rank may say in a frame is messages.py's business.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def recv(conn: Connection, deadline: float | None = None,
     _wait(conn, deadline)
     header = _read(conn, MAX_HEADER_BYTES)
     try:
-        message = json.loads(header)
+        message = json.loads(header, parse_constant=_no_constant)
     except ValueError as exc:
         raise ChannelError(f"malformed header: {exc}") from None
     if not isinstance(message, dict):
@@ -50,6 +51,10 @@ def recv(conn: Connection, deadline: float | None = None,
         _wait(conn, deadline)
         payload = _read(conn, max_payload)
     return message, payload
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")  # NaN and Infinity: no honest header carries them
 
 
 def _wait(conn: Connection, deadline: float | None) -> None:

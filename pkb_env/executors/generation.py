@@ -6,6 +6,11 @@ namespaces, so ending the cell ends everything the generation started. Every wai
 When a rank raises, exits or is killed, the others get a moment to report, then the generation is
 declared failed with one RankFailure per rank that did not deliver, saying what happened ("rank 1 was
 killed by SIGSEGV during trial 0").
+
+Every request goes out with a fresh nonce, and every frame that comes back is checked against the
+schema of the answer the judge waits for (messages.py): a frame that no honest rank sends fails the
+rank with kind "forged", which the judge turns into an exploit flag. The generation owns the judge's
+release page (gate.py): `release` starts a burst on every rank at once.
 """
 from __future__ import annotations
 
@@ -18,7 +23,10 @@ from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from pkb_env.executors import channel
+from multiprocessing.reduction import send_handle
+
+from pkb_env.executors import channel, messages
+from pkb_env.executors.gate import ReleasePage
 from pkb_env.executors.limits import ResourceLimits, describe_status, kill_tree, running
 from pkb_env.executors.zygote import Containment, Zygote
 from pkb_env.record import RankFailure
@@ -36,22 +44,34 @@ class GenerationFailed(RuntimeError):
 
 @dataclass(frozen=True)
 class Placement:
-    """Where ranks run and how they talk: one device string per rank and the process-group backend."""
+    """Where ranks run and how they talk, as data: whatever differs between executors lives here.
+
+    devices: one device string per rank; backend: the process-group backend; clock: "host" (CPU ranks)
+    or "cuda" (CUDA events behind a device gate); calibration_sizes: all_reduce sizes (bytes) whose best
+    bus bandwidth is the calibrated B (GPUs need large messages to saturate a link).
+    """
 
     devices: tuple[str, ...]
     backend: str
     limits: ResourceLimits
+    clock: str = "host"
+    calibration_sizes: tuple[int, ...] = (1 << 20, 8 << 20)
     pg_timeout_s: float = 120.0
 
     @property
     def world_size(self) -> int:
         return len(self.devices)
 
+    @property
+    def gpu(self) -> bool:
+        return self.devices[0].startswith("cuda")
+
 
 @dataclass
 class Delivery:
     header: dict[str, Any]
     payload: bytes | None
+    received: float = 0.0  # the judge's monotonic clock when the frame was read
 
 
 class Generation:
@@ -72,21 +92,30 @@ class Generation:
         self.pids: list[int] = []
         self.ready = False
         self.closed = False
+        self.facts: list[dict[str, Any]] = []    # per rank, from its ready event (before any candidate code)
+        self.page = ReleasePage()
+        self.nonce = ""
         self.request_handler = None  # answers ranks' service requests (kernel compiles) during collect()
         self.service_seconds = 0.0
         store = os.path.join(self.workdir, "store")
         for rank, device in enumerate(placement.devices):
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             spec = {"rank": rank, "world_size": placement.world_size, "device": device,
-                    "backend": placement.backend, "store": store, "workdir": self.workdir,
+                    "backend": placement.backend, "clock": placement.clock, "store": store, "workdir": self.workdir,
                     "env": {**env, "TMPDIR": self.workdir, "HOME": self.workdir,
                             "CUPY_CACHE_DIR": os.path.join(self.workdir, "cupy"),
                             "TRITON_CACHE_DIR": os.path.join(self.workdir, "triton")},
                     "limits": asdict(placement.limits), "pg_timeout_s": placement.pg_timeout_s, "uid": uid}
             self.pids.append(self.cell.spawn(spec, theirs.fileno()))
             theirs.close()
-            self.conns.append(Connection(os.dup(ours.fileno())))
+            conn = Connection(os.dup(ours.fileno()))
             ours.close()
+            self.conns.append(conn)
+            try:
+                send_handle(conn, self.page.fd, self.pids[-1])  # the first thing the rank reads
+            except OSError:
+                pass  # the rank died already; wait_ready() will say how
+        self.ask({"op": "init", "label": "start-up"})
 
     @property
     def world_size(self) -> int:
@@ -95,21 +124,44 @@ class Generation:
     # -- messaging ---------------------------------------------------------------------------------
     def wait_ready(self, timeout: float) -> None:
         if not self.ready:
-            self.collect("ready", 1, time.monotonic() + timeout, "start-up")
+            got = self.collect("ready", 1, time.monotonic() + timeout, "start-up")
+            self.facts = [dict(d[0].header["facts"]) for d in got]
             self.ready = True
 
-    def send(self, messages: list[dict] | dict) -> None:
-        """One message to every rank (a dict) or one per rank (a list)."""
-        per_rank = messages if isinstance(messages, list) else [messages] * self.world_size
-        for conn, message in zip(self.conns, per_rank):
+    def ask(self, requests: list[dict] | dict) -> str:
+        """Send a request to every rank (a dict) or one per rank (a list) under a fresh nonce; the nonce."""
+        self.nonce = messages.new_nonce()
+        per_rank = requests if isinstance(requests, list) else [requests] * self.world_size
+        for conn, request in zip(self.conns, per_rank):
             try:
-                channel.send(conn, message)
+                channel.send(conn, {**request, "nonce": self.nonce})
             except OSError:
                 pass  # the rank is gone; collect() will say how
+        return self.nonce
+
+    def release(self, epoch: int) -> float:
+        """Start burst `epoch` on every rank (see gate.py); the judge's clock at the release."""
+        return self.page.release(epoch)
+
+    def quiet(self, phase: str) -> None:
+        """No rank may have said anything the judge did not ask for: a stray frame is a forgery."""
+        failures = []
+        for rank, conn in enumerate(self.conns):
+            try:
+                while conn.poll(0):
+                    header, payload = channel.recv(conn, time.monotonic() + 1.0)
+                    if header.get("event") != messages.UNASKED or payload is not None:
+                        raise messages.ForgedMessage(f"{str(header.get('event'))[:40]!r} that answers no request")
+            except (OSError, EOFError, channel.ChannelClosed, channel.ChannelTimeout):
+                continue  # a rank that is gone says nothing more
+            except (channel.ChannelError, messages.ForgedMessage) as exc:
+                failures.append(self._forged(rank, phase, exc))
+        if failures:
+            raise GenerationFailed(failures)
 
     def collect(self, event: str, count: int, deadline: float, phase: str,
                 max_payload: int = 1 << 30) -> list[list[Delivery]]:
-        """`count` messages of kind `event` from every rank, or GenerationFailed."""
+        """`count` answers of kind `event` to the last request from every rank, or GenerationFailed."""
         got: list[list[Delivery]] = [[] for _ in range(self.world_size)]
         failures: dict[int, RankFailure] = {}
         pending = {conn: rank for rank, conn in enumerate(self.conns)}
@@ -123,35 +175,31 @@ class Generation:
                 rank = pending[conn]
                 try:
                     header, payload = channel.recv(conn, deadline, max_payload)
+                    received = time.monotonic()
+                    messages.check(header, payload is not None, event, self.nonce, rank)
                 except channel.ChannelTimeout:
                     continue
                 except channel.ChannelClosed:
                     failures[rank] = self._ended(rank, phase)
                     del pending[conn]
                     continue
-                except channel.ChannelError as exc:
-                    failures[rank] = RankFailure(rank, "protocol", f"rank {rank} sent an unreadable message "
-                                                 f"during {phase}: {exc}", phase)
+                except (channel.ChannelError, messages.ForgedMessage) as exc:
+                    failures[rank] = self._forged(rank, phase, exc)
                     del pending[conn]
                     continue
-                kind = header.get("event")
-                if kind == "request":
+                kind = header["event"]
+                if kind == messages.UNASKED:
                     deadline += self._serve_request(conn, header)  # the judge's own time is not the rank's
                     continue
-                if kind == "error":
-                    message = str(header.get("message", ""))
-                    failures[rank] = RankFailure(rank, "tampered" if header.get("tampered") else "exception",
-                                                 f"rank {rank} raised during {header.get('phase', phase)}: "
-                                                 f"{message}", phase)
+                if kind == "error":  # a rank's own account of its failure: it can only make a verdict worse
+                    failures[rank] = RankFailure(rank, "tampered" if header["tampered"] else "exception",
+                                                 f"rank {rank} raised during {header['phase']}: "
+                                                 f"{header['message']}", phase)
                     del pending[conn]
-                elif kind == event:
-                    got[rank].append(Delivery(header, payload))
+                else:
+                    got[rank].append(Delivery(header, payload, received))
                     if len(got[rank]) == count:
                         del pending[conn]
-                else:
-                    failures[rank] = RankFailure(rank, "protocol", f"rank {rank} sent {kind!r} during {phase} "
-                                                 f"(expected {event!r})", phase)
-                    del pending[conn]
         if pending and not failures:
             late = sorted(pending.values())
             done = [r for r in range(self.world_size) if r not in late]
@@ -181,6 +229,11 @@ class Generation:
         spent = time.monotonic() - start
         self.service_seconds += spent
         return spent
+
+    @staticmethod
+    def _forged(rank: int, phase: str, exc: Exception) -> RankFailure:
+        return RankFailure(rank, "forged", f"rank {rank} sent a message no honest rank sends during {phase}: "
+                                           f"{exc}", phase)
 
     def _ended(self, rank: int, phase: str) -> RankFailure:
         status = self.cell.status_of(self.pids[rank], wait=1.0)
@@ -212,6 +265,7 @@ class Generation:
             return []
         self.closed = True
         self.cell.close()
+        self.page.close()
         survivors = kill_tree(self.pids)  # already dead where the cell had a PID namespace
         for conn in self.conns:
             conn.close()

@@ -1,7 +1,12 @@
-"""The judge's operations on a generation, in judge terms: load, trials, timed calls, snapshots, calibrate.
+"""The judge's operations on a generation, in judge terms: load, trials, bursts, fingerprints, replays.
 
 Each turns a request into per-rank messages (every rank gets only its own seeds), waits with a deadline,
-and decodes what came back. Payloads are unpacked with weights_only loading (see channel.py).
+and decodes what came back (the generation has already checked every frame against its schema and the
+request's nonce). Payloads are unpacked with weights_only loading (see channel.py). Nothing here
+decides a count or believes a time: the timing protocol (pkb_env/judge/timing.py) does both.
+
+A workload names what the calls run: {"task": name, "preset", "dtype", "rng": "cpu" | "device"} for the
+loaded solution on the task's inputs, or {"collective": "all_reduce", "bytes": n} for the calibration.
 """
 from __future__ import annotations
 
@@ -21,73 +26,103 @@ class TrialOutputs:
     seconds: list[float]          # per rank, the untimed trial call (for deadlines, not for scoring)
     aliases: list[list[str]]      # per rank: output paths that are views of inputs
     mutated: list[list[str]]      # per rank: arguments changed by the call
+    shares: list[list[int]]       # per rank: earlier trials whose output memory this output shares
+    input_bytes: int = 0          # the largest rank's, for the timing plan (believed from the reference only)
+    output_bytes: int = 0
 
 
 def load(gen: Generation, task: str, source: str | None, timeout: float) -> float:
-    gen.send({"op": "load", "task": task, "source": source, "label": "build"})
+    gen.ask({"op": "load", "task": task, "source": source, "label": "build"})
     got = gen.collect("built", 1, time.monotonic() + timeout, "build")
     return max(d[0].header["seconds"] for d in got)
 
 
-def trials(gen: Generation, preset: str, dtype: str, seeds: list[list[Seeds]], label: str,
-           timeout: float, rng: str = "cpu") -> list[TrialOutputs]:
-    """Run len(seeds[0]) calls; seeds[r][k] are rank r's seeds for call k; rng: "cpu" | "device" draws."""
+def trials(gen: Generation, workload: dict, seeds: list[list[Seeds]], label: str, timeout: float) -> list[TrialOutputs]:
+    """Run len(seeds[0]) calls; seeds[r][k] are rank r's seeds for call k."""
     count = len(seeds[0])
-    gen.send([{"op": "trials", "preset": preset, "dtype": dtype, "seeds": s, "label": label, "rng": rng}
-              for s in seeds])
+    gen.ask([{"op": "trials", "workload": workload, "seeds": s, "label": label} for s in seeds])
     got = gen.collect("trial", count, time.monotonic() + timeout, label)
     results = []
     for k in range(count):
         per_rank = [got[r][k] for r in range(gen.world_size)]
         results.append(TrialOutputs(
-            outputs=[_unpack(d) for d in per_rank],
-            seconds=[float(d.header.get("seconds", 0.0)) for d in per_rank],
-            aliases=[list(d.header.get("aliases", [])) for d in per_rank],
-            mutated=[list(d.header.get("mutated", [])) for d in per_rank]))
+            outputs=[_unpack(d)["output"] for d in per_rank],
+            seconds=[d.header["seconds"] for d in per_rank],
+            aliases=[d.header["aliases"] for d in per_rank],
+            mutated=[d.header["mutated"] for d in per_rank],
+            shares=[d.header["shares"] for d in per_rank],
+            input_bytes=max(d.header["input_bytes"] for d in per_rank),
+            output_bytes=max(d.header["output_bytes"] for d in per_rank)))
     return results
 
 
 @dataclass
-class TimedCalls:
-    host: list[list[float]]            # per rank, per call: seconds across a full device synchronisation
-    events: list[list[float]] | None   # per rank, per call: CUDA-event seconds on the caller's stream
-    warmup: int                        # warm-up calls (the first, sizing call included)
-    sets: int                          # distinct input sets; timed call i used set i % sets
+class RankBurst:
+    """One rank's report of one burst, and when the judge read it."""
+
+    seen_at: float
+    ended_at: float
+    busy_s: float
+    host_s: float
+    idle_s: float | None
+    marks: list[float]
+    received: float
 
 
-def timed_calls(gen: Generation, preset: str, dtype: str, sets: list[list[Seeds]], warmup_sets: list[list[Seeds]],
-                protocol: dict[str, float], timeout: float) -> TimedCalls:
-    gen.send([{"op": "time", "preset": preset, "dtype": dtype, "sets": s, "warmup_sets": w, "label": "timing",
-               "rng": "device", **protocol} for s, w in zip(sets, warmup_sets)])
-    got = gen.collect("timing", 1, time.monotonic() + timeout, "timing")
-    headers = [d[0].header for d in got]
-    host = [[float(t) for t in h["times"]] for h in headers]
-    events = [[float(t) for t in h["event_times"]] for h in headers] if headers[0].get("event_times") else None
-    if len({len(t) for t in host}) != 1 or len({int(h["sets"]) for h in headers}) != 1:
-        raise channel.ChannelError("ranks reported different numbers of timed calls")
-    return TimedCalls(host, events, int(headers[0]["warmup"]), int(headers[0]["sets"]))
+@dataclass
+class BurstRecord:
+    calls: int
+    marks_every: int              # a mark after every this many calls
+    released: float               # the judge's clock at the release
+    ranks: list[RankBurst]
 
 
-def snapshots(gen: Generation, indices: list[int], timeout: float) -> list[list[Any]]:
-    """Outputs of the timed calls at `indices`: result[i][rank]."""
-    gen.send({"op": "snapshots", "indices": indices, "label": "timed-output check"})
-    got = gen.collect("snapshot", len(indices), time.monotonic() + timeout, "timed-output check")
-    return [[_unpack(got[r][i]) for r in range(gen.world_size)] for i in range(len(indices))]
+def burst(gen: Generation, workload: dict, seeds: list[list[Seeds]], marks_every: int, capture_every: bool,
+          timeout: float) -> BurstRecord:
+    """One burst of len(seeds[0]) calls: every rank gated, then released at once by the judge."""
+    deadline = time.monotonic() + timeout
+    epoch = gen.page.next_epoch()
+    gen.ask([{"op": "burst", "workload": workload, "seeds": s, "epoch": epoch, "marks_every": marks_every,
+              "capture_every": capture_every, "label": "timing"} for s in seeds])
+    gen.collect("gated", 1, deadline, "timing")
+    released = gen.release(epoch)
+    got = gen.collect("burst", 1, deadline, "timing")
+    ranks = []
+    for (d,) in got:
+        h = d.header
+        ranks.append(RankBurst(h["seen_at"], h["ended_at"], h["busy_s"], h["host_s"], h["idle_s"], h["marks"],
+                               d.received))
+    return BurstRecord(len(seeds[0]), marks_every, released, ranks)
 
 
-def calibrate(gen: Generation, sizes: list[int], statistic: str, timeout: float) -> dict[str, Any]:
-    gen.send({"op": "calibrate", "sizes": sizes, "statistic": statistic, "label": "calibration"})
-    got = gen.collect("calibrated", 1, time.monotonic() + timeout, "calibration")
-    return got[0][0].header["result"]
+def fingerprints(gen: Generation, index: int, seed: int, exact: bool, sample: list[int],
+                 timeout: float) -> list[dict]:
+    """Per rank: fingerprints of the last burst's outputs and inputs, its problems, the sampled outputs."""
+    gen.ask({"op": "fingerprints", "burst": index, "seed": seed, "exact": exact, "sample": sample,
+             "label": "timed-output check"})
+    return [_unpack(d[0]) for d in gen.collect("sketches", 1, time.monotonic() + timeout, "timed-output check")]
 
 
-def _unpack(delivery) -> Any:
-    if delivery.payload is None:
-        raise channel.ChannelError("a result arrived without its outputs")
+def replay(gen: Generation, workload: dict, seeds: list[list[Seeds]], index: int, seed: int, exact: bool,
+           sample: list[int], tolerance: tuple[float, float], timeout: float) -> list[dict]:
+    """The reference's fingerprints (with its bound terms) for the inputs of a candidate's burst."""
+    gen.ask([{"op": "replay", "workload": workload, "seeds": s, "burst": index, "seed": seed, "exact": exact,
+              "sample": sample, "atol": tolerance[0], "rtol": tolerance[1], "label": "timed-output check"}
+             for s in seeds])
+    return [_unpack(d[0]) for d in gen.collect("sketches", 1, time.monotonic() + timeout, "timed-output check")]
+
+
+def copy_rates(gen: Generation, size: int, timeout: float) -> list[list[float]]:
+    """[src, dst, GB/s] for every ordered GPU pair, measured by rank 0."""
+    gen.ask([{"op": "copies", "bytes": size if r == 0 else 0, "label": "calibration"} for r in range(gen.world_size)])
+    return gen.collect("copies", 1, time.monotonic() + timeout, "calibration")[0][0].header["table"]
+
+
+def _unpack(delivery) -> dict:
     try:
         data = channel.unpack_tensors(delivery.payload)
     except Exception as exc:  # weights_only refusal, truncated data: a forged or broken payload
-        raise channel.ChannelError(f"unreadable outputs ({type(exc).__name__})") from None
-    if not isinstance(data, dict) or "output" not in data:
-        raise channel.ChannelError("a result payload is not of the judge's form")
-    return data["output"]
+        raise channel.ChannelError(f"unreadable payload ({type(exc).__name__})") from None
+    if not isinstance(data, dict):
+        raise channel.ChannelError("a payload that is not of the judge's form")
+    return data

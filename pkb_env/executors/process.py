@@ -114,9 +114,11 @@ class ProcessExecutor:
             remove_files_of(self.candidate_uid, ("/tmp", "/dev/shm", "/var/tmp"))
 
     def prestart(self) -> None:
-        """Start the zygote and the next candidate generation now, so the first step need not wait."""
+        """Start the zygote, the reference generation and the next candidate generation now (their ranks make
+        their CUDA contexts and communicators in parallel), so the first step need not wait for them."""
         if self._next is None or not self._next.alive():
             self._next = self._start("candidate")
+        self.reference_generation()
 
     def reference_generation(self) -> Generation:
         if self._reference is None or not self._reference.alive():

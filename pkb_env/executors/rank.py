@@ -1,45 +1,52 @@
-"""The code that runs inside a rank process: load a solution, run trials, time calls, hand back outputs.
+"""The code that runs inside a rank process: load a solution, run trials and bursts, fingerprint outputs.
 
-A rank process is forked by the zygote, contains itself (own session, subreaper, resource limits, stdout
-to a capped log file, a private working directory), joins the process group of its generation, and
-then obeys the judge's messages. It knows only its own seeds. Candidate ranks are used for one step
-and killed; reference ranks never run candidate code and are reused.
+A rank process is forked by its generation's cell, contains itself (own session, subreaper, resource
+limits, stdout to a capped log file, a private working directory), receives the judge's release page
+(gate.py), joins the process group of its generation, makes its communicators' connections, and then
+obeys the judge's requests. It knows only its own seeds. Candidate ranks are used for one step and
+killed; reference ranks never run candidate code and are reused.
 
-Operations (judge -> rank), each answered by events (rank -> judge):
-  load   {task, source|None}              -> built {seconds} | error
-  trials {preset, dtype, seeds, label}    -> trial {index, seconds, mutated, aliases} + outputs payload, per seed
-  time   {preset, dtype, sets, warmup_sets, ...} -> timing {times, warmup}
-  snapshots {indices}                     -> snapshot {index} + outputs payload, per index
+Requests (judge -> rank) all carry a nonce; every answer echoes it (messages.py has the schemas):
+  init                                  -> ready {facts}
+  load      {task, source|None}         -> built {seconds}
+  trials    {workload, seeds}           -> trial {index, seconds, aliases, mutated, shares, ...} + outputs, per seed
+  burst     {workload, seeds, epoch, marks_every, capture_every}
+                                        -> gated, then (after the judge's release) burst {times}
+  fingerprints {seed, exact, sample}    -> sketches + payload (of the last burst)
+  replay    {workload, seeds, seed, exact, sample, atol, rtol}
+                                        -> sketches + payload (reference ranks: the same calls, untimed)
+  copies    {bytes}                     -> copies {table} (rank 0 of the reference: copy-engine rates)
   exit
-Any failure is answered by `error {phase, message}`; the judge then ends the generation.
+Any failure is answered by `error {phase, message, tampered}`; the judge then ends the generation.
+The judge decides every count (calls per burst, bursts, which outputs to ship in full); a rank only
+reports what it measured, and the judge checks that against its own clock.
 """
 from __future__ import annotations
 
-import math
 import os
 import sys
-import time
 import traceback
 import types
 from datetime import timedelta
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import recv_handle
 from typing import Any, Callable, NoReturn
 
 import torch
 import torch.distributed as dist
 
-from pkb_env.executors import channel
+from pkb_env.executors import bursts, channel
+from pkb_env.executors.clocks import make_clock
+from pkb_env.executors.gate import PageView
 from pkb_env.executors.isolation import drop_privileges
 from pkb_env.executors.limits import ResourceLimits, become_subreaper, set_parent_death_signal
+from pkb_env.executors.outputs import aliases, check_size, clone_args, export, mutated, nbytes, shared_with, stage
 from pkb_env.executors.tripwire import JUDGE, tampered, watch
 from pkb_env.runtime import link
 from pkb_env.task import load_reference, load_task
 
 CANDIDATE_FILE = "candidate.py"
-
-
-class OutputError(TypeError):
-    """The solution returned something the judge cannot accept as an output."""
+RELEASE_WAIT_S = 600.0  # a rank waits this long for a release before it gives up (the judge died)
 
 
 class Tampered(RuntimeError):
@@ -75,44 +82,52 @@ def run_forked(spec: dict, fd: int) -> NoReturn:
 
 class RankServer:
     def __init__(self, conn: Connection, spec: dict):
+        started = JUDGE.clock()
         self.conn = conn
+        self.page = PageView(recv_handle(conn))  # the judge sends it before anything else
         self.rank = spec["rank"]
         self.world_size = spec["world_size"]
         self.device = torch.device(spec["device"])
         self.task = None
         self.solution: Callable[..., Any] | None = None
-        self.snapshots: list[Any] = []
-        torch.set_num_threads(spec.get("threads", 1))
+        self.held: bursts.HeldBurst | None = None
+        self._workloads: dict[str, bursts.Workload] = {}
+        self.nonce = ""
+        torch.set_num_threads(1)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         store = dist.FileStore(spec["store"], self.world_size)
         eager = {"device_id": self.device} if spec["backend"] == "nccl" else {}  # NCCL init now, not mid-trial
         dist.init_process_group(spec["backend"], store=store, rank=self.rank, world_size=self.world_size,
                                 timeout=timedelta(seconds=spec["pg_timeout_s"]), **eager)
-        # The judge's own barriers and reductions run on a group of their own: a candidate's collectives
-        # on the default group can never match (or mismatch) them.
-        self.judge_group = dist.new_group(backend="gloo")
-        link.attach(conn)  # kernel compiles are requested from the judge (pkb_env.runtime)
+        grouped = JUDGE.clock()
+        self.clock = make_clock(spec["clock"], self.page, self.device)
+        if spec["backend"] == "nccl":
+            _connect(self.device)
+        warmed = JUDGE.clock()
+        self.facts = {**self.clock.facts(), "group_s": grouped - started, "connect_s": warmed - grouped}
+        # Kernel compiles are requested from the judge (pkb_env.runtime); the link never sees the channel module.
+        send, recv = channel.send, channel.recv
+        link.attach(lambda header: (send(conn, header), recv(conn))[1])
 
     # -- loop ------------------------------------------------------------------------------------
     def serve(self) -> None:
-        self.send({"event": "ready"})
-        handlers = {"load": self.load, "trials": self.trials, "time": self.time_calls,
-                    "snapshots": self.send_snapshots, "calibrate": self.calibrate}
+        handlers = {"init": self.ready, "load": self.load, "trials": self.trials, "burst": self.burst,
+                    "fingerprints": self.fingerprints, "replay": self.replay, "copies": self.copies}
         while True:
             message, _ = channel.recv(self.conn)
             op = message.get("op")
             if op == "exit":
                 return
-            phase = message.get("label", op)
+            self.nonce = message.get("nonce", "")
             try:
                 handlers[op](message)
             except BaseException as exc:  # candidate code may raise anything, SystemExit included
-                self.send({"event": "error", "phase": phase, "message": describe_exception(exc),
-                           "tampered": isinstance(exc, Tampered)})
+                self.send("error", phase=str(message.get("label", op))[:200], message=describe_exception(exc),
+                          tampered=isinstance(exc, Tampered))
 
-    def send(self, header: dict, payload: bytes | None = None) -> None:
-        JUDGE.send(self.conn, {**header, "rank": self.rank}, payload)
+    def send(self, event: str, payload: bytes | None = None, **fields: Any) -> None:
+        JUDGE.send(self.conn, {"event": event, "nonce": self.nonce, "rank": self.rank, **fields}, payload)
 
     def check_tools(self) -> None:
         """After candidate code ran: the judge's tools must be what they were (see tripwire.py)."""
@@ -121,123 +136,116 @@ class RankServer:
             raise Tampered(f"the candidate replaced {', '.join(sorted(set(changed))[:6])}")
 
     # -- operations --------------------------------------------------------------------------------
+    def ready(self, message: dict) -> None:
+        self.send("ready", facts=self.facts)
+
     def load(self, message: dict) -> None:
         start = JUDGE.clock()
         self.task = load_task(message["task"])
         source = message.get("source")
         self.solution = load_reference(self.task.name) if source is None else load_candidate(source)
+        self._workloads.clear()
         self.check_tools()  # module-level code of the candidate has run
-        self.send({"event": "built", "seconds": JUDGE.clock() - start})
+        self.send("built", seconds=JUDGE.clock() - start)
 
     def trials(self, message: dict) -> None:
+        workload = self.workload(message["workload"])
+        held: list[Any] = []  # every trial's output stays alive, so shared memory between them means reuse
         for index, (seed, shared) in enumerate(message["seeds"]):
-            args = self.make_inputs(message, seed, shared)
+            args = workload.make(seed, shared)
             pristine = clone_args(args)
             start = JUDGE.clock()
-            out = self.solution(*args)
+            out = workload.call(*args)
             check_size(out)
             # Copied on the current stream before any synchronisation, as a caller would use the result:
             # work left running on a side stream the candidate never joined races this copy.
             staged = stage(out)
-            self.sync()
+            self.clock.sync()
             seconds = JUDGE.clock() - start
             self.check_tools()
-            header = {"event": "trial", "index": index, "seconds": seconds,
-                      "aliases": aliases(out, args), "mutated": mutated(args, pristine)}
-            self.send(header, JUDGE.pack({"output": export(staged)}))
+            self.send("trial", JUDGE.pack({"output": export(staged)}), index=index, seconds=seconds,
+                      aliases=aliases(out, args), mutated=mutated(args, pristine), shares=shared_with(out, held),
+                      input_bytes=nbytes(args), output_bytes=nbytes(out))
+            held.append(out)
 
-    def time_calls(self, message: dict) -> None:
-        """Barrier-aligned calls; each rank reports its own per-call times, the judge takes the max.
+    def burst(self, message: dict) -> None:
+        """One timed burst (bursts.py); the outputs are held for `fingerprints`."""
+        self.held = None  # the previous burst's outputs and inputs go before this burst's sets are made
+        workload = self.workload(message["workload"])
+        sets = bursts.make_sets(workload, message["seeds"])
+        deadline = JUDGE.monotonic() + RELEASE_WAIT_S
+        self.held, times = bursts.timed_burst(workload, sets, self.clock, message["epoch"], message["marks_every"],
+                                              message["capture_every"], deadline, lambda: self.send("gated"))
+        self.check_tools()
+        self.send("burst", seen_at=times.seen_at, ended_at=times.ended_at, busy_s=times.busy_s,
+                  host_s=times.host_s, idle_s=times.idle_s, marks=times.marks)
 
-        Counts come from the first call's time reduced over ranks (every rank runs the same number of
-        calls), bounded by time. Warm-up draws from its own input sets. Timed calls rotate over distinct
-        input sets, all made before the first timed call: on CPU one per call, on a GPU enough that they
-        exceed 3x the L2 cache, so no call finds its inputs in cache. Each output is copied on the device
-        right after its call; the judge later asks for a secret sample of them.
-        On CUDA each call is timed twice: CUDA events on the caller's stream (the figure of merit) and
-        host time across a full device synchronisation (the cross-check for work the events miss).
-        """
-        warm_sets = [self.make_inputs(message, *seeds) for seeds in message["warmup_sets"]]
-        out, first, _ = self.timed_call(warm_sets[0])
-        per_call = max(_max_over_ranks(first, self.judge_group), 1e-7)
-        warmup = _clamp(math.ceil(message["warmup_s"] / per_call), message["min_warmup"], message["max_warmup"])
-        calls = _clamp(math.ceil(message["measure_s"] / per_call), message["min_calls"], len(message["sets"]))
-        calls = max(message["min_calls"], min(calls, message["snapshot_bytes"] // max(1, _nbytes(out))))
-        sets = calls
-        if self.device.type == "cuda":
-            l2 = torch.cuda.get_device_properties(self.device).L2_cache_size
-            sets = _clamp(math.ceil(3 * l2 / max(1, _nbytes(warm_sets[0]))), 8, calls)
-        calls, sets = _min_over_ranks([calls, sets], self.judge_group)
-        inputs = [self.make_inputs(message, *seeds) for seeds in message["sets"][:sets]]
-        for i in range(warmup):
-            self.timed_call(warm_sets[(i + 1) % len(warm_sets)])
-        host, events, self.snapshots = [], [], []
-        for i in range(calls):
-            out, host_s, event_s = self.timed_call(inputs[i % sets])
-            host.append(host_s)
-            events.append(event_s)
-            self.snapshots.append(stage(out))
-            self.check_tools()
-        self.send({"event": "timing", "times": host, "event_times": events if self.device.type == "cuda" else None,
-                   "warmup": warmup + 1, "sets": sets})
+    def fingerprints(self, message: dict) -> None:
+        held, self.held = self.held, None
+        if held is None:
+            raise RuntimeError("no burst to fingerprint")
+        data = bursts.fingerprints(held, message["seed"], message["exact"], message["sample"])
+        self.send("sketches", JUDGE.pack(data), burst=message["burst"])
 
-    def send_snapshots(self, message: dict) -> None:
-        for index in message["indices"]:
-            self.send({"event": "snapshot", "index": index}, JUDGE.pack({"output": export(self.snapshots[index])}))
+    def replay(self, message: dict) -> None:
+        """The reference's outputs for a candidate's burst: the same inputs, untimed, fingerprinted alike."""
+        workload = self.workload(message["workload"])
+        held = bursts.untimed_calls(workload, bursts.make_sets(workload, message["seeds"]), self.clock)
+        data = bursts.fingerprints(held, message["seed"], message["exact"], message["sample"],
+                                   (message["atol"], message["rtol"]))
+        self.send("sketches", JUDGE.pack(data), burst=message["burst"])
 
-    def calibrate(self, message: dict) -> None:
-        """Latency (a 4-byte all_reduce) and bus bandwidth (large all_reduces) of this placement's backend.
-
-        Measured on the default group with the judge's timing loop and statistic, so the roofline's alpha
-        and B come from the same machine, backend and method as the candidates' times.
-        """
-        self.solution = lambda t: dist.all_reduce(t)
-        pick = min if message.get("statistic") == "min" else (lambda xs: sorted(xs)[len(xs) // 2])
-        result = {"latency_s": None, "busbw": []}
-        small = torch.ones(1, device=self.device)
-        result["latency_s"] = _max_over_ranks(pick([_seconds(self.timed_call((small,))) for _ in range(50)]),
-                                              self.judge_group)
-        for size in message["sizes"]:
-            big = torch.ones(size // 4, device=self.device)
-            self.timed_call((big,))
-            seconds = _max_over_ranks(pick([_seconds(self.timed_call((big,))) for _ in range(5)]), self.judge_group)
-            factor = 2 * (self.world_size - 1) / self.world_size
-            result["busbw"].append([size, factor * size / seconds])
-        if self.device.type == "cuda" and self.rank == 0:
-            result["peers"] = peer_copy_bandwidth(message["sizes"][-1])
-        self.solution = None
-        self.send({"event": "calibrated", "result": result})
+    def copies(self, message: dict) -> None:
+        wanted = self.device.type == "cuda" and message["bytes"] > 0
+        self.send("copies", table=peer_copy_rates(message["bytes"]) if wanted else [])
 
     # -- helpers -----------------------------------------------------------------------------------
-    def make_inputs(self, message: dict, seed: int, shared: int) -> tuple:
-        rng = self.device if message.get("rng") == "device" else "cpu"
-        ctx = self.task.input_context(self.rank, self.world_size, message["preset"], message["dtype"],
-                                      self.device, seed, shared, rng)
-        return self.task.make_inputs(ctx)
+    def workload(self, spec: dict) -> bursts.Workload:
+        """What a request's calls run: the loaded solution on a task's inputs, or a bare collective."""
+        key = repr(sorted(spec.items()))
+        if key not in self._workloads:
+            if "collective" in spec:
+                self._workloads[key] = _collective(spec["collective"], spec["bytes"], self.device)
+            else:
+                if self.task is None or self.solution is None:
+                    raise RuntimeError("no solution loaded")
+                task, device = self.task, self.device
+                preset, dtype, rng = spec["preset"], spec["dtype"], spec["rng"]
+                rng_device = device if rng == "device" else "cpu"
 
-    def timed_call(self, args: tuple) -> tuple[Any, float, float | None]:
-        """(output, host seconds across a full device sync, CUDA-event seconds on the caller's stream)."""
-        JUDGE.barrier(group=self.judge_group)
-        self.sync()
-        if self.device.type != "cuda":
-            start = JUDGE.clock()
-            out = self.solution(*args)
-            return out, JUDGE.clock() - start, None
-        begin, end = JUDGE.event(enable_timing=True), JUDGE.event(enable_timing=True)
-        start = JUDGE.clock()
-        begin.record()
-        out = self.solution(*args)
-        end.record()
-        self.sync()  # a full device sync: work left on side streams is inside the host time
-        host = JUDGE.clock() - start
-        return out, host, begin.elapsed_time(end) / 1e3
+                def make(seed: int, shared: int, rank=self.rank, world=self.world_size) -> tuple:
+                    return task.make_inputs(task.input_context(rank, world, preset, dtype, device, seed, shared,
+                                                               rng_device))
 
-    def sync(self) -> None:
-        if self.device.type == "cuda":
-            JUDGE.synchronize()
+                self._workloads[key] = bursts.Workload(self.solution, make)
+        return self._workloads[key]
 
 
-watch(RankServer, "send", "check_tools", "timed_call", "time_calls", "trials", "send_snapshots", "sync", "load")
+watch(RankServer, "send", "check_tools", "burst", "trials", "fingerprints", "replay", "load")
+
+
+def _connect(device: torch.device) -> None:
+    """Make the default NCCL group's connections now, while the generation is pre-started (not in a step).
+
+    NCCL sets up the transport of a collective on its first use (ring buffers, peer-to-peer channels);
+    each kind the tasks use is run once here on a few bytes, so a step's first call does not pay for it.
+    """
+    world = dist.get_world_size()
+    x = torch.zeros(world * 8, device=device)
+    dist.all_reduce(x[:8])
+    dist.broadcast(x[:8], src=0)
+    dist.all_gather_into_tensor(x, x[:8].clone())
+    dist.reduce_scatter_tensor(x[:8].clone(), x)
+    dist.all_to_all_single(torch.empty_like(x), x)
+    torch.cuda.synchronize(device)
+
+
+def _collective(name: str, size: int, device: torch.device) -> bursts.Workload:
+    """A bare collective on one buffer, nccl-tests' way (the calibration's workload)."""
+    if name != "all_reduce":
+        raise ValueError(f"no calibration workload {name!r}")
+    buffer = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
+    return bursts.Workload(lambda t: dist.all_reduce(t), lambda seed, shared: (buffer,))
 
 
 def load_candidate(source: str) -> Callable[..., Any]:
@@ -255,74 +263,6 @@ def load_candidate(source: str) -> Callable[..., Any]:
     return solution
 
 
-def export(obj: Any, path: str = "output") -> Any:
-    """A detached CPU copy of an output, admitting only plain tensors, None, scalars and containers."""
-    if obj is None or type(obj) in (bool, int, float, str):
-        return obj
-    if isinstance(obj, torch.Tensor):
-        if type(obj) is not torch.Tensor:
-            raise OutputError(f"{path} is a {type(obj).__name__} (a tensor subclass); return a plain torch.Tensor")
-        return JUDGE.to(JUDGE.detach(obj), "cpu", copy=True)
-    if type(obj) in (tuple, list, torch.Size):
-        items = [export(v, f"{path}[{i}]") for i, v in enumerate(obj)]
-        return list(items) if type(obj) is list else tuple(items)
-    if type(obj) is dict:
-        if not all(isinstance(k, str) for k in obj):
-            raise OutputError(f"{path} is a dict with non-string keys")
-        return {k: export(v, f"{path}[{k!r}]") for k, v in obj.items()}
-    raise OutputError(f"{path} is a {type(obj).__name__}; outputs must be tensors, None, numbers, "
-                      f"or tuples/lists/dicts of them")
-
-
-MAX_OUTPUT_BYTES = 256 << 20
-
-
-def check_size(obj: Any, limit: int = MAX_OUTPUT_BYTES) -> None:
-    """Refuse outputs too large to be any task's answer before copying them anywhere."""
-    size = _nbytes(obj)
-    if size > limit:
-        raise OutputError(f"the output holds {size / 2**20:.0f} MiB; the judge accepts at most "
-                          f"{limit / 2**20:.0f} MiB per call (check the output's shape)")
-
-
-def stage(obj: Any) -> Any:
-    """Device-side copies of every tensor in an output, ordered on the current stream (no host sync)."""
-    if isinstance(obj, torch.Tensor) and type(obj) is torch.Tensor:
-        return JUDGE.clone(JUDGE.detach(obj))
-    if type(obj) in (tuple, list):
-        return type(obj)(stage(v) for v in obj)
-    if type(obj) is dict:
-        return {k: stage(v) for k, v in obj.items()}
-    return obj  # export() rejects what is not allowed, with the path
-
-
-def _tensors(obj: Any, path: str = "output"):
-    if isinstance(obj, torch.Tensor):
-        yield path, obj
-    elif isinstance(obj, (tuple, list)):
-        for i, v in enumerate(obj):
-            yield from _tensors(v, f"{path}[{i}]")
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from _tensors(v, f"{path}[{k!r}]")
-
-
-def aliases(out: Any, args: tuple) -> list[str]:
-    """Output paths whose storage is an input's storage (a view of an input is not a result)."""
-    storages = {t.untyped_storage().data_ptr() for _, t in _tensors(args, "arg") if t.numel()}
-    return [p for p, t in _tensors(out) if t.numel() and t.untyped_storage().data_ptr() in storages]
-
-
-def clone_args(args: tuple) -> list[tuple[str, torch.Tensor]]:
-    return [(p, JUDGE.clone(JUDGE.detach(t))) for p, t in _tensors(args, "argument")]
-
-
-def mutated(args: tuple, pristine: list[tuple[str, torch.Tensor]]) -> list[str]:
-    current = dict(_tensors(args, "argument"))
-    return [p for p, before in pristine
-            if current[p].shape != before.shape or not JUDGE.equal(JUDGE.detach(current[p]), before)]
-
-
 def describe_exception(exc: BaseException) -> str:
     """The exception with the traceback frames that belong to the candidate's file, kept short."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith(CANDIDATE_FILE)]
@@ -331,8 +271,11 @@ def describe_exception(exc: BaseException) -> str:
     return ("\n".join(lines + [text]) if lines else text)[:2000]
 
 
-def peer_copy_bandwidth(size: int) -> list[list[float]]:
-    """[src, dst, GB/s] of a copy-engine copy (tensor.copy_ across devices) for every ordered GPU pair."""
+def peer_copy_rates(size: int, copies: int = 10) -> list[list[float]]:
+    """[src, dst, GB/s] of copy-engine copies (tensor.copy_ across devices) for every ordered GPU pair.
+
+    Timed like a burst: `copies` copies back to back, one synchronisation of both devices at the end.
+    """
     table = []
     count = torch.cuda.device_count()
     for src in range(count):
@@ -341,41 +284,13 @@ def peer_copy_bandwidth(size: int) -> list[list[float]]:
             b = torch.empty(size, dtype=torch.uint8, device=f"cuda:{dst}")
             b.copy_(a)
             torch.cuda.synchronize(src), torch.cuda.synchronize(dst)
-            times = []
-            for _ in range(5):
-                start = time.perf_counter()
+            start = JUDGE.clock()
+            for _ in range(copies):
                 b.copy_(a)
-                torch.cuda.synchronize(src), torch.cuda.synchronize(dst)
-                times.append(time.perf_counter() - start)
-            table.append([src, dst, size / sorted(times)[2] / 1e9])
+            torch.cuda.synchronize(src), torch.cuda.synchronize(dst)
+            table.append([src, dst, size * copies / (JUDGE.clock() - start) / 1e9])
             del a, b
     return table
 
 
-def _seconds(timed: tuple) -> float:
-    """The figure of merit of a timed call: CUDA-event time where there is one, else host time."""
-    return timed[2] if timed[2] is not None else timed[1]
-
-
-def _nbytes(obj: Any) -> int:
-    return sum(t.numel() * t.element_size() for _, t in _tensors(obj))
-
-
-def _min_over_ranks(values: list[int], group) -> list[int]:
-    t = torch.tensor(values, dtype=torch.int64)
-    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group)
-    return [int(v) for v in t]
-
-
-def _max_over_ranks(value: float, group) -> float:
-    t = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-    return float(t)
-
-
-def _clamp(value: int, low: int, high: int) -> int:
-    return max(low, min(high, value))
-
-
-watch(sys.modules[__name__], "export", "stage", "clone_args", "mutated", "aliases", "describe_exception",
-      "_max_over_ranks", "_min_over_ranks")
+watch(sys.modules[__name__], "describe_exception", "load_candidate")

@@ -21,6 +21,7 @@ from pkb_env.executors import channel
 
 JUDGE = SimpleNamespace(
     clock=time.perf_counter,
+    monotonic=time.monotonic,
     clone=torch.Tensor.clone,
     detach=torch.Tensor.detach,
     to=torch.Tensor.to,
@@ -29,6 +30,9 @@ JUDGE = SimpleNamespace(
     all_reduce=dist.all_reduce,
     synchronize=torch.cuda.synchronize,
     event=torch.cuda.Event,
+    record=torch.cuda.Event.record,
+    event_synchronize=torch.cuda.Event.synchronize,
+    elapsed_time=torch.cuda.Event.elapsed_time,
     send=channel.send,
     send_bytes=Connection.send_bytes,
     pack=channel.pack_tensors,
@@ -38,7 +42,7 @@ JUDGE = SimpleNamespace(
 WATCHED = [(time, "perf_counter"), (time, "perf_counter_ns"), (time, "monotonic"), (time, "time"),
            (torch.Tensor, "clone"), (torch.Tensor, "detach"), (torch.Tensor, "to"), (torch.Tensor, "copy_"),
            (torch, "equal"), (torch.cuda, "synchronize"), (torch.cuda, "Event"),
-           (torch.cuda.Event, "record"), (torch.cuda.Event, "elapsed_time"),
+           (torch.cuda.Event, "record"), (torch.cuda.Event, "elapsed_time"), (torch.cuda.Event, "synchronize"),
            (dist, "barrier"), (dist, "all_reduce"), (channel, "send"), (channel, "recv"),
            (channel, "pack_tensors"), (Connection, "send_bytes"), (Connection, "recv_bytes")]
 _ORIGINAL = [(owner, name, owner.__dict__.get(name, getattr(owner, name))) for owner, name in WATCHED]
@@ -62,5 +66,5 @@ def tampered(*instances: object) -> list[str]:
     return found
 
 
-_METHOD_NAMES = {"send_bytes", "recv_bytes", "send", "recv", "poll", "timed_call", "time_calls", "trials",
-                 "send_snapshots", "sync"}
+_METHOD_NAMES = {"send_bytes", "recv_bytes", "send", "recv", "poll", "burst", "trials", "fingerprints", "replay",
+                 "check_tools"}

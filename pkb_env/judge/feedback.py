@@ -25,10 +25,10 @@ def write_feedback(record: EvaluationRecord) -> str:
         lines.append("Output of the failing rank(s), last lines:\n" + record.run.log_tail[-MAX_LOG_CHARS:])
     t = record.timing
     if t is not None:
-        lines.append(f"Time per call ({t.statistic} of {t.calls} calls on {t.input_sets} input sets, {t.clock} "
-                     f"clock, slowest rank): {_us(t.time_s)} "
-                     f"(median {_us(t.median_s)}, spread {t.spread:.0%}); reference {_us(t.reference_s)}; "
-                     f"speedup {t.speedup:.2f}x.")
+        launch = f"; host time to issue a call {_us(t.launch_s)}" if t.launch_s is not None else ""
+        lines.append(f"Time per call (median of {t.bursts} bursts, {t.calls} calls back to back, each on fresh "
+                     f"inputs, slowest rank, {t.clock} clock): {_us(t.time_s)} (bursts spread {t.spread:.1%}"
+                     f"{launch}); reference {_us(t.reference_s)}; speedup {t.speedup:.2f}x.")
         if t.suspect:
             lines.append(f"Timing not believed: {t.suspect}.")
     elif record.verdict is Verdict.CORRECT and not record.performance_available:

@@ -1,4 +1,4 @@
-"""The judging pipeline: action text in, EvaluationRecord out (DESIGN §3).
+"""The judging pipeline: action text in, EvaluationRecord out (docs/architecture.md, "One step").
 
     parse -> screen -> build -> run trials -> verify -> time -> verify timed outputs -> roofline
 
@@ -6,14 +6,18 @@ Parse and screen run here (pure Python); everything that executes candidate code
 generation of the executor, which is killed at the end of the step whatever happened. Expected outputs
 come from the trusted reference generation, run on the same secret seeds, and stay in this process.
 Candidates are timed only once their trial outputs are correct: wrong code earns nothing for speed.
+Every timed call is then checked against the reference's outputs for the same inputs (fingerprints.py),
+and every timing report against the judge's own clock (timing.py): a report the clock rules out, or a
+frame no honest rank sends, is an exploit (flagged, the lowest reward).
 """
 from __future__ import annotations
 
-import random
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from functools import lru_cache
-from dataclasses import dataclass
+
+import numpy as np
 
 from pkb_env.executors import operations as ops
 from pkb_env.executors.channel import ChannelError
@@ -22,20 +26,20 @@ from pkb_env.executors.process import ProcessExecutor
 from pkb_env.judge.compare import compare_outputs
 from pkb_env.judge.compiler import KernelService
 from pkb_env.judge.feedback import write_feedback
+from pkb_env.judge.fingerprints import compare_burst
 from pkb_env.judge.parse import parse_action
 from pkb_env.judge.roofline import roofline
 from pkb_env.judge.screen import reference_parameters, screen_source
 from pkb_env.judge.seeds import SeedPlan
-from pkb_env.judge.timing import PROTOCOLS, TimingProtocol, summarize
+from pkb_env.judge.timing import (BurstLog, CallLimits, TimingProtocol, check_claims, clock_allowance, escaped_work,
+                                  overheads, run_bursts, summarize, suspect_reason)
 from pkb_env.record import (BuildResult, EvaluationRecord, Flag, Mismatch, RunResult, Severity, Stage,
                             TimingResult, Verdict, VerifyResult)
-from pkb_env.task import DTYPES, TaskSpec, load_task
+from pkb_env.task import DTYPES, TaskSpec, Tolerance, load_task
 from pkb_env.topology import (Calibration, calibration_from_measurement, load_calibration, load_topology,
                               save_calibration)
 
 CANDIDATE_FAILURES = (GenerationFailed, ChannelError)
-# all_reduce sizes (bytes) whose best bus bandwidth is the calibrated B; GPUs need large messages to saturate.
-CALIBRATION_SIZES = {"cpu": (1 << 20, 8 << 20), "cuda": (1 << 20, 64 << 20, 256 << 20), "cuda-emulated": (1 << 20,)}
 
 
 class JudgeError(RuntimeError):
@@ -46,22 +50,31 @@ class JudgeError(RuntimeError):
 class JudgeSettings:
     trials: int = 3
     max_action_chars: int = 200_000
-    protocol: TimingProtocol | None = None  # None: the executor's default (timing.PROTOCOLS)
+    protocol: TimingProtocol | None = None  # None: the placement clock's default (TimingProtocol.for_clock)
     start_timeout_s: float = 120.0
     build_timeout_s: float = 60.0
     trial_timeout_s: float = 30.0
-    timing_timeout_s: float = 60.0
-    calibration_sizes: tuple[int, ...] | None = None  # None: CALIBRATION_SIZES of the executor
+    timing_timeout_s: float = 60.0          # per request of the timing protocol (one burst, one fingerprint)
+    calibration_sizes: tuple[int, ...] | None = None  # None: the placement's
+
+
+@dataclass
+class ReferenceTiming:
+    """The reference's time (cached per task, preset, dtype, world size and hardware) and its honest overheads."""
+
+    result: TimingResult
+    overheads: np.ndarray
+    sizes: tuple[int, int]      # (input bytes, output bytes) of one call, the largest rank's
 
 
 class Judge:
     def __init__(self, executor: ProcessExecutor, settings: JudgeSettings | None = None):
         self.executor = executor
         self.settings = settings or JudgeSettings()
-        self.protocol = self.settings.protocol or PROTOCOLS[executor.info.name]
+        self.protocol = self.settings.protocol or TimingProtocol.for_clock(executor.placement.clock)
         self.topology = load_topology(executor.info.topology)
         self.kernels = KernelService()
-        self._reference_times: dict[tuple, TimingResult] = {}
+        self._reference_times: dict[tuple, ReferenceTiming] = {}
         self._calibration: Calibration | None = None
 
     # -- public ------------------------------------------------------------------------------------
@@ -89,11 +102,33 @@ class Judge:
         return self._calibration
 
     def calibrate(self) -> Calibration:
+        """Latency (a 4-byte all_reduce) and bus bandwidth (large all_reduces) by the timing protocol itself.
+
+        Bursts of NCCL (or gloo) all_reduce on one buffer, nccl-tests' way, in the trusted reference
+        generation; on GPUs also the copy-engine rate between every pair of GPUs.
+        """
         gen = self._reference_ready()
-        sizes = self.settings.calibration_sizes or CALIBRATION_SIZES[self.executor.info.name]
-        result = ops.calibrate(gen, list(sizes), self.protocol.statistic, self.settings.timing_timeout_s)
-        cal = calibration_from_measurement(self.executor.info.hardware, self.executor.world_size, result,
-                                           self.protocol.statistic)
+        sizes = self.settings.calibration_sizes or self.executor.placement.calibration_sizes
+        s = self.settings
+        p = replace(self.protocol, min_calls=2, min_bursts=3)  # large all_reduces on CPU ranks take tens of ms
+        limits = CallLimits(p.max_calls)
+
+        def per_call(size: int) -> float:
+            log = run_bursts(gen, {"collective": "all_reduce", "bytes": size}, SeedPlan(self.executor.world_size), p,
+                             limits, s.timing_timeout_s, budget_s=p.calibration_budget_s)
+            return float(np.median(log.figures()))
+
+        try:
+            result = {"latency_s": per_call(4), "busbw": []}
+            factor = 2 * (self.executor.world_size - 1) / self.executor.world_size
+            for size in sizes:
+                result["busbw"].append([size, factor * size / per_call(size)])
+            if self.executor.placement.gpu:
+                result["peers"] = ops.copy_rates(gen, sizes[-1], s.timing_timeout_s)
+        except CANDIDATE_FAILURES as exc:
+            self.executor.discard_reference()
+            raise JudgeError(f"the calibration failed: {_failure_text(exc)}") from exc
+        cal = calibration_from_measurement(self.executor.info.hardware, self.executor.world_size, result, p.statistic)
         save_calibration(cal)
         self._calibration = cal
         return cal
@@ -120,11 +155,11 @@ class Judge:
         # Expected outputs and the reference's time first, while no process of this candidate exists to
         # interfere with the reference ranks (the time is measured once per task and cached).
         with _stage(record, Stage.VERIFY):
-            expected = self._reference_trials(task, record.preset, record.dtype,
+            expected = self._reference_trials(task, _workload(record, "cpu"),
                                               seeds.per_rank("trial", range(self.settings.trials)), "trials")
         if record.performance_available:
             with _stage(record, Stage.TIME):
-                self._reference_time(task, record.preset, record.dtype)
+                self._reference_time(task, record, expected)
         gen = self.executor.candidate_generation()
         gen.request_handler = self.kernels.handle
         try:
@@ -135,7 +170,6 @@ class Judge:
     def _run_candidate(self, task: TaskSpec, record: EvaluationRecord, gen: Generation, seeds: SeedPlan,
                        expected: list[ops.TrialOutputs]) -> None:
         s = self.settings
-        preset, dtype = record.preset, record.dtype
         record.stage = Stage.BUILD
         with _stage(record, Stage.BUILD):
             try:
@@ -152,7 +186,7 @@ class Judge:
         with _stage(record, Stage.RUN):
             start = time.perf_counter()
             try:
-                got = ops.trials(gen, preset, dtype, trial_seeds, "trials", s.trial_timeout_s)
+                got = ops.trials(gen, _workload(record, "cpu"), trial_seeds, "trials", s.trial_timeout_s)
             except CANDIDATE_FAILURES as exc:
                 record.run = _run_failure(exc, s.trials)
                 record.fail(Stage.RUN, *_verdict_for(exc, record))
@@ -160,7 +194,7 @@ class Judge:
             record.run = RunResult(trials=s.trials, seconds=time.perf_counter() - start)
         with _stage(record, Stage.VERIFY):
             labels = [f"trial {k}" for k in range(s.trials)]
-            record.verify = verify(task, dtype, expected, got, labels)
+            record.verify = verify(task, record.dtype, expected, got, labels, tolerance_for(task, record))
         if not record.verify.correct:
             record.fail(Stage.VERIFY, Verdict.WRONG, f"{len(record.verify.mismatches)} mismatch(es)")
             return
@@ -168,62 +202,101 @@ class Judge:
         if not record.performance_available:
             record.stage, record.verdict = Stage.DONE, Verdict.CORRECT
             return
+        reuses = any(shares for trial in got for shares in trial.shares)
         record.stage = Stage.TIME
         with _stage(record, Stage.TIME):
-            if not self._time_candidate(task, record, gen, seeds):
+            log = self._time_candidate(task, record, gen, seeds, reuses)
+        if log is None:
+            return
+        self.executor.release(gen)  # nothing of the candidate may run while the reference works
+        with _stage(record, Stage.VERIFY):
+            try:
+                check = self._verify_timed(task, record, log)
+            except ChannelError as exc:
+                record.fail(Stage.TIME, *_verdict_for(exc, record))
                 return
+            record.verify.checked += check.checked
+            record.verify.mismatches.extend(check.mismatches)
+            record.verify.correct = check.correct
+        if not check.correct:
+            record.fail(Stage.TIME, Verdict.WRONG, "outputs of timed calls differ from the reference "
+                        "(caching, replaying, deferring or skipping work in some calls?)")
+            return
         with _stage(record, Stage.ROOFLINE):
             self._roofline(task, record)
         record.stage, record.verdict = Stage.DONE, Verdict.CORRECT
 
-    def _time_candidate(self, task: TaskSpec, record: EvaluationRecord, gen: Generation, seeds: SeedPlan) -> bool:
+    def _time_candidate(self, task: TaskSpec, record: EvaluationRecord, gen: Generation, seeds: SeedPlan,
+                        reuses: bool) -> BurstLog | None:
+        """Bursts with fingerprints; the claims checked against the judge's clock. None when the step ended.
+
+        `reuses`: the candidate returned the same memory in two trials (a buffer it refills), so each of its
+        timed outputs is copied as its call returns, inside the timed window, as a caller would have to.
+        """
         s, p = self.settings, self.protocol
-        sets = seeds.per_rank("timed", range(p.max_calls))
-        warm = seeds.per_rank("warmup", range(p.warmup_sets))
+        reference = self._reference_time(task, record, None)
         try:
-            calls = ops.timed_calls(gen, record.preset, record.dtype, sets, warm, p.message(), s.timing_timeout_s)
-            timing = summarize(calls, p)
-            indices = sorted(random.SystemRandom().sample(range(timing.calls), min(p.timed_samples, timing.calls)))
-            snaps = ops.snapshots(gen, indices, s.trial_timeout_s)
+            log = run_bursts(gen, _workload(record, self._rng()), seeds, p, self._limits(gen, reference),
+                             s.timing_timeout_s, p.budget_s, fingerprint=True,
+                             exact=tolerance_for(task, record).exact, capture_every=reuses)
+            gen.quiet("timing")  # a frame nobody asked for (a forged report sent late) is caught here
         except CANDIDATE_FAILURES as exc:
-            record.run.failures.extend(getattr(exc, "failures", []))
-            record.fail(Stage.TIME, *_verdict_for(exc, record))
-            return False
-        self.executor.release(gen)  # nothing of the candidate may run while the reference works
-        expected = self._reference_trials(task, record.preset, record.dtype,
-                                          seeds.per_rank("timed", [i % calls.sets for i in indices]),
-                                          "timed-output check", rng="device")
-        labels = [f"timed call {i}" for i in indices]
-        check = verify(task, record.dtype, expected, [ops.TrialOutputs(o, [], [[]] * len(o), [[]] * len(o))
-                                                      for o in snaps], labels)
-        record.verify.checked += check.checked
-        if not check.correct:
-            record.verify.correct = False
-            record.verify.mismatches.extend(check.mismatches)
-            record.fail(Stage.TIME, Verdict.WRONG, "outputs of timed calls differ from the reference "
-                        "(caching, replaying or deferring work across calls?)")
-            return False
-        reference = self._reference_time(task, record.preset, record.dtype)
-        timing.reference_s = reference.time_s
-        timing.speedup = reference.time_s / timing.time_s if timing.time_s > 0 else None
-        if timing.host_gap_s is not None and reference.host_gap_s is not None and \
-                timing.host_gap_s > 2 * reference.host_gap_s + p.hidden_work_s:
-            timing.suspect = (f"the device stayed busy {timing.host_gap_s * 1e6:.0f} us past the end of each call "
-                              f"on the caller's stream (reference: {reference.host_gap_s * 1e6:.0f} us): work on "
-                              f"unjoined streams or threads is not credited")
+            verdict, text = _verdict_for(exc, record)
+            record.fail(Stage.TIME, verdict, text + _tails(exc))
+            return None
+        timing = summarize(log, self.executor.placement.clock)
+        claims = check_claims(log, clock_allowance(p, reference.overheads), p.clock_relative)
+        timing.clock_allowance_s, timing.clock_margin_s, timing.claim_ratio = (claims.allowance_s, claims.margin_s,
+                                                                               claims.claim_ratio)
+        timing.reference_s = reference.result.time_s
+        timing.speedup = reference.result.time_s / timing.time_s if timing.time_s > 0 else None
+        timing.suspect = escaped_work(timing, reference.result, p.hidden_work_s)
         record.timing = timing
-        return True
+        if claims.problem:
+            record.flags.append(Flag("forged_timing", Severity.EXPLOIT, claims.problem))
+            record.fail(Stage.TIME, Verdict.FLAGGED, f"timing reports the judge's clock rules out: {claims.problem}")
+            return None
+        return log
+
+    def _verify_timed(self, task: TaskSpec, record: EvaluationRecord, log: BurstLog) -> VerifyResult:
+        """Every timed call of every rank against the reference's replay of the same inputs."""
+        tolerance = tolerance_for(task, record)
+        workload = _workload(record, self._rng())
+        mismatches: list[Mismatch] = []
+        checked = 0
+        for b, burst in enumerate(log.bursts):
+            expected = self._with_reference(task, lambda gen: ops.replay(
+                gen, workload, log.seeds[b], b, log.sketch_seeds[b], tolerance.exact, log.samples[b],
+                (tolerance.atol, tolerance.rtol), self.settings.timing_timeout_s))
+            for rank, (exp, got) in enumerate(zip(expected, log.sketches[b])):
+                mismatches += compare_burst(exp, got, tolerance, b, rank)  # ChannelError: a forged payload
+                checked += burst.calls
+        return VerifyResult(correct=not mismatches, checked=checked, mismatches=mismatches)
 
     def _roofline(self, task: TaskSpec, record: EvaluationRecord) -> None:
         elem = DTYPES[record.dtype].itemsize
         traffic = task.traffic(record.world_size, task.preset(record.preset).dims, elem)
         record.roofline = roofline(traffic, record.world_size, record.timing.time_s, self.topology,
                                    self.calibration())
-        p = self.protocol
-        if record.roofline is not None and record.timing.suspect is None and \
-                record.timing.time_s < p.suspect_below * record.roofline.bound_s:
-            record.timing.suspect = (f"{p.statistic} {record.timing.time_s * 1e6:.1f} us is under "
-                                     f"{p.suspect_below:g}x the roofline bound {record.roofline.bound_s * 1e6:.1f} us")
+        if record.timing.suspect is None:
+            record.timing.suspect = suspect_reason(record.timing.time_s, self._physical_floor(task, record))
+
+    def _physical_floor(self, task: TaskSpec, record: EvaluationRecord) -> float | None:
+        """The least time the task can take on this hardware: its bytes at the datasheet's peak bandwidth."""
+        if record.world_size < 2 or not self.topology.link_bandwidth_gbps:
+            return None
+        elem = DTYPES[record.dtype].itemsize
+        traffic = task.traffic(record.world_size, task.preset(record.preset).dims, elem)
+        return traffic.bus_bytes / (self.topology.link_bandwidth_gbps * 1e9)
+
+    def _rng(self) -> str:
+        """Where timed input sets are drawn: on the ranks' devices (fast), where the reference runs alike."""
+        return "device" if self.executor.placement.gpu else "cpu"
+
+    def _limits(self, gen: Generation, reference: ReferenceTiming) -> CallLimits:
+        memory = min((f.get("memory_bytes") or 0) for f in gen.facts) or \
+            self.executor.placement.limits.address_space_bytes or (2 << 30)
+        return CallLimits.from_sizes(self.protocol, *reference.sizes, memory)
 
     # -- reference ---------------------------------------------------------------------------------
     def _reference_ready(self) -> Generation:
@@ -253,28 +326,46 @@ class Judge:
                 if attempt == 2:
                     raise JudgeError(f"the reference failed: {_failure_text(exc)}") from exc
 
-    def _reference_trials(self, task: TaskSpec, preset: str, dtype: str, seeds, label: str,
-                          rng: str = "cpu") -> list[ops.TrialOutputs]:
+    def _reference_trials(self, task: TaskSpec, workload: dict, seeds, label: str) -> list[ops.TrialOutputs]:
         s = self.settings
-        return self._with_reference(task, lambda gen: ops.trials(gen, preset, dtype, seeds, label,
-                                                                 s.trial_timeout_s, rng))
+        return self._with_reference(task, lambda gen: ops.trials(gen, workload, seeds, label, s.trial_timeout_s))
 
-    def _reference_time(self, task: TaskSpec, preset: str, dtype: str) -> TimingResult:
-        key = (task.name, preset, dtype, self.executor.world_size, self.executor.info.hardware)
+    def _reference_time(self, task: TaskSpec, record: EvaluationRecord,
+                        expected: list[ops.TrialOutputs] | None) -> ReferenceTiming:
+        """The reference timed by the same protocol in the same placement, once per task and size."""
+        key = (task.name, record.preset, record.dtype, self.executor.world_size, self.executor.info.hardware)
         if key not in self._reference_times:
+            if expected is None:
+                raise JudgeError("the reference's time was not measured before the candidate's")
             s, p = self.settings, self.protocol
-            seeds = SeedPlan(self.executor.world_size)
-            calls = self._with_reference(task, lambda gen: ops.timed_calls(
-                gen, preset, dtype, seeds.per_rank("timed", range(p.max_calls)),
-                seeds.per_rank("warmup", range(p.warmup_sets)), p.message(), s.timing_timeout_s))
-            self._reference_times[key] = summarize(calls, p)
+            sizes = (max(t.input_bytes for t in expected), max(t.output_bytes for t in expected))
+
+            def measure(gen: Generation) -> BurstLog:
+                limits = self._limits(gen, ReferenceTiming(None, np.zeros(0), sizes))
+                return run_bursts(gen, _workload(record, self._rng()), SeedPlan(self.executor.world_size), p, limits,
+                                  s.timing_timeout_s, p.reference_budget_s)
+
+            log = self._with_reference(task, measure)
+            result = summarize(log, self.executor.placement.clock)
+            problem = suspect_reason(result.time_s, self._physical_floor(task, record))
+            if problem:  # the reference is correct by definition: a time it cannot have is the judge's fault
+                raise JudgeError(f"the judge's own clock is wrong: the reference measured {problem}")
+            self._reference_times[key] = ReferenceTiming(result, overheads(log), sizes)
         return self._reference_times[key]
 
 
+def tolerance_for(task: TaskSpec, record: EvaluationRecord) -> Tolerance:
+    """The element-wise tolerance of this step's outputs: trials, samples and fingerprints all use it."""
+    return task.tolerance(record.dtype)
+
+
+def _workload(record: EvaluationRecord, rng: str) -> dict:
+    return {"task": record.task, "preset": record.preset, "dtype": record.dtype, "rng": rng}
+
+
 def verify(task: TaskSpec, dtype: str, expected: list[ops.TrialOutputs], got: list[ops.TrialOutputs],
-           labels: list[str]) -> VerifyResult:
+           labels: list[str], tolerance: Tolerance) -> VerifyResult:
     """Compare every rank's outputs of every call with the reference's; aliasing and input mutation count."""
-    tolerance = task.tolerance(dtype)
     mismatches: list[Mismatch] = []
     checked = 0
     for label, exp, cand in zip(labels, expected, got):
@@ -312,17 +403,30 @@ def _failure_text(exc: Exception) -> str:
 
 
 def _verdict_for(exc: Exception, record: EvaluationRecord) -> tuple[Verdict, str]:
-    """A rank failure is a runtime error, unless a rank caught the candidate replacing judge machinery."""
+    """A rank failure is a runtime error, unless the rank was caught forging messages or tampering.
+
+    What a rank says about its own failure (its error kind, its message) can only make the verdict
+    worse: a forged or unreadable frame, or the tripwire's notice, is an exploit flag.
+    """
     text = _failure_text(exc)
-    tampering = [f for f in getattr(exc, "failures", []) if f.kind == "tampered"]
-    if tampering:
-        record.flags.append(Flag("runtime_tampering", Severity.EXPLOIT, tampering[0].message))
+    failures = getattr(exc, "failures", None)
+    if not failures:  # a payload the judge could not read: only a forger sends one
+        record.flags.append(Flag("forged_message", Severity.EXPLOIT, text))
         return Verdict.FLAGGED, text
+    for kind, code in (("forged", "forged_message"), ("tampered", "runtime_tampering")):
+        found = [f for f in failures if f.kind == kind]
+        if found:
+            record.flags.append(Flag(code, Severity.EXPLOIT, found[0].message))
+            return Verdict.FLAGGED, text
     return Verdict.RUNTIME_ERROR, text
+
+
+def _tails(exc: Exception) -> str:
+    tails = "\n".join(f"[rank {f.rank}] {f.log_tail}" for f in getattr(exc, "failures", []) if f.log_tail.strip())
+    return f"\nOutput of the failing rank(s), last lines:\n{tails[-1200:]}" if tails else ""
 
 
 def _run_failure(exc: Exception, trials: int) -> RunResult:
     failures = list(getattr(exc, "failures", []))
     return RunResult(trials=trials, failures=failures, error=_failure_text(exc),
                      log_tail="\n".join(f"[rank {f.rank}] {f.log_tail}" for f in failures if f.log_tail.strip()))
-

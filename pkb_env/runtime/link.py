@@ -1,27 +1,28 @@
 """The rank's line to the judge for services (kernel compiles). Unset outside a judged rank process.
 
-The connection lives only inside the `request` closure made by `attach`, not in a module attribute
-(candidates import this package; the static screen rejects reaching into closures).
+The rank server attaches a function that sends one request header on its channel and returns the
+judge's answer; this module never sees the channel itself (nor imports the executors), and keeps the
+function only inside the `request` closure, not in a module attribute (candidates import this package;
+the static screen rejects reaching into closures).
 """
 from __future__ import annotations
 
-from multiprocessing.connection import Connection
+from typing import Callable
 
-from pkb_env.executors import channel
+Answer = tuple[dict, "bytes | None"]
 
 
-def request(kind: str, body: dict) -> tuple[dict, bytes | None]:
+def request(kind: str, body: dict) -> Answer:
     raise RuntimeError("not inside a judged rank: no judge to ask")
 
 
-def attach(conn: Connection) -> None:
+def attach(ask: Callable[[dict], Answer]) -> None:
+    """Route `request` through `ask(header) -> (reply header, payload)` (the rank server's channel)."""
     global request, _attached
-    send, recv = channel.send, channel.recv
 
-    def request(kind: str, body: dict) -> tuple[dict, bytes | None]:
+    def request(kind: str, body: dict) -> Answer:
         """Ask the judge; block until it answers (the judge's own time does not count against the step)."""
-        send(conn, {"event": "request", "kind": kind, **body})
-        return recv(conn)
+        return ask({"event": "request", "kind": kind, **body})
 
     _attached = True
 

@@ -14,10 +14,10 @@ from pkb_env.judge.pipeline import JudgeSettings
 from pkb_env.judge.timing import TimingProtocol
 
 WORLD_SIZE = 4
-# Like tests/conftest.py FAST, shorter: a hang costs trial_timeout_s, a step about half a second.
+# Short time limits (a hang costs trial_timeout_s) and the production timing protocol of CPU ranks: an
+# exploit's gain is judged against the honest figures of the protocol that pays rewards.
 ADVERSARIAL = JudgeSettings(trials=2, trial_timeout_s=4.0, build_timeout_s=15.0, timing_timeout_s=15.0,
-                            protocol=TimingProtocol(warmup_s=0.03, measure_s=0.12, min_calls=8, max_calls=30,
-                                                    statistic="min"))
+                            protocol=TimingProtocol.for_clock("host"))
 # A secret-looking variable in the judge's environment before the executor starts: no rank may see it.
 CANARY = ("PKB_ADV_CANARY_TOKEN", "canary-value-that-must-not-leak")
 

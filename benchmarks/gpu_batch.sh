@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The GPU evidence for the timing rework (issues 12 and 13) in one run on a host with 2 GPUs (~6 minutes;
+# at most 9 if every part runs to its limit):
+#
+#     OUT=/path/to/out bash benchmarks/gpu_batch.sh
+#
+# Writes at most 8 files under $OUT:
+#   diagnosis.json      why a gated burst could read slower than calls back to back (benchmarks/burst_diagnosis.py)
+#   truth.json, truth.md the judge's reference times beside nccl-tests-style measurements (independent_truth.py)
+#   repeatability.json  reference and expert all_reduce in 5 fresh processes; the reference against itself
+#   step_latency.json   first and warm steps at world size 2, reference and expert (step_latency.py)
+#   gpu_tests.txt       tests/gpu/test_timing_gpu.py and test_multi_gpu.py (forged reports, host time charged, ...)
+#   soak_cuda_ws2.json  honest soak: every task's reference, alternative and expert at bench and large
+#   batch.log           everything printed, with the time each part took
+# Each part has its own time limit, so one slow part cannot eat the others' time.
+set -u
+OUT=${OUT:-.out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PKB_ENV_CACHE=$(mktemp -d /tmp/pkb-batch-cache.XXXXXX)
+LOG="$OUT/batch.log"
+: > "$LOG"
+part() {  # part <seconds> <command...>
+    local limit=$1; shift
+    echo "== $(date +%T) $*" >> "$LOG"
+    local start=$SECONDS
+    timeout --kill-after=10 "$limit" "$@" >> "$LOG" 2>&1
+    echo "== exit $? after $((SECONDS - start)) s" >> "$LOG"
+}
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv >> "$LOG" 2>&1
+part 60  python benchmarks/burst_diagnosis.py --out "$OUT"
+part 110 python benchmarks/independent_truth.py --out "$OUT"
+part 120 python benchmarks/repeatability.py --executor cuda --processes 5 --self-steps 20 --out "$OUT"
+part 60  python benchmarks/step_latency.py --executor cuda --world-size 2 --preset bench --steps 6 \
+             --candidates reference agents/experts/all_reduce.py --json "$OUT/step_latency.json"
+part 100 python -m pytest -q -rA -p no:cacheprovider tests/gpu/test_timing_gpu.py tests/gpu/test_multi_gpu.py \
+             -o junit_family=xunit2
+cp "$LOG" "$OUT/gpu_tests.txt.tmp" && awk '/tests\/gpu\/test_timing_gpu.py/,/== exit/' "$OUT/gpu_tests.txt.tmp" > "$OUT/gpu_tests.txt"
+rm -f "$OUT/gpu_tests.txt.tmp"
+part 90  python benchmarks/honest_soak.py --executor cuda --world-size 2 --presets bench large --experts \
+             --steps 24 --out "$OUT"
+echo "== done $(date +%T)" >> "$LOG"

@@ -1,0 +1,164 @@
+"""Honest soak: many steps of correct candidates; none may be rejected by the clock, flagged, suspect or untimed.
+
+    python benchmarks/honest_soak.py --executor cpu --world-size 2 --steps 200 --out $OUT
+    python benchmarks/honest_soak.py --executor cpu --world-size 4 --steps 200 --out $OUT
+    python benchmarks/honest_soak.py --executor cuda --presets bench large --experts --steps 32 --out $OUT
+
+Steps cycle over the tasks and, per task, over honest submissions: the reference itself, an alternative
+written with other torch.distributed calls (below), and with --experts the expert kernel of
+agents/experts (GPUs). Every one must be judged correct, unflagged, not suspect, with a speedup. Reported:
+the count of each failure, the smallest clock margin seen (how far the worst rank's least-delayed burst
+stayed inside the allowance, docs/timing.md) and the smallest ratio of a claimed burst time to the judge's
+own wall time, the reference-against-itself speedups, and per expert its roofline fraction. Writes
+`soak_<executor>_ws<N>.json` under --out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from importlib import resources
+from pathlib import Path
+
+import gymnasium
+
+import pkb_env  # noqa: F401
+from pkb_env.task import task_names
+
+EXPERTS = Path(__file__).resolve().parents[1] / "agents" / "experts"
+ALTERNATIVES = {
+    "all_reduce": resources.files("pkb_env.agents").joinpath("candidates/all_reduce_ring.py").read_text(),
+    "all_gather": """
+import torch, torch.distributed as dist
+def solution(tensor):
+    parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, tensor.contiguous())
+    return torch.stack(parts)
+""",
+    "reduce_scatter": """
+import torch, torch.distributed as dist
+def solution(tensor):
+    world, rank = dist.get_world_size(), dist.get_rank()
+    total = tensor.clone()
+    dist.all_reduce(total)
+    rows = tensor.shape[0] // world
+    return total[rank * rows:(rank + 1) * rows].clone()
+""",
+    "all_to_all": """
+import torch, torch.distributed as dist
+def solution(tensor):
+    outs = [torch.empty_like(tensor[0]) for _ in range(tensor.shape[0])]
+    dist.all_to_all(outs, [t.contiguous() for t in tensor.unbind(0)])
+    return torch.stack(outs)
+""",
+    "broadcast": """
+import torch, torch.distributed as dist
+def solution(tensor, src):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    out = tensor.clone()
+    if rank == src:
+        for peer in range(world):
+            if peer != src:
+                dist.send(out, peer)
+    else:
+        dist.recv(out, src)
+    return out
+""",
+    "reduce": """
+import torch, torch.distributed as dist
+def solution(tensor, dst):
+    out = tensor.clone()
+    dist.all_reduce(out)
+    return out if dist.get_rank() == dst else None
+""",
+    "gather": """
+import torch, torch.distributed as dist
+def solution(tensor, dst):
+    parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, tensor.contiguous())
+    return torch.stack(parts) if dist.get_rank() == dst else None
+""",
+    "scatter": """
+import torch, torch.distributed as dist
+def solution(chunks, src):
+    everything = chunks.clone()
+    dist.broadcast(everything, src)
+    return everything[dist.get_rank()].clone()
+""",
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--executor", default="cpu")
+    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--presets", nargs="+", default=["tiny"])
+    parser.add_argument("--steps", type=int, default=200, help="per preset")
+    parser.add_argument("--experts", action="store_true", help="also submit agents/experts (GPUs)")
+    parser.add_argument("--out", default=os.environ.get("OUT", ".out"))
+    args = parser.parse_args()
+    os.environ.setdefault("PKB_ENV_CACHE", tempfile.mkdtemp(prefix="pkb-soak-"))
+
+    plan = []
+    for task in task_names():
+        plan += [(task, "reference"), (task, "alternative")] + ([(task, "expert")] if args.experts else [])
+    steps = []
+    started = time.time()
+    for preset in args.presets:
+        env = gymnasium.make("pkb_env/ParallelKernel-v0", task="all_reduce", world_size=args.world_size,
+                             executor=args.executor, preset=preset, max_turns=10 ** 6)
+        try:
+            env.reset(seed=0)
+            for i in range(args.steps):
+                task, kind = plan[i % len(plan)]
+                obs, _ = env.reset(options={"task": task})
+                code = {"reference": obs["reference"], "alternative": ALTERNATIVES[task]}.get(kind)
+                if code is None:
+                    code = (EXPERTS / f"{task}.py").read_text()
+                t0 = time.time()
+                _, _, _, _, info = env.step(code)
+                record = info["record"]
+                t = record.timing
+                steps.append({"preset": preset, "task": task, "kind": kind, "verdict": info["verdict"],
+                              "flags": [f.code for f in record.exploit_flags], "suspect": t and t.suspect,
+                              "speedup": info["speedup"], "time_us": t and t.time_s * 1e6,
+                              "margin_ms": t and t.clock_margin_s is not None and t.clock_margin_s * 1e3,
+                              "claim_ratio": t and t.claim_ratio, "roofline": info["roofline_fraction"],
+                              "step_s": time.time() - t0, "feedback": info["feedback"][:600]
+                              if info["verdict"] != "correct" else None})
+                if i % 20 == 0:
+                    print(f"{preset} step {i}: {time.time() - started:.0f} s", file=sys.stderr)
+        finally:
+            env.close()
+
+    bad = [s for s in steps if s["verdict"] != "correct" or s["flags"] or s["suspect"] or s["speedup"] is None]
+    margins = [s["margin_ms"] for s in steps if s["margin_ms"] is not None]
+    ratios = [s["claim_ratio"] for s in steps if s["claim_ratio"] is not None]
+    selfs = [s["speedup"] for s in steps if s["kind"] == "reference" and s["speedup"]]
+    summary = {"steps": len(steps), "rejected": len(bad), "flagged": sum(bool(s["flags"]) for s in steps),
+               "suspect": sum(bool(s["suspect"]) for s in steps),
+               "no_speedup": sum(s["speedup"] is None for s in steps),
+               "smallest_margin_ms": min(margins) if margins else None,
+               "smallest_claim_ratio": min(ratios) if ratios else None,
+               "reference_self_speedup": {"min": min(selfs), "median": statistics.median(selfs), "max": max(selfs)}
+               if selfs else None,
+               "experts": {f"{s['task']}/{s['preset']}": {"speedup": s["speedup"], "roofline": s["roofline"],
+                                                         "time_us": s["time_us"]}
+                           for s in steps if s["kind"] == "expert"},
+               "wall_s": time.time() - started}
+    print(json.dumps({k: v for k, v in summary.items() if k != "experts"}, indent=1))
+    for s in bad[:5]:
+        print("REJECTED:", s["task"], s["kind"], s["verdict"], s["flags"], s["suspect"], s["feedback"])
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"soak_{args.executor}_ws{args.world_size}.json").write_text(
+        json.dumps({"args": vars(args), "summary": summary, "steps": steps}, indent=1))
+    return 0 if not bad else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

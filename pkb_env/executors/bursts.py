@@ -1,0 +1,108 @@
+"""A timed burst, as a rank runs it: K calls back to back between a judge-released start and an end.
+
+    make K input sets (outside the window)     every set fresh content from its own secret seed
+    flush the cache, arm the clock             GPU: the device gate and the start event behind it
+    report "gated", wait for the release       the judge stores the epoch once every rank has reported
+    start; call 1 .. K; a mark every J calls   the host queues calls only now: a host slower than the
+                                               device shows as device idle time, inside the burst
+    snapshot the last output, stop, finish     the last output copied in stream order right after its call
+
+Outputs are held (not copied) until the judge asks for their fingerprints after the burst; the last
+call's output is snapshotted in stream order before the end, so work deferred past the end of a call
+(to the next call that never comes, to a side stream, to a thread) leaves it incomplete. Every output
+of the burst is alive when the burst ends, so two calls returning the same memory (a cache, a replay, a
+reused buffer) are found by address. Nothing here knows whether it runs a candidate or the reference.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from pkb_env.executors.clocks import BurstTimes
+from pkb_env.executors.outputs import check_size, export, reuse_problems, stage
+from pkb_env.executors.sketch import sketch_calls
+from pkb_env.executors.tripwire import JUDGE, watch
+
+
+@dataclass
+class Workload:
+    """What a burst calls, and how one input set is made from (this rank's seed, the shared seed)."""
+
+    call: Callable[..., Any]
+    make: Callable[[int, int], tuple]
+
+
+@dataclass
+class HeldBurst:
+    """The outputs and inputs of the last burst, kept until the judge has their fingerprints."""
+
+    outputs: list[Any]
+    inputs: list[tuple]
+    problems: list[tuple[int, str]] = field(default_factory=list)
+
+
+def make_sets(workload: Workload, seeds: list[list[int]]) -> list[tuple]:
+    return [workload.make(seed, shared) for seed, shared in seeds]
+
+
+def timed_burst(workload: Workload, sets: list[tuple], clock, epoch: int, marks_every: int, capture_every: bool,
+                deadline: float, gated: Callable[[], None]) -> tuple[HeldBurst, BurstTimes]:
+    """Run len(sets) calls as one burst (see the module docstring); the held outputs and the times.
+
+    `capture_every`: snapshot every output in stream order right after its call (for a solution that
+    returned the same memory twice in its trials: a caller would have to copy each result out before
+    the next call, and so does the judge, inside the timed window).
+    """
+    count = len(sets)
+    clock.flush()
+    clock.arm(epoch, count // marks_every)
+    gated()
+    seen_at = clock.page.wait(epoch, deadline, clock.pause_s)
+    clock.start(seen_at)
+    call, mark, outputs = workload.call, clock.mark, [None] * count
+    issued = JUDGE.clock()
+    if capture_every:
+        for i in range(count):
+            outputs[i] = stage(call(*sets[i]))
+            if (i + 1) % marks_every == 0:
+                mark()
+    else:
+        for i in range(count):
+            outputs[i] = call(*sets[i])
+            if (i + 1) % marks_every == 0:
+                mark()
+    host_s = JUDGE.clock() - issued
+    last = stage(outputs[-1])  # in stream order, right after the last call
+    clock.stop()
+    times = clock.finish()
+    times.seen_at, times.host_s = seen_at, host_s
+    return _held(outputs, sets, last), times
+
+
+def untimed_calls(workload: Workload, sets: list[tuple], clock) -> HeldBurst:
+    """The same calls without gate or clock (the reference's replay of a candidate's burst)."""
+    outputs = [workload.call(*args) for args in sets]
+    last = stage(outputs[-1])
+    clock.sync()
+    return _held(outputs, sets, last)
+
+
+def _held(outputs: list[Any], sets: list[tuple], last: Any) -> HeldBurst:
+    for out in outputs:
+        check_size(out)
+    problems = reuse_problems(outputs, sets)
+    outputs[-1] = last
+    return HeldBurst(outputs, sets, problems)
+
+
+def fingerprints(held: HeldBurst, seed: int, exact_floats: bool, sample: list[int],
+                 tolerance: tuple[float, float] | None = None) -> dict[str, Any]:
+    """The payload the judge compares: fingerprints of outputs and inputs, problems, sampled outputs in full."""
+    return {"outputs": sketch_calls(held.outputs, seed, exact_floats, tolerance),
+            "inputs": sketch_calls(held.inputs, seed + 1, True, root="argument"),
+            "problems": [[call, message] for call, message in held.problems],
+            "samples": {str(i): export(held.outputs[i]) for i in sample if 0 <= i < len(held.outputs)}}
+
+
+watch(sys.modules[__name__], "make_sets", "timed_burst", "untimed_calls", "fingerprints", "_held")

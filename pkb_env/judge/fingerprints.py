@@ -1,0 +1,211 @@
+"""Check every timed call: a candidate's fingerprints against the reference's, for the same inputs.
+
+The ranks fingerprint each burst's outputs and inputs after the burst with a seed the judge sends only
+then (pkb_env/executors/sketch.py); the reference generation replays the same inputs and fingerprints
+its outputs with the same seed. Here the two are compared, call by call and rank by rank:
+
+* structure (containers, dict keys, dtypes, shapes, Python scalars) must match exactly (scalars:
+  floats at the tolerance);
+* exact fingerprints (integers, booleans, zero-tolerance floats, every input) must be equal;
+* a projected fingerprint (floats at a tolerance) must agree, block by block and projection by
+  projection, within `bound`: for any difference d = got - expected whose elements each stay within
+  the tolerance t_i = atol + rtol |expected_i|, and random signs r independent of d (the seed did not
+  exist when the outputs were made), Hoeffding's inequality gives P(|<r, d>| > lambda ||t||_2) <=
+  2 exp(-lambda^2 / 2); lambda = 8.39 makes that 1e-15 per comparison. Each side's float64 rounding
+  adds at most gamma_b * sum |values| (b = block size, gamma_b = b u / (1 - b u), u = 2^-53), whatever
+  the order of summation. A right answer is thus rejected with probability below 1e-15 per comparison;
+  a wrong one is caught when its error's norm in some block is well above lambda times the tolerance's
+  (docs/timing.md measures both).
+
+The candidate's payload is untrusted: anything malformed in it is a forgery (ChannelError).
+`tolerance` is the Tolerance the step's element-wise verification uses (one function in pipeline.py).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from pkb_env.executors.channel import ChannelError
+from pkb_env.executors.sketch import MULTIPLIERS, PROJECTIONS
+from pkb_env.judge.compare import compare_outputs
+from pkb_env.record import Mismatch
+from pkb_env.task import Tolerance
+
+DELTA = 1e-15
+LAMBDA = math.sqrt(2 * math.log(2 / DELTA))
+UNIT_ROUNDOFF = 2.0 ** -53
+
+
+def bound(t2: torch.Tensor, a_expected: torch.Tensor, a_got: torch.Tensor, block: int) -> torch.Tensor:
+    """Per block: how far a right answer's projection may be from the reference's (module docstring)."""
+    gamma = block * UNIT_ROUNDOFF / (1 - block * UNIT_ROUNDOFF)
+    return LAMBDA * torch.sqrt(t2) * (1 + 1e-9) + 1.01 * gamma * (a_expected + a_got)
+
+
+def compare_burst(expected: dict, got: dict, tolerance: Tolerance, burst: int, rank: int) -> list[Mismatch]:
+    """Every difference between rank `rank`'s fingerprints of burst `burst` and the reference's."""
+    calls = len(expected["outputs"]["skeletons"])
+    _check_form(got, calls)
+    out: list[Mismatch] = []
+    for call, message in got["problems"]:
+        out.append(Mismatch(_label(burst, call), rank, "output", message))
+    out += _compare_part(expected["outputs"], got["outputs"], tolerance, burst, rank, "output")
+    for m in _compare_part(expected["inputs"], got["inputs"], tolerance, burst, rank, "argument"):
+        m.message = f"the call modified {m.path} (inputs must be left unchanged; copy before working in place)"
+        out.append(m)
+    for key, exp_value in expected["samples"].items():
+        if key not in got["samples"]:
+            raise ChannelError(f"the sampled output of call {key} is missing")
+        out += compare_outputs(exp_value, got["samples"][key], tolerance, _label(burst, int(key)), rank)
+    return out
+
+
+def _label(burst: int, call: int) -> str:
+    return f"timed call {call} of burst {burst}"
+
+
+def _compare_part(expected: dict, got: dict, tol: Tolerance, burst: int, rank: int, root: str) -> list[Mismatch]:
+    out: list[Mismatch] = []
+    exp_index, got_index = _index(expected["groups"]), _index(got["groups"])
+    for call, (exp_sk, got_sk) in enumerate(zip(expected["skeletons"], got["skeletons"])):
+        problems = _structure(exp_sk, got_sk, root, tol)
+        if problems:
+            out += [Mismatch(_label(burst, call), rank, path, text) for path, text in problems]
+            continue
+        for path in _tensor_paths(exp_sk, root):
+            e_group, e_row = exp_index[(call, path)]
+            if (call, path) not in got_index:
+                raise ChannelError(f"no fingerprint of {path} of call {call}")
+            g_group, g_row = got_index[(call, path)]
+            text = _differs(e_group, e_row, g_group, g_row)
+            if text:
+                out.append(Mismatch(_label(burst, call), rank, path, text))
+    return out
+
+
+def _index(groups: list[dict]) -> dict[tuple[int, str], tuple[dict, int]]:
+    return {(call, g["path"]): (g, row) for g in groups for row, call in enumerate(g["calls"])}
+
+
+def _differs(exp: dict, e: int, got: dict, g: int) -> str | None:
+    if exp["kind"] != got["kind"] or exp["n"] != got["n"]:
+        raise ChannelError("a fingerprint of another kind than the reference's")
+    if not torch.equal(exp["e"][e], got["e"][g]):
+        return ("the values differ from the reference's (exact fingerprint)" if exp["kind"] == "exact" else
+                "NaN or infinity where the reference has none, or the reverse (fingerprint of non-finite values)")
+    if exp["kind"] == "exact":
+        return None
+    if got.get("block") != exp["block"]:
+        raise ChannelError("a fingerprint cut into other blocks than the reference's")
+    limit = bound(exp["t2"][e], exp["a"][e], got["a"][g], exp["block"])
+    excess = (got["p"][g] - exp["p"][e]).abs() / limit
+    worst = float(excess.max())
+    if not worst <= 1.0:  # NaN counts as a difference
+        return (f"values differ from the reference's beyond the tolerance: a random projection of the "
+                f"difference is {worst:.3g}x the most a right answer reaches (every timed call is fingerprinted; "
+                f"is work deferred, batched, cached or skipped in some calls?)")
+    return None
+
+
+def _tensor_paths(skeleton: Any, path: str) -> list[str]:
+    if not isinstance(skeleton, list):
+        return []
+    kind = skeleton[0]
+    if kind == "tensor":
+        return [path]
+    if kind == "sequence":
+        return [p for i, s in enumerate(skeleton[1]) for p in _tensor_paths(s, f"{path}[{i}]")]
+    if kind == "dict":
+        return [p for k, s in skeleton[1].items() for p in _tensor_paths(s, f"{path}[{k!r}]")]
+    return []
+
+
+def _structure(exp: Any, got: Any, path: str, tol: Tolerance) -> list[tuple[str, str]]:
+    """Where the structure of `got` differs from `expected` (containers, keys, dtypes, shapes, scalars)."""
+    if exp is None or got is None:
+        return [] if exp is got else [(path, f"expected {_describe(exp)}, got {_describe(got)}")]
+    kind = exp[0]
+    numeric = kind in ("float", "complex") and isinstance(got, list) and len(got) == 2 and got[0] in ("int", "float")
+    if not isinstance(got, list) or not got or (got[0] != kind and not numeric):
+        return [(path, f"expected {_describe(exp)}, got {_describe(got)}")]
+    if numeric and kind == "complex":
+        got = ["complex", got[1], 0.0]
+    if kind == "tensor":
+        return [] if got[1:] == exp[1:] else [(path, f"expected {_describe(exp)}, got {_describe(got)}")]
+    if kind == "sequence":
+        if len(got[1]) != len(exp[1]):
+            return [(path, f"expected a sequence of length {len(exp[1])}, got one of length {len(got[1])}")]
+        return [p for i, (e, g) in enumerate(zip(exp[1], got[1])) for p in _structure(e, g, f"{path}[{i}]", tol)]
+    if kind == "dict":
+        if set(got[1]) != set(exp[1]):
+            return [(path, f"dict keys differ: expected {sorted(exp[1])[:8]}, got {sorted(got[1])[:8]}")]
+        return [p for k in exp[1] for p in _structure(exp[1][k], got[1][k], f"{path}[{k!r}]", tol)]
+    if kind in ("float", "complex"):
+        if len(got) == len(exp) and all(_close(e, g, tol) for e, g in zip(exp[1:], got[1:])):
+            return []
+    elif got[1:] == exp[1:]:
+        return []
+    return [(path, f"expected {_describe(exp)}, got {_describe(got)}")]
+
+
+def _close(e: float, g: Any, tol: Tolerance) -> bool:
+    if type(g) not in (int, float):
+        return False
+    if math.isnan(e):
+        return math.isnan(g)
+    if math.isinf(e):
+        return g == e
+    return math.isfinite(g) and abs(g - e) <= tol.atol + tol.rtol * abs(e)
+
+
+def _describe(skeleton: Any) -> str:
+    if skeleton is None:
+        return "None"
+    if not isinstance(skeleton, list) or not skeleton:
+        return "something else"
+    kind = skeleton[0]
+    if kind == "tensor" and len(skeleton) == 3:
+        return f"a {skeleton[1]} tensor of shape {skeleton[2]}"
+    if kind in ("sequence", "dict"):
+        return f"a {kind}"
+    return f"{kind} {str(skeleton[1:])[:40]}"
+
+
+def _check_form(data: Any, calls: int) -> None:
+    """A candidate's fingerprint payload must have the judge's form; anything else is a forgery."""
+    try:
+        ok = (isinstance(data, dict) and set(data) == {"outputs", "inputs", "problems", "samples"}
+              and isinstance(data["samples"], dict) and isinstance(data["problems"], list)
+              and all(isinstance(p, list) and len(p) == 2 and type(p[0]) is int and 0 <= p[0] < calls
+                      and isinstance(p[1], str) for p in data["problems"]))
+        for part in ("outputs", "inputs"):
+            ok = ok and _part_ok(data[part], calls)
+    except (KeyError, TypeError, IndexError, AttributeError):
+        ok = False
+    if not ok:
+        raise ChannelError("a fingerprint payload that is not of the judge's form")
+
+
+def _part_ok(part: Any, calls: int) -> bool:
+    if not (isinstance(part, dict) and isinstance(part.get("skeletons"), list) and len(part["skeletons"]) == calls
+            and isinstance(part.get("groups"), list)):
+        return False
+    for g in part["groups"]:
+        rows = g["calls"]
+        if not (isinstance(g["path"], str) and isinstance(rows, list) and all(type(c) is int for c in rows)
+                and g["kind"] in ("exact", "projected") and type(g["n"]) is int):
+            return False
+        if not _tensor_ok(g["e"], torch.int64, (len(rows), MULTIPLIERS)):
+            return False
+        if g["kind"] == "projected":
+            blocks = g["p"].shape[-1] if isinstance(g.get("p"), torch.Tensor) else -1
+            if not (type(g.get("block")) is int and _tensor_ok(g["p"], torch.float64, (len(rows), PROJECTIONS, blocks))
+                    and _tensor_ok(g["a"], torch.float64, (len(rows), blocks))):
+                return False
+    return True
+
+
+def _tensor_ok(t: Any, dtype: torch.dtype, shape: tuple[int, ...]) -> bool:
+    return type(t) is torch.Tensor and t.dtype == dtype and tuple(t.shape) == shape

@@ -1,0 +1,159 @@
+"""Fingerprints of timed calls: right answers pass, wrong ones are caught, forged payloads are refused.
+
+Everything here runs the rank-side sketch (pkb_env/executors/sketch.py) and the judge-side comparison
+(pkb_env/judge/fingerprints.py) in one process on CPU tensors, as both sides do in a real step.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pkb_env.executors.channel import ChannelError
+from pkb_env.executors.sketch import layout, sketch_calls
+from pkb_env.judge.fingerprints import compare_burst
+from pkb_env.task import EXACT, Tolerance
+
+BF16 = Tolerance(1e-1, 3e-2, "bf16 sums")
+FP32 = Tolerance(1e-5, 1e-5, "fp32 sums")
+
+
+def payload(outputs, seed, tol, inputs=None, reference=False, problems=(), sample=()):
+    """What bursts.fingerprints sends, for `outputs` (one per call)."""
+    inputs = inputs if inputs is not None else [(torch.zeros(3),) for _ in outputs]
+    return {"outputs": sketch_calls(outputs, seed, tol.exact, (tol.atol, tol.rtol) if reference else None),
+            "inputs": sketch_calls(inputs, seed + 1, True, root="argument"),
+            "problems": [list(p) for p in problems],
+            "samples": {str(i): outputs[i] for i in sample}}
+
+
+def judge(expected, got, tol, **kw):
+    return compare_burst(payload(expected, 7, tol, reference=True, **kw), payload(got, 7, tol), tol, 0, 0)
+
+
+def ranks_sum(parts, dtype, order):
+    """A sum over ranks in a given order, rounded to `dtype` at every step (as a ring would)."""
+    total = parts[order[0]].to(dtype)
+    for r in order[1:]:
+        total = (total.float() + parts[r].float()).to(dtype)
+    return total
+
+
+def test_other_summation_orders_pass_at_the_tolerance():
+    """Right answers (other association, bf16 rounding at each hop) are never rejected."""
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        parts = [torch.randn(512, 512, generator=gen) for _ in range(8)]
+        exact = torch.stack(parts).double().sum(0).to(torch.bfloat16)
+        ring = ranks_sum(parts, torch.bfloat16, [3, 4, 5, 6, 7, 0, 1, 2])
+        assert not judge([exact], [ring], BF16)
+
+
+def test_wrong_on_half_the_tensor_is_caught():
+    """The issue's case: one rank's contribution missing on half the elements, in one call of many."""
+    gen = torch.Generator().manual_seed(1)
+    parts = [[torch.randn(1024, 1024, generator=gen) for _ in range(2)] for _ in range(6)]
+    expected = [(a + b).to(torch.bfloat16) for a, b in parts]
+    got = [e.clone() for e in expected]
+    got[4].view(-1)[: got[4].numel() // 2] = parts[4][0].view(-1)[: got[4].numel() // 2].to(torch.bfloat16)
+    found = judge(expected, got, BF16)
+    assert [m.trial for m in found] == ["timed call 4 of burst 0"]
+    assert "beyond the tolerance" in found[0].message
+
+
+def test_dense_errors_ten_times_the_tolerance_are_caught_and_right_answers_pass():
+    """Resolution: an error in every element, 10x its tolerance with random signs, is caught (each of the 64
+    block x 4 projections sees it with probability ~0.4, so all miss with probability ~1e-14); an error at
+    the edge of the tolerance in every element passes (rejected with probability below 1e-15 per test)."""
+    n = 1 << 16
+    block, _ = layout(n)
+    expected = torch.randn(n, dtype=torch.float64).float()
+    t = FP32.atol + FP32.rtol * expected.abs()
+    signs = torch.where(torch.rand(n) < 0.5, -1.0, 1.0)
+    within = expected + 0.99 * t * signs      # every element at the edge of its tolerance: right, and passes
+    beyond = expected + 10 * t * signs        # every element 10x outside its tolerance: caught
+    assert not judge([expected], [within.float()], FP32)
+    assert judge([expected], [beyond.float()], FP32)
+    assert block * (n // block) == n
+
+
+def test_exact_fingerprints_catch_a_single_element():
+    x = torch.randint(-1000, 1000, (300, 300), dtype=torch.int32)
+    y = x.clone()
+    y[123, 45] += 1
+    assert judge([x, x], [x.clone(), y], EXACT)[0].trial == "timed call 1 of burst 0"
+    assert not judge([x], [x.clone()], EXACT)
+
+
+def test_exact_floats_treat_signed_zero_and_nan_payloads_as_equal():
+    x = torch.tensor([0.0, float("nan"), 1.5, -2.0], dtype=torch.bfloat16)
+    y = torch.tensor([-0.0, -float("nan"), 1.5, -2.0], dtype=torch.bfloat16)
+    assert not judge([x], [y], EXACT)
+    z = x.clone()
+    z[2] = 1.5078125  # the next bf16 after 1.5
+    assert judge([x], [z], EXACT)
+
+
+def test_non_finite_values_must_match_where_they_are():
+    x = torch.randn(5000)
+    x[17] = float("inf")
+    y = x.clone()
+    assert not judge([x], [y], FP32)
+    y[17] = float("nan")
+    assert "non-finite" in judge([x], [y], FP32)[0].message
+
+
+def test_outputs_of_any_structure():
+    a, b = torch.randn(4, 4), torch.arange(6)
+    out = {"values": a, "meta": (b, None, 3, 2.5)}
+    assert not judge([out], [{"values": a.clone(), "meta": (b.clone(), None, 3, 2.5)}], FP32)
+    wrong = judge([out], [{"values": a.clone(), "meta": (b.clone(), None, 4, 2.5)}], FP32)
+    assert wrong and "int" in wrong[0].message
+    assert judge([out], [{"values": a.clone()}], FP32)[0].message.startswith("dict keys differ")
+    assert judge([None], [a], FP32)[0].message == "expected None, got a float32 tensor of shape [4, 4]"
+    assert judge([a], [a.double()], FP32)  # dtype is part of the structure
+
+
+def test_mutated_inputs_are_caught():
+    x = torch.randn(64)
+    before = [(x.clone(),)]
+    after = [(x.clone().zero_(),)]
+    exp = payload([x], 3, FP32, inputs=before, reference=True)
+    got = payload([x], 3, FP32, inputs=after)
+    found = compare_burst(exp, got, FP32, 0, 0)
+    assert found and "modified argument[0]" in found[0].message
+
+
+def test_sampled_outputs_are_compared_in_full_and_rank_problems_count():
+    x = torch.randn(64)
+    y = x.clone()
+    y[3] += 1.0
+    exp = payload([x], 3, FP32, reference=True, sample=[0])
+    got = payload([y], 3, FP32, sample=[0], problems=[(0, "the output shares memory with call 0")])
+    messages = [m.message for m in compare_burst(exp, got, FP32, 0, 0)]
+    assert "the output shares memory with call 0" in messages
+    assert any("elements differ" in m for m in messages)
+
+
+@pytest.mark.parametrize("forge", ["missing_key", "short_skeletons", "wrong_dtype", "no_sample", "bad_problem"])
+def test_a_malformed_payload_is_a_forgery(forge):
+    x = torch.randn(64)
+    exp = payload([x, x], 3, FP32, reference=True, sample=[1])
+    got = payload([x, x], 3, FP32, sample=[1])
+    if forge == "missing_key":
+        del got["inputs"]
+    elif forge == "short_skeletons":
+        got["outputs"]["skeletons"].pop()
+    elif forge == "wrong_dtype":
+        got["outputs"]["groups"][0]["p"] = got["outputs"]["groups"][0]["p"].float()
+    elif forge == "no_sample":
+        got["samples"] = {}
+    else:
+        got["problems"] = [[5, "call out of range"]]
+    with pytest.raises(ChannelError):
+        compare_burst(exp, got, FP32, 0, 0)
+
+
+def test_the_seed_changes_every_projection():
+    x = [torch.randn(10_000)]
+    one, two = sketch_calls(x, 1, False)["groups"][0], sketch_calls(x, 2, False)["groups"][0]
+    assert not torch.equal(one["p"], two["p"]) and torch.equal(one["a"], two["a"])

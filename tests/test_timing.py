@@ -1,0 +1,171 @@
+"""The timing protocol on CPU ranks (docs/timing.md): bursts released by the judge, every timed call checked,
+claims held to the judge's clock. No wall-clock limit is asserted: only what holds on a loaded machine
+(a host busy-wait is a lower bound on a call's time; a forged claim is far off the clock; counts are exact).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from conftest import make_env
+from pkb_env.executors.gate import ReleasePage, PageView
+from pkb_env.executors.operations import BurstRecord, RankBurst
+from pkb_env.judge.timing import BurstLog, TimingProtocol, check_claims, clock_allowance, suspect_reason
+from pkb_env.judge.pipeline import JudgeSettings
+
+PRODUCTION = JudgeSettings(trials=2, trial_timeout_s=10.0, timing_timeout_s=30.0,
+                           protocol=TimingProtocol.for_clock("host"))
+
+# Right on the trials, then wrong in one call out of every 40: only half of the tensor is reduced.
+NOW_AND_THEN = """
+import torch, torch.distributed as dist
+_calls = [0]
+def solution(tensor):
+    _calls[0] += 1
+    out = tensor.clone()
+    if _calls[0] > 2 and _calls[0] % 40 == 0:
+        half = out.view(-1)[: out.numel() // 2]
+        dist.all_reduce(half)
+        return out
+    dist.all_reduce(out)
+    return out
+"""
+
+# Caches its outputs by the address of its input (inputs are refreshed between bursts, addresses are not).
+ADDRESS_CACHE = """
+import torch, torch.distributed as dist
+_cache = {}
+def solution(tensor):
+    hit = _cache.get(tensor.data_ptr())
+    agree = torch.tensor([0.0 if hit is None else 1.0])
+    dist.all_reduce(agree, op=dist.ReduceOp.MIN)   # every rank takes the same branch
+    if agree.item() == 1.0:
+        return hit
+    out = tensor.clone()
+    dist.all_reduce(out)
+    _cache[tensor.data_ptr()] = out
+    return out
+"""
+
+# Spends 200 us of host time per call on top of the work.
+HOST_BOUND = """
+import time, torch.distributed as dist
+def solution(tensor):
+    end = time.perf_counter() + 200e-6
+    while time.perf_counter() < end:
+        pass
+    out = tensor.clone()
+    dist.all_reduce(out)
+    return out
+"""
+
+
+@pytest.fixture(scope="module")
+def env2():
+    env = make_env(world_size=2, judge_settings=PRODUCTION)
+    env.reset(seed=0)
+    yield env
+    env.close()
+
+
+def test_every_timed_call_is_checked_and_the_counts_add_up(env2):
+    obs, _ = env2.reset(options={"task": "all_reduce"})
+    _, _, _, _, info = env2.step(obs["reference"])
+    assert info["correct"], info["feedback"]
+    t, record = info["record"].timing, info["record"]
+    assert t.bursts >= PRODUCTION.protocol.min_bursts and t.calls >= 8 * t.bursts and t.input_sets == t.calls
+    assert record.verify.checked == 2 * 2 + t.calls * 2          # trials and every timed call, on both ranks
+    assert info["speedup"] == pytest.approx(t.reference_s / t.time_s)
+    assert t.min_s <= t.time_s <= t.max_s and 0 < t.claim_ratio <= 1.0 and t.clock_margin_s > 0
+    assert t.statistic == "interval-min" and t.clock == "host" and t.launch_s > 0
+    assert 0.25 <= info["speedup"] <= 4.0, info["feedback"]  # a gross error (the old 4-8x) cannot hide in this
+
+
+def test_wrong_in_one_call_of_forty_is_wrong_every_time(env2):
+    """Issue 12's must-show: judged wrong in 20 steps out of 20 (it passed 7 of 8 with sampled checks)."""
+    env2.reset(options={"task": "all_reduce"})
+    verdicts = []
+    for _ in range(20):
+        _, _, _, _, info = env2.step(NOW_AND_THEN)
+        verdicts.append((info["verdict"], info["stage"]))
+        assert "timed call" in info["feedback"], info["feedback"]
+    assert verdicts == [("wrong", "time")] * 20
+
+
+def test_a_cache_keyed_on_input_addresses_is_wrong(env2):
+    env2.reset(options={"task": "all_reduce"})
+    _, _, _, _, info = env2.step(ADDRESS_CACHE)
+    assert info["verdict"] == "wrong" and info["stage"] == "time", info["feedback"]
+
+
+def test_a_host_bound_candidate_is_charged_its_host_time(env2):
+    env2.reset(options={"task": "all_reduce"})
+    _, _, _, _, info = env2.step(HOST_BOUND)
+    assert info["correct"], info["feedback"]
+    t = info["record"].timing
+    assert t.time_s >= 200e-6 and t.launch_s >= 200e-6, info["feedback"]
+
+
+# -- the clock check, on logs made by hand -----------------------------------------------------------------
+
+def _log(busy: float, overhead: float, bursts: int = 6, ranks: int = 2, calls: int = 64, marks_every: int = 4,
+         **changes) -> BurstLog:
+    log = BurstLog()
+    for b in range(bursts):
+        released = 100.0 + b
+        reports = []
+        for _ in range(ranks):
+            report = RankBurst(seen_at=released + 1e-5, ended_at=released + busy, busy_s=busy, host_s=busy,
+                               idle_s=None, marks=[busy * (i + 1) / 16 for i in range(calls // marks_every)],
+                               received=released + busy + overhead)
+            reports.append(replace(report, **changes))
+        log.bursts.append(BurstRecord(calls, marks_every, released, reports))
+    return log
+
+
+def test_honest_reports_pass_with_their_margin():
+    check = check_claims(_log(0.04, 0.001), allowance_s=0.004)
+    assert check.problem is None and check.margin_s == pytest.approx(0.003) and check.claim_ratio < 1
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"busy_s": 0.01}, "less per burst"),                     # a quarter of the real time: far off the clock
+    ({"busy_s": 0.05}, "rules out"),                           # longer than the judge's own window
+    ({"seen_at": 99.0}, "rules out"),                          # saw the release before the judge made it
+    ({"marks": [0.001]}, "marks"),                             # not the count the judge asked for
+])
+def test_reports_the_clock_rules_out_are_flagged(changes, words):
+    check = check_claims(_log(0.04, 0.001, **changes), allowance_s=0.004)
+    assert check.problem and words in check.problem
+
+
+def test_the_allowance_comes_from_the_reference_and_has_a_floor():
+    protocol = TimingProtocol.for_clock("host")
+    assert clock_allowance(protocol, np.zeros((6, 2))) == protocol.clock_floor_s
+    assert clock_allowance(protocol, np.full((6, 2), 0.01)) == pytest.approx(0.04)
+
+
+def test_suspect_only_below_the_physical_floor():
+    assert suspect_reason(10e-6, None) is None
+    assert suspect_reason(10e-6, 5e-6) is None
+    assert "below the physical floor" in suspect_reason(4e-6, 5e-6)
+
+
+def test_the_release_page_is_the_judges_alone():
+    page = ReleasePage()
+    view = PageView(os.dup(page.fd))
+    page.release(page.next_epoch())
+    assert view.epoch() == 1
+    fd = os.open(f"/proc/self/fd/{page.fd}", os.O_RDWR)
+    import mmap
+    with pytest.raises(PermissionError):
+        mmap.mmap(fd, 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    with pytest.raises(PermissionError):
+        os.pwrite(fd, b"\x09", 0)
+    with pytest.raises(PermissionError):
+        os.ftruncate(fd, 0)
+    os.close(fd)
+    page.close()
