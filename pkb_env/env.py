@@ -107,9 +107,9 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
         self._task, self._turn, self._best_reward, self._best_speedup = task, 0, None, 0.0
         self._last = {}
         info = self.executor.info
-        self._topology_text = self.judge.topology.describe(self.world_size, info.name,
-                                                           load_calibration(info.hardware, self.world_size,
-                                                                            self.judge.protocol.statistic))
+        calibration = load_calibration(info.hardware, self.world_size, self.judge.protocol.statistic)
+        self._topology_text = self.judge.topology.describe(self.world_size, info.name, calibration)
+        self._peaks = self.judge.peaks(calibration)
         self.executor.prestart()
         return self._observation(""), {"task": task.name, "world_size": self.world_size,
                                        "executor": self.executor.info.name}
@@ -120,7 +120,8 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
         info keys:
           correct (bool), verdict (str), stage (str: last stage reached), error (str | None),
           speedup (float | None: reference time / candidate time; None if not measured or not trusted),
-          roofline_fraction (float | None: alpha-beta bound / measured time, in [0, 1]),
+          roofline_fraction (float | None: the cost model's bound / measured time; above 1 only if the
+            model or the measurement is wrong, which the timing then reports as suspect),
           reward_terms (dict: every term of the reward), turn_reward (float: before turn credit),
           flags (list[str]: screen/runtime findings as "code: message"),
           stage_seconds (dict: wall time per stage), feedback (str), record (EvaluationRecord).
@@ -165,7 +166,7 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
         task = self._task
         topology = self._topology_text
         prompt = build_prompt(task, self.preset, self._dtype, self.world_size, topology, feedback, self._turn,
-                              gpu=self.executor.info.name != "cpu")
+                              gpu=self.executor.info.name != "cpu", peaks=self._peaks)
         return {
             "prompt": S.to_charset(prompt, S.MAX_PROMPT_CHARS),
             "task_id": task.name,
