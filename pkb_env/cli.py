@@ -10,7 +10,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from pkb_env.report import table
-from pkb_env.task import TaskError, load_task, task_names
+from pkb_env.task import TaskError, load_task
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pkb-env", description=__doc__)
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
-    p = sub.add_parser("tasks", help="list the task suite")
+    p = sub.add_parser("tasks", help="list the task suite, grouped by family")
     p.set_defaults(run=cmd_tasks)
 
     p = sub.add_parser("show", help="print the prompt of a task")
@@ -74,13 +74,9 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_tasks(args) -> int:
-    rows = []
-    for name in task_names():
-        t = load_task(name)
-        ws = t.world_sizes
-        sizes = f"{ws.minimum}..{ws.maximum or 'any'}" + (f" ({', '.join(ws.divides)} % W == 0)" if ws.divides else "")
-        rows.append([name, t.family, t.pkb_id, sizes, ",".join(t.dtypes), t.title])
-    print(table(["task", "family", "PKB id", "world sizes", "dtypes", "title"], rows))
+    from pkb_env.contract.catalog import listing
+
+    print(listing())
     return 0
 
 

@@ -17,7 +17,7 @@ from pkb_env.judge.pipeline import Judge, JudgeSettings
 from pkb_env.prompt import build_prompt
 from pkb_env.record import EvaluationRecord
 from pkb_env.rewards import TurnCredit, improvement, load_reward
-from pkb_env.task import TaskError, TaskSpec, load_task, task_names
+from pkb_env.task import TaskError, TaskSpec, load_task, runnable_tasks
 from pkb_env.topology import load_calibration
 
 
@@ -64,7 +64,8 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
             raise ValueError(f"render_mode {render_mode!r} is not supported; use None or 'ansi'")
         if not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
-        self.task_pool = self._task_pool(task)
+        # None: the whole suite, i.e. every task that takes this world size and preset.
+        self.task_pool = self._task_pool(task if task is not None else runnable_tasks(world_size, preset))
         for name in self.task_pool:
             load_task(name).check_world_size(world_size, preset)
         self.world_size, self.preset, self.dtype = world_size, preset, dtype
@@ -83,8 +84,8 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
         self._last: dict[str, Any] = {}
 
     @staticmethod
-    def _task_pool(task: str | Sequence[str] | None) -> list[str]:
-        names = list(task_names()) if task is None else [task] if isinstance(task, str) else list(task)
+    def _task_pool(task: str | Sequence[str]) -> list[str]:
+        names = [task] if isinstance(task, str) else list(task)
         if not names:
             raise TaskError("the task list is empty; pass a task name, a list of names, or None for all tasks")
         for name in names:

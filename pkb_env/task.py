@@ -18,7 +18,7 @@ from pkb_env.contract import (DTYPES, EXACT, InputContext, Preset, TaskError, Ta
 from pkb_env.judge.screen import reference_parameters
 
 __all__ = ["DTYPES", "EXACT", "InputContext", "Preset", "TaskError", "TaskSpec", "Tolerance", "WorldSizes",
-           "derive_seed", "task_names", "load_task", "load_reference", "TASKS_PACKAGE"]
+           "derive_seed", "task_names", "runnable_tasks", "load_task", "load_reference", "TASKS_PACKAGE"]
 
 TASKS_PACKAGE = "pkb_env.tasks"
 
@@ -28,6 +28,12 @@ def task_names() -> tuple[str, ...]:
     """Every task in the suite, in name order."""
     pkg = importlib.import_module(TASKS_PACKAGE)
     return tuple(sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if m.ispkg and not m.name.startswith("_")))
+
+
+def runnable_tasks(world_size: int, preset: str) -> list[str]:
+    """The tasks of the suite that take `world_size` at `preset` (what "the whole suite" means there)."""
+    return [n for n in task_names() if preset in load_task(n).presets
+            and load_task(n).world_size_problem(world_size, preset) is None]
 
 
 @lru_cache(maxsize=None)

@@ -23,7 +23,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from pkb_env.contract import (FAMILIES, GroupCache, GroupInfo, Normal, PerRank, Replicated, Scalar, Sharded, Tensor,
+from pkb_env.contract import (FAMILIES, GroupCache, GroupInfo, Normal, Replicated, Scalar, Sharded, Tensor,
                               rank_seeds)
 from pkb_env.judge.compare import compare_outputs, summarize_mismatches
 from pkb_env.task import TaskError, load_reference, load_task, task_names
