@@ -251,8 +251,11 @@ def cmd_calibrate(args) -> int:
     print(table(["all_reduce bytes", "busbw GB/s"], rows))
     if cal.peer_copy_gbps:
         print("\n" + table(["src GPU", "dst GPU", "copy GB/s"], [list(p) for p in cal.peer_copy_gbps]))
-    print(f"\nlatency (4-byte all_reduce): {cal.alpha_s * 1e6:.1f} us; bandwidth used by the roofline: "
-          f"{cal.bandwidth_gbps:.3f} GB/s\nsaved to {calibration_path(cal.hardware, cal.world_size, cal.statistic)}")
+    print("\n" + table(["probe", "value"], [[name, value] for name, value in cal.probes]))
+    rates = ", ".join(f"{dtype} {tflops:.3g}" for dtype, tflops in cal.matmul_tflops)
+    print(f"\nroofline peaks: latency {cal.alpha_s * 1e6:.1f} us, bandwidth {cal.bandwidth_gbps:.3f} GB/s (best of the "
+          f"probes), matmul TFLOP/s {rates}, device copy {cal.copy_gbps:.4g} GB/s"
+          f"\nsaved to {calibration_path(cal.hardware, cal.world_size, cal.statistic)}")
     return 0
 
 

@@ -8,9 +8,8 @@ import pytest
 import torch
 
 from pkb_env.contract import (Bernoulli, Comm, Const, Cost, Custom, Exact, Expr, ExprError, Fixed, Group, Integers,
-                              Mesh, Normal, OneHot, Output, PerRank, Permutation, Positive, Preset, Replicated,
-                              Rounded, Scalar, Sharded, Sum, TaskError, TaskSpec, Tensor, Tolerance, Uniform,
-                              UnitRows, rank_seeds)
+                              Mesh, Normal, OneHot, Output, PerRank, Permutation, Positive, Preset, Rounded, Scalar,
+                              Sharded, Sum, TaskError, TaskSpec, Tensor, Tolerance, Uniform, UnitRows, rank_seeds)
 from pkb_env.contract.io import show_shape
 from pkb_env.contract.mesh import SHARED, MeshError
 from pkb_env.judge.seeds import SeedPlan

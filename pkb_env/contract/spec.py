@@ -284,8 +284,9 @@ class TaskSpec:
 
 
 @dataclass(frozen=True)
-class CostContext:
-    """What a task's `cost` function reads: sizes (`c["K"]`, `c["W"]`, `c["tp"]`), the dtype, byte counts."""
+class Sized:
+    """A task at one size: what its cost function and its golden both read. `x["K"]`, `x["W"]` and `x["tp"]`
+    give a preset dim, the world size and a mesh dimension's size."""
 
     spec: TaskSpec
     dims: Mapping[str, int]
@@ -295,6 +296,11 @@ class CostContext:
 
     def __getitem__(self, name: str) -> int:
         return size_env(self.dims, self.world_size, self.layout)[name]
+
+
+@dataclass(frozen=True)
+class CostContext(Sized):
+    """What a task's `cost` function reads: sizes, the dtype, byte counts of declared tensors."""
 
     @property
     def elem(self) -> int:
@@ -323,17 +329,8 @@ class CostContext:
 
 
 @dataclass(frozen=True)
-class World:
+class World(Sized):
     """What a golden implementation knows besides the inputs: sizes, the mesh, and layout helpers."""
-
-    spec: TaskSpec
-    dims: Mapping[str, int]
-    world_size: int
-    dtype: str
-    layout: MeshLayout
-
-    def __getitem__(self, name: str) -> int:
-        return size_env(self.dims, self.world_size, self.layout)[name]
 
     def coords(self, rank: int) -> dict[str, int]:
         return self.layout.coords(rank)
