@@ -185,6 +185,9 @@ class EvaluationRecord:
     flags: list[Flag] = field(default_factory=list)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     feedback: str = ""
+    # What protected the judge while the candidate ran (the executor's isolation(), in words): pid, network,
+    # filesystem, privileges (and user where a user namespace was needed). Empty when nothing ran.
+    containment: dict[str, str] = field(default_factory=dict)
 
     @property
     def correct(self) -> bool:

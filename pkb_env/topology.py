@@ -7,7 +7,6 @@ machine with the judge's own timing loop, and is cached per hardware fingerprint
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from dataclasses import asdict, dataclass
@@ -15,6 +14,8 @@ from importlib import resources
 from pathlib import Path
 
 import yaml
+
+from pkb_env.cache import cache_root
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,7 @@ class Calibration:
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("PKB_ENV_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "pkb_env")
-    return Path(base) / "calibration"
+    return cache_root() / "calibration"
 
 
 def calibration_path(hardware: str, world_size: int, statistic: str) -> Path:

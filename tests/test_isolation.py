@@ -88,7 +88,7 @@ raise RuntimeError("RESULT " + " ".join(results))""")
 @needs_namespaces
 def test_a_generation_sees_only_itself_and_writes_only_its_own(env2):
     isolation = env2.unwrapped.executor.isolation()
-    assert isolation["pid"].startswith("private") and isolation["filesystem"].startswith("read-only"), isolation
+    assert isolation["pid"].startswith("private") and isolation["filesystem"].startswith("allowlisted root"), isolation
     package = os.path.dirname(pkb_env.__file__)
     # Obfuscated past the static screen on purpose: this checks the kernel's barrier, not the screen's.
     probe_code = f"""import os
