@@ -59,7 +59,9 @@ HAS_INCLUDE = re.compile(r"__has_include(?:_next)?\s*\(([^)]*)\)")
 HEADER = re.compile(r'\s*(?:<([^<>"\n]+)>|"([^"\n]+)")\s*')
 INCBIN = re.compile(r"\.incbin\b", re.IGNORECASE)
 LOCATION = re.compile(r"^(?P<path>[^\s:()\"']+?)(?:\(\d+\)|:\d+(?::\d+)?):")
-OUTSIDE_PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+[\w.+-]+")
+# An absolute path of two components or more: at the start, after a space, quote, bracket, '=' or ':', or
+# glued to a one-letter option (-I/usr/include); "a/b/c" (relative) and "x / y" (division) do not count.
+OUTSIDE_PATH = re.compile(r"(?:^|(?<=[\s\"'=(<:,])|(?<=-[A-Za-z]))/(?:[\w.+-]+/)+[\w.+-]+")
 
 
 class CompileRefused(ValueError):

@@ -151,5 +151,8 @@ def load_inline(name: str, cpp_sources: str | Sequence[str] = "", cuda_sources: 
 
 
 def _as_list(sources: str | Sequence[str]) -> list[str]:
-    return [sources] if isinstance(sources, str) else list(sources)
+    """One source or several; "" (the default) is none, so that a C++-only extension is built without CUDA."""
+    if isinstance(sources, str):
+        return [sources] if sources else []
+    return list(sources)
 
