@@ -15,7 +15,6 @@ import threading
 import pytest
 
 import pkb_env
-from conftest import make_env
 from pkb_env.cache import cache_root
 from pkb_env.executors.zygote import Containment
 from pkb_env.judge.compile_checks import (CompileRefused, check_cuda_options, check_host_options, check_sources,
@@ -32,14 +31,6 @@ try:
     BACKENDS = ["nvcc", "nvrtc"]
 except ImportError:
     BACKENDS = ["nvcc"]
-
-
-@pytest.fixture(scope="module")
-def env2():
-    env = make_env(world_size=2)
-    env.reset(seed=0)
-    yield env
-    env.close()
 
 
 @pytest.fixture(scope="module")

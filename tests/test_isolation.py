@@ -17,14 +17,6 @@ NAMESPACES = Containment.from_environment().missing()
 needs_namespaces = pytest.mark.skipif(NAMESPACES is not None, reason=f"no namespaces here: {NAMESPACES}")
 
 
-@pytest.fixture(scope="module")
-def env2():
-    env = make_env(world_size=2)
-    env.reset(seed=0)
-    yield env
-    env.close()
-
-
 def _verdict_message(env, body: str):
     """Run a candidate that raises with a message telling what it saw; return the feedback."""
     code = "def solution(tensor):\n" + "".join(f"    {line}\n" for line in body.splitlines())

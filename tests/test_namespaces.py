@@ -74,9 +74,7 @@ def _in_child(as_user: bool, workdir: str, plan: rootfs.Plan, paths: dict) -> di
                 os.write(inner_write, json.dumps(seen).encode())
                 os._exit(0)
             os.close(inner_write)
-            data = b""
-            while chunk := os.read(inner_read, 65536):
-                data += chunk
+            data = _read_all(inner_read)
             report["rank"] = json.loads(data) if data else {"error": "the rank died"}
             os.kill(init, 9)
         except BaseException:
@@ -84,12 +82,17 @@ def _in_child(as_user: bool, workdir: str, plan: rootfs.Plan, paths: dict) -> di
         os.write(write_end, json.dumps(report).encode())
         os._exit(0)
     os.close(write_end)
-    data = b""
-    while chunk := os.read(read_end, 65536):
-        data += chunk
-    os.close(read_end)
+    data = _read_all(read_end)
     os.waitpid(pid, 0)
     return json.loads(data)
+
+
+def _read_all(fd: int) -> bytes:
+    data = b""
+    while chunk := os.read(fd, 65536):
+        data += chunk
+    os.close(fd)
+    return data
 
 
 @pytest.fixture
