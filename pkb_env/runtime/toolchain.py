@@ -98,8 +98,9 @@ def extension(name: str, cpp_sources: list[str], cuda_sources: list[str], functi
     build = os.path.join(directory, name)
     os.makedirs(build, exist_ok=True)
     try:
-        module = load_inline(name, cpp_sources, cuda_sources or None, functions=functions, extra_cflags=extra_cflags,
-                             extra_cuda_cflags=extra_cuda_cflags, build_directory=build,
+        # Copies of the lists: load_inline adds its includes and bindings to the lists it is given.
+        module = load_inline(name, list(cpp_sources), list(cuda_sources) or None, functions=functions,
+                             extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, build_directory=build,
                              with_cuda=bool(cuda_sources), verbose=False)
     except (RuntimeError, OSError, ImportError, subprocess.CalledProcessError) as exc:
         raise CompileError(str(exc)) from None
