@@ -228,13 +228,19 @@ def cmd_topology(args) -> int:
 def containment_summary() -> str:
     """What a generation would get on this machine, without starting one."""
     from pkb_env.executors.isolation import unprivileged_uid
+    from pkb_env.executors.rootfs import plan
     from pkb_env.executors.zygote import Containment
 
     wanted = Containment.from_environment()
     missing = wanted.missing()
-    namespaces = "own PID, mount and network namespaces per generation" if missing is None else f"no namespaces: {missing}"
+    if missing is None:
+        shown = plan()
+        namespaces = (f"own PID, mount and network namespaces per generation and per build; an allowlisted root "
+                      f"showing only these host paths, read-only: {', '.join(shown.paths)}")
+    else:
+        namespaces = f"no namespaces: {missing}; candidates see the host's filesystem"
     required = "; required (PKB_ENV_REQUIRE_CONTAINMENT=1)" if wanted.required else ""
-    return f"{namespaces}{required}; privileges: {unprivileged_uid()[1]}"
+    return f"{namespaces}{required}; privileges: {unprivileged_uid(allowlisted_root=missing is None)[1]}"
 
 
 def cmd_calibrate(args) -> int:

@@ -27,7 +27,7 @@ class Stage(str, enum.Enum):
 
 
 class Verdict(str, enum.Enum):
-    """What happened to the candidate, worst first: the order rewards must respect (DESIGN §8)."""
+    """What happened to the candidate, worst first: the order rewards must respect (docs/architecture.md, "One step")."""
 
     FLAGGED = "flagged"            # a static or runtime exploit flag
     UNPARSABLE = "unparsable"      # no code, syntax error, no `solution` with the right signature
@@ -227,6 +227,9 @@ class EvaluationRecord:
     flags: list[Flag] = field(default_factory=list)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     feedback: str = ""
+    # What protected the judge while the candidate ran (the executor's isolation(), in words): pid, network,
+    # filesystem, privileges (and user where a user namespace was needed). Empty when nothing ran.
+    containment: dict[str, str] = field(default_factory=dict)
 
     @property
     def correct(self) -> bool:
