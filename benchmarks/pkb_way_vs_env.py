@@ -680,7 +680,7 @@ def main(argv: list[str] | None = None) -> int:
 
     spec = load_task(TASK)
     dtype = spec.preset(PRESET).dtype
-    tol = spec.tolerance(dtype)
+    tol = spec.tolerance(dtype, spec.preset(PRESET).dims, WORLD)
     reference = spec.reference_path
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="pkb-way-vs-env-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from pkb_env.report import table
-from pkb_env.task import TaskError, load_task, task_names
+from pkb_env.task import TaskError, load_task
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pkb-env", description=__doc__)
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
-    p = sub.add_parser("tasks", help="list the task suite")
+    p = sub.add_parser("tasks", help="list the task suite, grouped by family")
     p.set_defaults(run=cmd_tasks)
 
     p = sub.add_parser("show", help="print the prompt of a task")
@@ -74,13 +74,9 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_tasks(args) -> int:
-    rows = []
-    for name in task_names():
-        t = load_task(name)
-        ws = t.world_sizes
-        sizes = f"{ws.minimum}..{ws.maximum or 'any'}" + (f" ({', '.join(ws.divides)} % W == 0)" if ws.divides else "")
-        rows.append([name, t.family, t.pkb_id, sizes, ",".join(t.dtypes), t.title])
-    print(table(["task", "family", "PKB id", "world sizes", "dtypes", "title"], rows))
+    from pkb_env.contract.catalog import listing
+
+    print(listing())
     return 0
 
 
@@ -232,13 +228,19 @@ def cmd_topology(args) -> int:
 def containment_summary() -> str:
     """What a generation would get on this machine, without starting one."""
     from pkb_env.executors.isolation import unprivileged_uid
+    from pkb_env.executors.rootfs import plan
     from pkb_env.executors.zygote import Containment
 
     wanted = Containment.from_environment()
     missing = wanted.missing()
-    namespaces = "own PID, mount and network namespaces per generation" if missing is None else f"no namespaces: {missing}"
+    if missing is None:
+        shown = plan()
+        namespaces = (f"own PID, mount and network namespaces per generation and per build; an allowlisted root "
+                      f"showing only these host paths, read-only: {', '.join(shown.paths)}")
+    else:
+        namespaces = f"no namespaces: {missing}; candidates see the host's filesystem"
     required = "; required (PKB_ENV_REQUIRE_CONTAINMENT=1)" if wanted.required else ""
-    return f"{namespaces}{required}; privileges: {unprivileged_uid()[1]}"
+    return f"{namespaces}{required}; privileges: {unprivileged_uid(allowlisted_root=missing is None)[1]}"
 
 
 def cmd_calibrate(args) -> int:
@@ -255,8 +257,11 @@ def cmd_calibrate(args) -> int:
     print(table(["all_reduce bytes", "busbw GB/s"], rows))
     if cal.peer_copy_gbps:
         print("\n" + table(["src GPU", "dst GPU", "copy GB/s"], [list(p) for p in cal.peer_copy_gbps]))
-    print(f"\nlatency (4-byte all_reduce): {cal.alpha_s * 1e6:.1f} us; bandwidth used by the roofline: "
-          f"{cal.bandwidth_gbps:.3f} GB/s\nsaved to {calibration_path(cal.hardware, cal.world_size, cal.statistic)}")
+    print("\n" + table(["probe", "value"], [[name, value] for name, value in cal.probes]))
+    rates = ", ".join(f"{dtype} {tflops:.3g}" for dtype, tflops in cal.matmul_tflops)
+    print(f"\nroofline peaks: latency {cal.alpha_s * 1e6:.1f} us, bandwidth {cal.bandwidth_gbps:.3f} GB/s (best of the "
+          f"probes), matmul TFLOP/s {rates}, device copy {cal.copy_gbps:.4g} GB/s"
+          f"\nsaved to {calibration_path(cal.hardware, cal.world_size, cal.statistic)}")
     return 0
 
 

@@ -27,7 +27,7 @@ class Stage(str, enum.Enum):
 
 
 class Verdict(str, enum.Enum):
-    """What happened to the candidate, worst first: the order rewards must respect (DESIGN §8)."""
+    """What happened to the candidate, worst first: the order rewards must respect (docs/architecture.md, "One step")."""
 
     FLAGGED = "flagged"            # a static or runtime exploit flag
     UNPARSABLE = "unparsable"      # no code, syntax error, no `solution` with the right signature
@@ -119,18 +119,19 @@ class Mismatch:
 @dataclass
 class VerifyResult:
     correct: bool
-    checked: int = 0                       # output sets compared (trials x ranks + timed samples)
+    checked: int = 0                       # output sets compared (trials x ranks + timed calls x ranks)
     mismatches: list[Mismatch] = field(default_factory=list)
     error: str | None = None
 
 
 @dataclass
 class TimingResult:
-    """Time per call of steady-state bursts (docs/timing.md): per burst the slowest rank's busy time / calls,
-    then the median over bursts. Written by the TIME stage only."""
+    """Time per call of steady-state bursts (docs/timing.md): one figure per burst (the slowest rank's busy
+    time per call, or on CPU ranks its fastest mark interval), then the median over bursts. Written by the
+    TIME stage only."""
 
     time_s: float                         # the figure of merit: median burst figure (speedup, roofline)
-    statistic: str                        # "burst-median"
+    statistic: str                        # "burst-median" (GPUs) | "interval-min" (CPU ranks)
     clock: str                            # "cuda" (CUDA events behind a device gate) | "host"
     median_s: float
     spread: float                         # (p90 - p10) / median over bursts
@@ -146,29 +147,70 @@ class TimingResult:
     idle_s: float | None = None           # device busy after a burst's end (median; GPUs)
     wall_s: float = 0.0                   # the judge's wall time for the whole session
     clock_allowance_s: float | None = None  # reporting overhead an honest rank may show per burst
-    clock_margin_s: float | None = None   # allowance less the worst rank's median overhead (>= 0: believed)
+    clock_margin_s: float | None = None   # room left under the allowance in the worst rank's best burst (>= 0)
     claim_ratio: float | None = None      # smallest claimed busy time / judge's wall time of a burst
     reference_s: float | None = None      # the reference's time, same protocol and placement
     speedup: float | None = None
     suspect: str | None = None            # why the time cannot be trusted (never rewarded then)
-    error: str | None = None              # why the session ended without a time
+
+
+@dataclass
+class CommTerm:
+    """One communication term of a task's cost model, in nccl-tests vocabulary (pkb_env/contract/cost.py)."""
+
+    collective: str                       # a key of contract.cost.COLLECTIVES
+    group: str                            # the mesh dimension it runs over ("world" for all ranks)
+    ranks: int                            # ranks in that group
+    size_bytes: int                       # nccl-tests' S for the collective (algbw = S / t)
+    bus_bytes: int                        # S times the bus factor: what the busiest rank moves one way
+    steps: int                            # dependent cross-rank rounds, each charged alpha
+
+
+@dataclass
+class ComputeTerm:
+    flops: float
+    kind: str                             # "matmul" (tensor cores where the dtype has them) | "vector"
+    tensor_cores: bool
+
+
+@dataclass
+class Bound:
+    """The cost model's lower bound at one set of peaks: max(comm, compute, memory), and their serial sum."""
+
+    source: str                           # "datasheet" | "calibrated" (measured here, datasheet elsewhere)
+    comm_s: float
+    compute_s: float
+    memory_s: float
+    bound_s: float                        # max of the three: perfect overlap, what the best fused kernels aim at
+    serial_s: float                       # their sum: no overlap at all
+    dominant: str                         # "communication" | "compute" | "memory"
+    bandwidth_gbps: float | None          # per rank, one way
+    alpha_s: float | None
+    hbm_gbps: float | None
+    compute_tflops: dict[str, float] = field(default_factory=dict)  # rate used per compute kind
+    missing: list[str] = field(default_factory=list)                # terms left out: no peak known
 
 
 @dataclass
 class RooflineResult:
-    """Fraction of the alpha-beta bound reached; nccl-tests' algbw/busbw for the measured time."""
+    """The task's cost model at the judged size, its bounds, and the fraction of the bound reached.
 
-    collective: str
-    size_bytes: int
-    bus_bytes: int
-    bound_s: float
+    `fraction` is bound / measured, NOT clipped: above 1 the model or the measurement is wrong.
+    """
+
+    comm: list[CommTerm]
+    compute: list[ComputeTerm]
+    hbm_bytes: float
+    bound: Bound                          # calibrated where a calibration exists, else the datasheet's
     fraction: float
-    algbw_gbps: float
-    busbw_gbps: float
-    bandwidth_gbps: float
-    alpha_s: float
-    bandwidth_source: str                 # "spec" | "calibrated"
-    spec_fraction: float | None = None    # against the datasheet bandwidth, where the topology has one
+    datasheet: Bound | None = None
+    spec_fraction: float | None = None    # against the datasheet bound, where the topology has peaks
+    algbw_gbps: float | None = None       # sum of S over the measured time (tasks that communicate)
+    busbw_gbps: float | None = None       # sum of bus bytes over the measured time
+
+    @property
+    def bound_s(self) -> float:
+        return self.bound.bound_s
 
 
 @dataclass
@@ -195,6 +237,9 @@ class EvaluationRecord:
     flags: list[Flag] = field(default_factory=list)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     feedback: str = ""
+    # What protected the judge while the candidate ran (the executor's isolation(), in words): pid, network,
+    # filesystem, privileges (and user where a user namespace was needed). Empty when nothing ran.
+    containment: dict[str, str] = field(default_factory=dict)
 
     @property
     def correct(self) -> bool:

@@ -8,26 +8,28 @@ from __future__ import annotations
 import pytest
 import torch
 
+from pkb_env.contract import EXACT, Check, Tolerance
 from pkb_env.executors.channel import ChannelError
 from pkb_env.executors.sketch import layout, sketch_calls
 from pkb_env.judge.fingerprints import compare_burst
-from pkb_env.task import EXACT, Tolerance
 
 BF16 = Tolerance(1e-1, 3e-2, "bf16 sums")
 FP32 = Tolerance(1e-5, 1e-5, "fp32 sums")
 
 
-def payload(outputs, seed, tol, inputs=None, reference=False, problems=(), sample=()):
-    """What bursts.fingerprints sends, for `outputs` (one per call)."""
+def payload(outputs, seed, tol, inputs=None, reference=False, problems=(), sample=(), unordered=False):
+    """What bursts.fingerprints sends, for `outputs` (one per call), under one check for every output."""
     inputs = inputs if inputs is not None else [(torch.zeros(3),) for _ in outputs]
-    return {"outputs": sketch_calls(outputs, seed, tol.exact, (tol.atol, tol.rtol) if reference else None),
-            "inputs": sketch_calls(inputs, seed + 1, True, root="argument"),
+    rules = {"output": [tol.atol, tol.rtol, unordered]}
+    return {"outputs": sketch_calls(outputs, seed, rules, bound=reference),
+            "inputs": sketch_calls(inputs, seed + 1, None, root="argument"),
             "problems": [list(p) for p in problems],
             "samples": {str(i): outputs[i] for i in sample}}
 
 
-def judge(expected, got, tol, **kw):
-    return compare_burst(payload(expected, 7, tol, reference=True, **kw), payload(got, 7, tol), tol, 0, 0)
+def judge(expected, got, tol, unordered=False, **kw):
+    return compare_burst(payload(expected, 7, tol, reference=True, unordered=unordered, **kw),
+                         payload(got, 7, tol, unordered=unordered), {"output": Check(tol, unordered)}, 0, 0)
 
 
 def ranks_sum(parts, dtype, order):
@@ -119,7 +121,7 @@ def test_mutated_inputs_are_caught():
     after = [(x.clone().zero_(),)]
     exp = payload([x], 3, FP32, inputs=before, reference=True)
     got = payload([x], 3, FP32, inputs=after)
-    found = compare_burst(exp, got, FP32, 0, 0)
+    found = compare_burst(exp, got, {"output": Check(FP32)}, 0, 0)
     assert found and "modified argument[0]" in found[0].message
 
 
@@ -129,7 +131,7 @@ def test_sampled_outputs_are_compared_in_full_and_rank_problems_count():
     y[3] += 1.0
     exp = payload([x], 3, FP32, reference=True, sample=[0])
     got = payload([y], 3, FP32, sample=[0], problems=[(0, "the output shares memory with call 0")])
-    messages = [m.message for m in compare_burst(exp, got, FP32, 0, 0)]
+    messages = [m.message for m in compare_burst(exp, got, {"output": Check(FP32)}, 0, 0)]
     assert "the output shares memory with call 0" in messages
     assert any("elements differ" in m for m in messages)
 
@@ -150,10 +152,21 @@ def test_a_malformed_payload_is_a_forgery(forge):
     else:
         got["problems"] = [[5, "call out of range"]]
     with pytest.raises(ChannelError):
-        compare_burst(exp, got, FP32, 0, 0)
+        compare_burst(exp, got, {"output": Check(FP32)}, 0, 0)
+
+
+def test_rows_that_form_a_set_may_come_in_any_order():
+    rows = torch.randint(0, 100, (50, 3))
+    shuffled = rows[torch.randperm(50)]
+    assert not judge([rows], [shuffled], EXACT, unordered=True)
+    assert judge([rows], [shuffled], EXACT)
+    other = shuffled.clone()
+    other[0, 0] += 1
+    assert judge([rows], [other], EXACT, unordered=True)
 
 
 def test_the_seed_changes_every_projection():
     x = [torch.randn(10_000)]
-    one, two = sketch_calls(x, 1, False)["groups"][0], sketch_calls(x, 2, False)["groups"][0]
+    rules = {"output": [1e-5, 1e-5, False]}
+    one, two = sketch_calls(x, 1, rules)["groups"][0], sketch_calls(x, 2, rules)["groups"][0]
     assert not torch.equal(one["p"], two["p"]) and torch.equal(one["a"], two["a"])

@@ -27,10 +27,10 @@ from pkb_env.executors.tripwire import JUDGE, watch
 
 @dataclass
 class Workload:
-    """What a burst calls, and how one input set is made from (this rank's seed, the shared seed)."""
+    """What a burst calls, and how one input set is made from this rank's seeds for one call."""
 
     call: Callable[..., Any]
-    make: Callable[[int, int], tuple]
+    make: Callable[[Any], tuple]
 
 
 @dataclass
@@ -42,8 +42,8 @@ class HeldBurst:
     problems: list[tuple[int, str]] = field(default_factory=list)
 
 
-def make_sets(workload: Workload, seeds: list[list[int]]) -> list[tuple]:
-    return [workload.make(seed, shared) for seed, shared in seeds]
+def make_sets(workload: Workload, seeds: list[Any]) -> list[tuple]:
+    return [workload.make(s) for s in seeds]
 
 
 def timed_burst(workload: Workload, sets: list[tuple], clock, epoch: int, marks_every: int, capture_every: bool,
@@ -96,13 +96,15 @@ def _held(outputs: list[Any], sets: list[tuple], last: Any) -> HeldBurst:
     return HeldBurst(outputs, sets, problems)
 
 
-def fingerprints(held: HeldBurst, seed: int, exact_floats: bool, sample: list[int],
-                 tolerance: tuple[float, float] | None = None) -> dict[str, Any]:
-    """The payload the judge compares: fingerprints of outputs and inputs, problems, sampled outputs in full."""
-    return {"outputs": sketch_calls(held.outputs, seed, exact_floats, tolerance),
-            "inputs": sketch_calls(held.inputs, seed + 1, True, root="argument"),
+def fingerprints(held: HeldBurst, seed: int, rules: dict[str, list], sample: list[int],
+                 bound: bool = False) -> dict[str, Any]:
+    """The payload the judge compares: fingerprints of outputs and inputs, problems, sampled outputs in full.
+
+    `rules`: the step's comparison checks (sketch.sketch_calls); `bound`: the reference's side.
+    """
+    return {"outputs": sketch_calls(held.outputs, seed, rules, bound),
+            "inputs": sketch_calls(held.inputs, seed + 1, None, root="argument"),
             "problems": [[call, message] for call, message in held.problems],
             "samples": {str(i): export(held.outputs[i]) for i in sample if 0 <= i < len(held.outputs)}}
-
 
 watch(sys.modules[__name__], "make_sets", "timed_burst", "untimed_calls", "fingerprints", "_held")

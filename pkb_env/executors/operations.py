@@ -17,7 +17,7 @@ from typing import Any
 from pkb_env.executors import channel
 from pkb_env.executors.generation import Generation
 
-Seeds = tuple[int, int]  # (this rank's seed, the seed shared by all ranks)
+Seeds = dict[str, int]  # a rank's seeds for one call, scope -> seed (pkb_env/contract/inputs.py)
 
 
 @dataclass
@@ -95,20 +95,20 @@ def burst(gen: Generation, workload: dict, seeds: list[list[Seeds]], marks_every
     return BurstRecord(len(seeds[0]), marks_every, released, ranks)
 
 
-def fingerprints(gen: Generation, index: int, seed: int, exact: bool, sample: list[int],
+def fingerprints(gen: Generation, index: int, seed: int, rules: dict[str, list], sample: list[int],
                  timeout: float) -> list[dict]:
-    """Per rank: fingerprints of the last burst's outputs and inputs, its problems, the sampled outputs."""
-    gen.ask({"op": "fingerprints", "burst": index, "seed": seed, "exact": exact, "sample": sample,
+    """Per rank: fingerprints of the last burst's outputs and inputs, its problems, the sampled outputs.
+    `rules`: path -> [atol, rtol, rows form a set], the step's comparison checks."""
+    gen.ask({"op": "fingerprints", "burst": index, "seed": seed, "rules": rules, "sample": sample,
              "label": "timed-output check"})
     return [_unpack(d[0]) for d in gen.collect("sketches", 1, time.monotonic() + timeout, "timed-output check")]
 
 
-def replay(gen: Generation, workload: dict, seeds: list[list[Seeds]], index: int, seed: int, exact: bool,
-           sample: list[int], tolerance: tuple[float, float], timeout: float) -> list[dict]:
+def replay(gen: Generation, workload: dict, seeds: list[list[Seeds]], index: int, seed: int,
+           rules: dict[str, list], sample: list[int], timeout: float) -> list[dict]:
     """The reference's fingerprints (with its bound terms) for the inputs of a candidate's burst."""
-    gen.ask([{"op": "replay", "workload": workload, "seeds": s, "burst": index, "seed": seed, "exact": exact,
-              "sample": sample, "atol": tolerance[0], "rtol": tolerance[1], "label": "timed-output check"}
-             for s in seeds])
+    gen.ask([{"op": "replay", "workload": workload, "seeds": s, "burst": index, "seed": seed, "rules": rules,
+              "sample": sample, "label": "timed-output check"} for s in seeds])
     return [_unpack(d[0]) for d in gen.collect("sketches", 1, time.monotonic() + timeout, "timed-output check")]
 
 

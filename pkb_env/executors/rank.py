@@ -8,12 +8,12 @@ killed; reference ranks never run candidate code and are reused.
 
 Requests (judge -> rank) all carry a nonce; every answer echoes it (messages.py has the schemas):
   init                                  -> ready {facts}
-  load      {task, source|None}         -> built {seconds}
+  load      {task, source|None}         -> built {seconds}    (and the task's process groups, before candidate code)
   trials    {workload, seeds}           -> trial {index, seconds, aliases, mutated, shares, ...} + outputs, per seed
   burst     {workload, seeds, epoch, marks_every, capture_every}
                                         -> gated, then (after the judge's release) burst {times}
-  fingerprints {seed, exact, sample}    -> sketches + payload (of the last burst)
-  replay    {workload, seeds, seed, exact, sample, atol, rtol}
+  fingerprints {seed, rules, sample}    -> sketches + payload (of the last burst)
+  replay    {workload, seeds, seed, rules, sample}
                                         -> sketches + payload (reference ranks: the same calls, untimed)
   copies    {bytes}                     -> copies {table} (rank 0 of the reference: copy-engine rates)
   exit
@@ -35,7 +35,8 @@ from typing import Any, Callable, NoReturn
 import torch
 import torch.distributed as dist
 
-from pkb_env.executors import bursts, channel
+from pkb_env.contract import GroupCache
+from pkb_env.executors import bursts, channel, peaks
 from pkb_env.executors.clocks import make_clock
 from pkb_env.executors.gate import PageView
 from pkb_env.executors.isolation import drop_privileges
@@ -89,6 +90,8 @@ class RankServer:
         self.world_size = spec["world_size"]
         self.device = torch.device(spec["device"])
         self.task = None
+        self.groups: dict[str, Any] = {}      # the loaded task's process groups, by mesh dimension
+        self.group_cache = GroupCache()
         self.solution: Callable[..., Any] | None = None
         self.held: bursts.HeldBurst | None = None
         self._workloads: dict[str, bursts.Workload] = {}
@@ -142,6 +145,8 @@ class RankServer:
     def load(self, message: dict) -> None:
         start = JUDGE.clock()
         self.task = load_task(message["task"])
+        # Before candidate code runs, so every rank builds them in step; once per mesh shape per generation.
+        self.groups = self.group_cache.groups(self.task.layout(self.world_size), self.rank, self.task.group_dims)
         source = message.get("source")
         self.solution = load_reference(self.task.name) if source is None else load_candidate(source)
         self._workloads.clear()
@@ -151,8 +156,8 @@ class RankServer:
     def trials(self, message: dict) -> None:
         workload = self.workload(message["workload"])
         held: list[Any] = []  # every trial's output stays alive, so shared memory between them means reuse
-        for index, (seed, shared) in enumerate(message["seeds"]):
-            args = workload.make(seed, shared)
+        for index, seeds in enumerate(message["seeds"]):
+            args = workload.make(seeds)
             pristine = clone_args(args)
             start = JUDGE.clock()
             out = workload.call(*args)
@@ -184,15 +189,15 @@ class RankServer:
         held, self.held = self.held, None
         if held is None:
             raise RuntimeError("no burst to fingerprint")
-        data = bursts.fingerprints(held, message["seed"], message["exact"], message["sample"])
+        data = bursts.fingerprints(held, message["seed"], message["rules"], message["sample"])
+        self.check_tools()  # a candidate's thread may have patched the fingerprinting meanwhile
         self.send("sketches", JUDGE.pack(data), burst=message["burst"])
 
     def replay(self, message: dict) -> None:
         """The reference's outputs for a candidate's burst: the same inputs, untimed, fingerprinted alike."""
         workload = self.workload(message["workload"])
         held = bursts.untimed_calls(workload, bursts.make_sets(workload, message["seeds"]), self.clock)
-        data = bursts.fingerprints(held, message["seed"], message["exact"], message["sample"],
-                                   (message["atol"], message["rtol"]))
+        data = bursts.fingerprints(held, message["seed"], message["rules"], message["sample"], bound=True)
         self.send("sketches", JUDGE.pack(data), burst=message["burst"])
 
     def copies(self, message: dict) -> None:
@@ -201,21 +206,25 @@ class RankServer:
 
     # -- helpers -----------------------------------------------------------------------------------
     def workload(self, spec: dict) -> bursts.Workload:
-        """What a request's calls run: the loaded solution on a task's inputs, or a bare collective."""
+        """What a request's calls run: the loaded solution on a task's inputs, a bare collective (calibration),
+        or a probe of the machine's peaks (calibration, peaks.py)."""
         key = repr(sorted(spec.items()))
         if key not in self._workloads:
             if "collective" in spec:
                 self._workloads[key] = _collective(spec["collective"], spec["bytes"], self.device)
+            elif "probe" in spec:
+                call, args = peaks.probe(spec, self.device, self.rank)
+                self._workloads[key] = bursts.Workload(call, lambda seeds: args)
             else:
                 if self.task is None or self.solution is None:
                     raise RuntimeError("no solution loaded")
-                task, device = self.task, self.device
+                task, device, groups = self.task, self.device, self.groups
                 preset, dtype, rng = spec["preset"], spec["dtype"], spec["rng"]
                 rng_device = device if rng == "device" else "cpu"
 
-                def make(seed: int, shared: int, rank=self.rank, world=self.world_size) -> tuple:
-                    return task.make_inputs(task.input_context(rank, world, preset, dtype, device, seed, shared,
-                                                               rng_device))
+                def make(seeds: dict[str, int], rank=self.rank, world=self.world_size) -> tuple:
+                    return task.make_inputs(task.input_context(rank, world, preset, dtype, device, seeds, rng_device,
+                                                               groups))
 
                 self._workloads[key] = bursts.Workload(self.solution, make)
         return self._workloads[key]
@@ -245,7 +254,7 @@ def _collective(name: str, size: int, device: torch.device) -> bursts.Workload:
     if name != "all_reduce":
         raise ValueError(f"no calibration workload {name!r}")
     buffer = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
-    return bursts.Workload(lambda t: dist.all_reduce(t), lambda seed, shared: (buffer,))
+    return bursts.Workload(lambda t: dist.all_reduce(t), lambda seeds: (buffer,))
 
 
 def load_candidate(source: str) -> Callable[..., Any]:

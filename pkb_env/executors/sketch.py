@@ -50,12 +50,14 @@ def layout(n: int) -> tuple[int, int]:
     return block, -(-n // block)
 
 
-def sketch_calls(values: list[Any], seed: int, exact_floats: bool,
-                 tolerance: tuple[float, float] | None = None, root: str = "output") -> dict[str, Any]:
+def sketch_calls(values: list[Any], seed: int, rules: dict[str, list] | None, bound: bool = False,
+                 root: str = "output") -> dict[str, Any]:
     """{"skeletons": one per call, "groups": fingerprints of tensors sharing (path, dtype, shape)}.
 
-    `exact_floats`: compare floating tensors bit-exactly (their tolerance is zero). `tolerance`
-    (atol, rtol): also compute the bound terms (the reference's side). `root` names the values in paths.
+    `rules`: path -> [atol, rtol, rows form a set] (the step's comparison checks; the longest declared
+    path a tensor lies under applies); None: everything exact and in order (inputs). A floating tensor
+    whose tolerance is zero is compared bit-exactly. `bound`: also compute the bound terms (the
+    reference's side). `root` names the values in paths.
     """
     skeletons = [skeleton(v, root) for v in values]
     by_kind: dict[tuple, list[tuple[int, torch.Tensor]]] = defaultdict(list)
@@ -64,16 +66,37 @@ def sketch_calls(values: list[Any], seed: int, exact_floats: bool,
             by_kind[(path, t.dtype, tuple(t.shape))].append((call, t))
     groups = []
     for (path, dtype, shape), members in by_kind.items():
-        flat = [_flat(t) for _, t in members]
+        atol, rtol, unordered = _rule(path, rules)
+        flat = [_flat(_sorted_rows(t) if unordered else t) for _, t in members]
         entry: dict[str, Any] = {"path": path, "dtype": str(dtype).removeprefix("torch."), "shape": list(shape),
                                  "calls": [c for c, _ in members]}
         floating = dtype.is_floating_point or dtype.is_complex
-        if floating and not exact_floats:
-            entry.update(_projected(flat, derive_seed(seed, path), tolerance))
+        if floating and (atol or rtol):
+            entry.update(_projected(flat, derive_seed(seed, path), (atol, rtol) if bound else None))
         else:
             entry.update(_exact(flat, derive_seed(seed, path), floating))
         groups.append(entry)
     return {"skeletons": skeletons, "groups": groups}
+
+
+def _rule(path: str, rules: dict[str, list] | None) -> tuple[float, float, bool]:
+    for key in sorted(rules or {}, key=len, reverse=True):
+        if path == key or path.startswith(key + "["):
+            atol, rtol, unordered = rules[key]
+            return float(atol), float(rtol), bool(unordered)
+    return 0.0, 0.0, False
+
+
+def _sorted_rows(t: torch.Tensor) -> torch.Tensor:
+    """`t` with its rows (dim 0) in lexicographic order: two orderings of one set give one fingerprint."""
+    if t.dim() == 0 or t.shape[0] < 2:
+        return t
+    rows = t.detach().reshape(t.shape[0], -1)
+    rows = rows.to(torch.int64) if rows.dtype == torch.bool else rows
+    order = torch.arange(rows.shape[0], device=rows.device)
+    for column in reversed(range(rows.shape[1])):  # stable sorts from the last key to the first
+        order = order[torch.sort(rows[order, column], stable=True).indices]
+    return t.detach()[order]
 
 
 def _flat(t: torch.Tensor) -> torch.Tensor:
@@ -175,4 +198,4 @@ def _projected(flat: list[torch.Tensor], seed: int, tolerance: tuple[float, floa
     return entry
 
 
-watch(sys.modules[__name__], "sketch_calls", "_exact", "_projected", "_words", "_stack")
+watch(sys.modules[__name__], "sketch_calls", "_exact", "_projected", "_words", "_stack", "_rule", "_sorted_rows")

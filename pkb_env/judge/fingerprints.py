@@ -18,7 +18,9 @@ its outputs with the same seed. Here the two are compared, call by call and rank
   (docs/timing.md measures both).
 
 The candidate's payload is untrusted: anything malformed in it is a forgery (ChannelError).
-`tolerance` is the Tolerance the step's element-wise verification uses (one function in pipeline.py).
+`checks` are the step's comparison checks (pipeline.checks_for: the task's tolerance rule at this dtype
+and size, per output path), the same the element-wise verification uses; the reference's side of a
+projected fingerprint carries the bound terms computed with them.
 """
 from __future__ import annotations
 
@@ -27,11 +29,11 @@ from typing import Any
 
 import torch
 
+from pkb_env.contract import Check, Tolerance
 from pkb_env.executors.channel import ChannelError
 from pkb_env.executors.sketch import MULTIPLIERS, PROJECTIONS
 from pkb_env.judge.compare import compare_outputs
 from pkb_env.record import Mismatch
-from pkb_env.task import Tolerance
 
 DELTA = 1e-15
 LAMBDA = math.sqrt(2 * math.log(2 / DELTA))
@@ -44,21 +46,21 @@ def bound(t2: torch.Tensor, a_expected: torch.Tensor, a_got: torch.Tensor, block
     return LAMBDA * torch.sqrt(t2) * (1 + 1e-9) + 1.01 * gamma * (a_expected + a_got)
 
 
-def compare_burst(expected: dict, got: dict, tolerance: Tolerance, burst: int, rank: int) -> list[Mismatch]:
+def compare_burst(expected: dict, got: dict, checks: dict[str, Check], burst: int, rank: int) -> list[Mismatch]:
     """Every difference between rank `rank`'s fingerprints of burst `burst` and the reference's."""
     calls = len(expected["outputs"]["skeletons"])
     _check_form(got, calls)
     out: list[Mismatch] = []
     for call, message in got["problems"]:
         out.append(Mismatch(_label(burst, call), rank, "output", message))
-    out += _compare_part(expected["outputs"], got["outputs"], tolerance, burst, rank, "output")
-    for m in _compare_part(expected["inputs"], got["inputs"], tolerance, burst, rank, "argument"):
+    out += _compare_part(expected["outputs"], got["outputs"], checks, burst, rank, "output")
+    for m in _compare_part(expected["inputs"], got["inputs"], {}, burst, rank, "argument"):
         m.message = f"the call modified {m.path} (inputs must be left unchanged; copy before working in place)"
         out.append(m)
     for key, exp_value in expected["samples"].items():
         if key not in got["samples"]:
             raise ChannelError(f"the sampled output of call {key} is missing")
-        out += compare_outputs(exp_value, got["samples"][key], tolerance, _label(burst, int(key)), rank)
+        out += compare_outputs(exp_value, got["samples"][key], checks, _label(burst, int(key)), rank)
     return out
 
 
@@ -66,11 +68,12 @@ def _label(burst: int, call: int) -> str:
     return f"timed call {call} of burst {burst}"
 
 
-def _compare_part(expected: dict, got: dict, tol: Tolerance, burst: int, rank: int, root: str) -> list[Mismatch]:
+def _compare_part(expected: dict, got: dict, checks: dict[str, Check], burst: int, rank: int,
+                  root: str) -> list[Mismatch]:
     out: list[Mismatch] = []
     exp_index, got_index = _index(expected["groups"]), _index(got["groups"])
     for call, (exp_sk, got_sk) in enumerate(zip(expected["skeletons"], got["skeletons"])):
-        problems = _structure(exp_sk, got_sk, root, tol)
+        problems = _structure(exp_sk, got_sk, root, checks)
         if problems:
             out += [Mismatch(_label(burst, call), rank, path, text) for path, text in problems]
             continue
@@ -122,7 +125,15 @@ def _tensor_paths(skeleton: Any, path: str) -> list[str]:
     return []
 
 
-def _structure(exp: Any, got: Any, path: str, tol: Tolerance) -> list[tuple[str, str]]:
+def _tolerance(path: str, checks: dict[str, Check]) -> Tolerance:
+    """The tolerance of the longest declared path `path` lies under (exact where none is declared)."""
+    for key in sorted(checks, key=len, reverse=True):
+        if path == key or path.startswith(key + "["):
+            return checks[key].tolerance
+    return Tolerance(0.0, 0.0, "not declared: exact")
+
+
+def _structure(exp: Any, got: Any, path: str, checks: dict[str, Check]) -> list[tuple[str, str]]:
     """Where the structure of `got` differs from `expected` (containers, keys, dtypes, shapes, scalars)."""
     if exp is None or got is None:
         return [] if exp is got else [(path, f"expected {_describe(exp)}, got {_describe(got)}")]
@@ -137,12 +148,13 @@ def _structure(exp: Any, got: Any, path: str, tol: Tolerance) -> list[tuple[str,
     if kind == "sequence":
         if len(got[1]) != len(exp[1]):
             return [(path, f"expected a sequence of length {len(exp[1])}, got one of length {len(got[1])}")]
-        return [p for i, (e, g) in enumerate(zip(exp[1], got[1])) for p in _structure(e, g, f"{path}[{i}]", tol)]
+        return [p for i, (e, g) in enumerate(zip(exp[1], got[1])) for p in _structure(e, g, f"{path}[{i}]", checks)]
     if kind == "dict":
         if set(got[1]) != set(exp[1]):
             return [(path, f"dict keys differ: expected {sorted(exp[1])[:8]}, got {sorted(got[1])[:8]}")]
-        return [p for k in exp[1] for p in _structure(exp[1][k], got[1][k], f"{path}[{k!r}]", tol)]
+        return [p for k in exp[1] for p in _structure(exp[1][k], got[1][k], f"{path}[{k!r}]", checks)]
     if kind in ("float", "complex"):
+        tol = _tolerance(path, checks)
         if len(got) == len(exp) and all(_close(e, g, tol) for e, g in zip(exp[1:], got[1:])):
             return []
     elif got[1:] == exp[1:]:

@@ -33,9 +33,12 @@ from pkb_env.judge.screen import reference_parameters, screen_source
 from pkb_env.judge.seeds import SeedPlan
 from pkb_env.judge.timing import (BurstLog, CallLimits, TimingProtocol, check_claims, clock_allowance, escaped_work,
                                   overheads, run_bursts, summarize, suspect_reason)
+from pkb_env.contract import FLAT, Check, Peaks
+from pkb_env.executors import peaks as probes
 from pkb_env.record import (BuildResult, EvaluationRecord, Flag, Mismatch, RunResult, Severity, Stage,
                             TimingResult, Verdict, VerifyResult)
-from pkb_env.task import DTYPES, TaskSpec, Tolerance, load_task
+from pkb_env.redaction import Redactor
+from pkb_env.task import TaskSpec, load_task
 from pkb_env.topology import (Calibration, calibration_from_measurement, load_calibration, load_topology,
                               save_calibration)
 
@@ -73,7 +76,8 @@ class Judge:
         self.settings = settings or JudgeSettings()
         self.protocol = self.settings.protocol or TimingProtocol.for_clock(executor.placement.clock)
         self.topology = load_topology(executor.info.topology)
-        self.kernels = KernelService()
+        self.redactor = Redactor.of_judge()  # the judge user's secrets: never in a record or the feedback
+        self.kernels = KernelService(executor, self.redactor)
         self._reference_times: dict[tuple, ReferenceTiming] = {}
         self._calibration: Calibration | None = None
 
@@ -88,6 +92,7 @@ class Judge:
         try:
             self._judge(task, action, record)
         finally:
+            self.redactor.redact(record)  # every text a rank or build produced passes here
             record.feedback = write_feedback(record)
         return record
 
@@ -102,36 +107,48 @@ class Judge:
         return self._calibration
 
     def calibrate(self) -> Calibration:
-        """Latency (a 4-byte all_reduce) and bus bandwidth (large all_reduces) by the timing protocol itself.
+        """Latency, bus bandwidth and the machine's peaks, by the timing protocol itself.
 
-        Bursts of NCCL (or gloo) all_reduce on one buffer, nccl-tests' way, in the trusted reference
-        generation; on GPUs also the copy-engine rate between every pair of GPUs.
+        Bursts in the trusted reference generation, nccl-tests' way (one buffer): all_reduce of 4 bytes and
+        of the placement's calibration sizes, then the peak probes (executors/peaks.py: send/recv latency
+        and bandwidth, matmul, device copy); on GPUs also the copy-engine rate between every pair of GPUs.
         """
         gen = self._reference_ready()
         sizes = self.settings.calibration_sizes or self.executor.placement.calibration_sizes
         s = self.settings
         p = replace(self.protocol, min_calls=2, min_bursts=3)  # large all_reduces on CPU ranks take tens of ms
-        limits = CallLimits(p.max_calls)
+        plan = SeedPlan(FLAT.resolve(self.executor.world_size))
 
-        def per_call(size: int) -> float:
-            log = run_bursts(gen, {"collective": "all_reduce", "bytes": size}, SeedPlan(self.executor.world_size), p,
-                             limits, s.timing_timeout_s, budget_s=p.calibration_budget_s)
+        def per_call(workload: dict) -> float:
+            log = run_bursts(gen, workload, plan, p, CallLimits(p.max_calls), s.timing_timeout_s,
+                             budget_s=p.calibration_budget_s)
             return float(np.median(log.figures()))
 
         try:
-            result = {"latency_s": per_call(4), "busbw": []}
+            result = {"latency_s": per_call({"collective": "all_reduce", "bytes": 4}), "busbw": []}
             factor = 2 * (self.executor.world_size - 1) / self.executor.world_size
             for size in sizes:
-                result["busbw"].append([size, factor * size / per_call(size)])
-            if self.executor.placement.gpu:
+                result["busbw"].append([size, factor * size / per_call({"collective": "all_reduce", "bytes": size})])
+            gpu = self.executor.placement.gpu
+            result["peaks"] = probes.peaks_from([(w, per_call(w)) for w in probes.probes(gpu, sizes[-1])])
+            if gpu:
                 result["peers"] = ops.copy_rates(gen, sizes[-1], s.timing_timeout_s)
         except CANDIDATE_FAILURES as exc:
             self.executor.discard_reference()
             raise JudgeError(f"the calibration failed: {_failure_text(exc)}") from exc
-        cal = calibration_from_measurement(self.executor.info.hardware, self.executor.world_size, result, p.statistic)
+        cal = calibration_from_measurement(self.executor.info.hardware, self.executor.world_size, result,
+                                           self.protocol.statistic)
         save_calibration(cal)
         self._calibration = cal
         return cal
+
+    def peaks(self, calibration: Calibration | None = None) -> Peaks | None:
+        """The peaks the roofline uses: calibrated where measured (`calibration`, else a cached one),
+        datasheet elsewhere; never starts a calibration (the prompt asks before any step)."""
+        if calibration is None and self.executor.world_size >= 2 and self.executor.info.performance_available:
+            info = self.executor.info
+            calibration = load_calibration(info.hardware, self.executor.world_size, self.protocol.statistic)
+        return self.topology.peaks(calibration)
 
     # -- stages ------------------------------------------------------------------------------------
     def _judge(self, task: TaskSpec, action: object, record: EvaluationRecord) -> None:
@@ -151,7 +168,7 @@ class Judge:
             record.fail(Stage.SCREEN, Verdict.UNPARSABLE, record.screen.error)
             return
 
-        seeds = SeedPlan(self.executor.world_size)
+        seeds = SeedPlan(task.layout(self.executor.world_size))
         # Expected outputs and the reference's time first, while no process of this candidate exists to
         # interfere with the reference ranks (the time is measured once per task and cached).
         with _stage(record, Stage.VERIFY):
@@ -161,6 +178,7 @@ class Judge:
             with _stage(record, Stage.TIME):
                 self._reference_time(task, record, expected)
         gen = self.executor.candidate_generation()
+        record.containment = self.executor.protection(gen)
         gen.request_handler = self.kernels.handle
         try:
             self._run_candidate(task, record, gen, seeds, expected)
@@ -194,7 +212,7 @@ class Judge:
             record.run = RunResult(trials=s.trials, seconds=time.perf_counter() - start)
         with _stage(record, Stage.VERIFY):
             labels = [f"trial {k}" for k in range(s.trials)]
-            record.verify = verify(task, record.dtype, expected, got, labels, tolerance_for(task, record))
+            record.verify = verify(expected, got, labels, checks_for(task, record))
         if not record.verify.correct:
             record.fail(Stage.VERIFY, Verdict.WRONG, f"{len(record.verify.mismatches)} mismatch(es)")
             return
@@ -237,8 +255,8 @@ class Judge:
         reference = self._reference_time(task, record, None)
         try:
             log = run_bursts(gen, _workload(record, self._rng()), seeds, p, self._limits(gen, reference),
-                             s.timing_timeout_s, p.budget_s, fingerprint=True,
-                             exact=tolerance_for(task, record).exact, capture_every=reuses)
+                             s.timing_timeout_s, p.budget_s, rules=fingerprint_rules(checks_for(task, record)),
+                             capture_every=reuses)
             gen.quiet("timing")  # a frame nobody asked for (a forged report sent late) is caught here
         except CANDIDATE_FAILURES as exc:
             verdict, text = _verdict_for(exc, record)
@@ -260,34 +278,25 @@ class Judge:
 
     def _verify_timed(self, task: TaskSpec, record: EvaluationRecord, log: BurstLog) -> VerifyResult:
         """Every timed call of every rank against the reference's replay of the same inputs."""
-        tolerance = tolerance_for(task, record)
+        checks = checks_for(task, record)
         workload = _workload(record, self._rng())
         mismatches: list[Mismatch] = []
         checked = 0
         for b, burst in enumerate(log.bursts):
             expected = self._with_reference(task, lambda gen: ops.replay(
-                gen, workload, log.seeds[b], b, log.sketch_seeds[b], tolerance.exact, log.samples[b],
-                (tolerance.atol, tolerance.rtol), self.settings.timing_timeout_s))
+                gen, workload, log.seeds[b], b, log.sketch_seeds[b], fingerprint_rules(checks), log.samples[b],
+                self.settings.timing_timeout_s))
             for rank, (exp, got) in enumerate(zip(expected, log.sketches[b])):
-                mismatches += compare_burst(exp, got, tolerance, b, rank)  # ChannelError: a forged payload
+                mismatches += compare_burst(exp, got, checks, b, rank)  # ChannelError: a forged payload
                 checked += burst.calls
         return VerifyResult(correct=not mismatches, checked=checked, mismatches=mismatches)
 
     def _roofline(self, task: TaskSpec, record: EvaluationRecord) -> None:
-        elem = DTYPES[record.dtype].itemsize
-        traffic = task.traffic(record.world_size, task.preset(record.preset).dims, elem)
-        record.roofline = roofline(traffic, record.world_size, record.timing.time_s, self.topology,
-                                   self.calibration())
+        model = task.cost_model(task.preset(record.preset).dims, record.world_size, record.dtype)
+        record.roofline = roofline(model, record.timing.time_s, self.peaks(self.calibration()),
+                                   self.topology.datasheet_peaks())
         if record.timing.suspect is None:
-            record.timing.suspect = suspect_reason(record.timing.time_s, self._physical_floor(task, record))
-
-    def _physical_floor(self, task: TaskSpec, record: EvaluationRecord) -> float | None:
-        """The least time the task can take on this hardware: its bytes at the datasheet's peak bandwidth."""
-        if record.world_size < 2 or not self.topology.link_bandwidth_gbps:
-            return None
-        elem = DTYPES[record.dtype].itemsize
-        traffic = task.traffic(record.world_size, task.preset(record.preset).dims, elem)
-        return traffic.bus_bytes / (self.topology.link_bandwidth_gbps * 1e9)
+            record.timing.suspect = suspect_reason(record.timing.time_s, _physical_floor(record))
 
     def _rng(self) -> str:
         """Where timed input sets are drawn: on the ranks' devices (fast), where the reference runs alike."""
@@ -342,30 +351,48 @@ class Judge:
 
             def measure(gen: Generation) -> BurstLog:
                 limits = self._limits(gen, ReferenceTiming(None, np.zeros(0), sizes))
-                return run_bursts(gen, _workload(record, self._rng()), SeedPlan(self.executor.world_size), p, limits,
-                                  s.timing_timeout_s, p.reference_budget_s)
+                return run_bursts(gen, _workload(record, self._rng()), SeedPlan(task.layout(self.executor.world_size)),
+                                  p, limits, s.timing_timeout_s, p.reference_budget_s)
 
             log = self._with_reference(task, measure)
             result = summarize(log, self.executor.placement.clock)
-            problem = suspect_reason(result.time_s, self._physical_floor(task, record))
+            model = task.cost_model(task.preset(record.preset).dims, record.world_size, record.dtype)
+            floor = roofline(model, result.time_s, None, self.topology.datasheet_peaks())
+            problem = suspect_reason(result.time_s, floor.bound.bound_s if floor is not None else None)
             if problem:  # the reference is correct by definition: a time it cannot have is the judge's fault
                 raise JudgeError(f"the judge's own clock is wrong: the reference measured {problem}")
             self._reference_times[key] = ReferenceTiming(result, overheads(log), sizes)
         return self._reference_times[key]
 
 
-def tolerance_for(task: TaskSpec, record: EvaluationRecord) -> Tolerance:
-    """The element-wise tolerance of this step's outputs: trials, samples and fingerprints all use it."""
-    return task.tolerance(record.dtype)
+def checks_for(task: TaskSpec, record: EvaluationRecord) -> dict[str, Check]:
+    """How each output of this step is compared (its tolerance by the task's rule of dtype and size, and
+    whether its rows form a set): the trials, the sampled outputs and the fingerprints all use it."""
+    return task.output_checks(record.dtype, task.preset(record.preset).dims, record.world_size)
+
+
+def fingerprint_rules(checks: dict[str, Check]) -> dict[str, list]:
+    """The checks as the ranks' fingerprints need them: path -> [atol, rtol, rows form a set]."""
+    return {path: [c.tolerance.atol, c.tolerance.rtol, c.unordered] for path, c in checks.items()}
+
+
+def _physical_floor(record: EvaluationRecord) -> float | None:
+    """The least time the task can take here: its cost model at datasheet peaks (None where there are none)."""
+    r = record.roofline
+    return r.datasheet.bound_s if r is not None and r.datasheet is not None else None
 
 
 def _workload(record: EvaluationRecord, rng: str) -> dict:
     return {"task": record.task, "preset": record.preset, "dtype": record.dtype, "rng": rng}
 
 
-def verify(task: TaskSpec, dtype: str, expected: list[ops.TrialOutputs], got: list[ops.TrialOutputs],
-           labels: list[str], tolerance: Tolerance) -> VerifyResult:
-    """Compare every rank's outputs of every call with the reference's; aliasing and input mutation count."""
+def verify(expected: list[ops.TrialOutputs], got: list[ops.TrialOutputs], labels: list[str],
+           checks: dict[str, Check]) -> VerifyResult:
+    """Compare every rank's outputs of every call with the reference's; aliasing and input mutation count.
+
+    Each output is compared by its own check (checks_for: the task's tolerance at this dtype and size;
+    exact for integers, booleans and data movement; rows as a set for unordered outputs).
+    """
     mismatches: list[Mismatch] = []
     checked = 0
     for label, exp, cand in zip(labels, expected, got):
@@ -377,7 +404,7 @@ def verify(task: TaskSpec, dtype: str, expected: list[ops.TrialOutputs], got: li
             for path in cand.mutated[rank]:
                 mismatches.append(Mismatch(label, rank, path, f"the call modified {path}; inputs must be left "
                                            f"unchanged (copy before working in place)"))
-            mismatches.extend(compare_outputs(e, g, tolerance, label, rank))
+            mismatches.extend(compare_outputs(e, g, checks, label, rank))
     return VerifyResult(correct=not mismatches, checked=checked, mismatches=mismatches)
 
 

@@ -113,13 +113,14 @@ class BurstLog:
 
 
 def run_bursts(gen: Generation, workload: dict, plan: SeedPlan, protocol: TimingProtocol, limits: CallLimits,
-               timeout: float, budget_s: float, fingerprint: bool = False, exact: bool = False,
+               timeout: float, budget_s: float, rules: dict[str, list] | None = None,
                capture_every: bool = False) -> BurstLog:
     """Warm up, then time bursts until the figures settle or the budget ends (module docstring).
 
-    With `fingerprint`, every burst (warm-up included, so that a candidate cannot tell them apart) is
-    followed by a fingerprint request with a fresh secret seed; the scored bursts' answers are kept.
-    `capture_every`: the ranks copy every output as its call returns (bursts.timed_burst).
+    With `rules` (the step's comparison checks, pipeline.fingerprint_rules), every burst (warm-up
+    included, so that a candidate cannot tell them apart) is followed by a fingerprint request with a
+    fresh secret seed; the scored bursts' answers are kept. `capture_every`: the ranks copy every output
+    as its call returns (bursts.timed_burst).
     """
     rng = random.SystemRandom()
     log = BurstLog(statistic=protocol.statistic)
@@ -129,10 +130,10 @@ def run_bursts(gen: Generation, workload: dict, plan: SeedPlan, protocol: Timing
     def one(calls: int, purpose: str, index: int, scored: bool) -> ops.BurstRecord:
         seeds = plan.per_rank(purpose, [(index, i) for i in range(calls)])
         record = ops.burst(gen, workload, seeds, max(1, -(-calls // marks)), capture_every, timeout)
-        if fingerprint:
+        if rules is not None:
             seed = secrets.randbits(62)
             sample = [rng.randrange(calls)] if scored and len(log.bursts) < protocol.samples else []
-            answers = ops.fingerprints(gen, len(log.bursts), seed, exact, sample, timeout)
+            answers = ops.fingerprints(gen, len(log.bursts), seed, rules, sample, timeout)
             if scored:
                 log.sketch_seeds.append(seed)
                 log.samples.append(sample)
