@@ -251,8 +251,9 @@ class EvaluationRecord:
 
     @property
     def speedup(self) -> float | None:
-        """None when performance is unavailable, not measured, or not believed."""
-        if not self.performance_available or self.timing is None or self.timing.suspect:
+        """None when performance is unavailable, not measured, or not believed, or the answer is not correct
+        (a step's timed calls are checked after they are timed: a time can exist for a wrong answer)."""
+        if not self.performance_available or self.timing is None or self.timing.suspect or not self.correct:
             return None
         return self.timing.speedup
 

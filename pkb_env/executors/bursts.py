@@ -35,11 +35,16 @@ class Workload:
 
 @dataclass
 class HeldBurst:
-    """The outputs and inputs of the last burst, kept until the judge has their fingerprints."""
+    """The outputs and inputs of the last burst, kept until the judge has their fingerprints.
+
+    `last` is the last call's output as it was right after the call (a copy in stream order); the checks
+    that look at every output (size, memory returned twice) run when the judge asks for fingerprints,
+    not before the burst's report, which must reach the judge as soon as the burst ends.
+    """
 
     outputs: list[Any]
     inputs: list[tuple]
-    problems: list[tuple[int, str]] = field(default_factory=list)
+    last: Any
 
 
 def make_sets(workload: Workload, seeds: list[Any]) -> list[tuple]:
@@ -77,7 +82,7 @@ def timed_burst(workload: Workload, sets: list[tuple], clock, epoch: int, marks_
     clock.stop()
     times = clock.finish()
     times.seen_at, times.host_s = seen_at, host_s
-    return _held(outputs, sets, last), times
+    return HeldBurst(outputs, sets, last), times
 
 
 def untimed_calls(workload: Workload, sets: list[tuple], clock) -> HeldBurst:
@@ -85,15 +90,7 @@ def untimed_calls(workload: Workload, sets: list[tuple], clock) -> HeldBurst:
     outputs = [workload.call(*args) for args in sets]
     last = stage(outputs[-1])
     clock.sync()
-    return _held(outputs, sets, last)
-
-
-def _held(outputs: list[Any], sets: list[tuple], last: Any) -> HeldBurst:
-    for out in outputs:
-        check_size(out)
-    problems = reuse_problems(outputs, sets)
-    outputs[-1] = last
-    return HeldBurst(outputs, sets, problems)
+    return HeldBurst(outputs, sets, last)
 
 
 def fingerprints(held: HeldBurst, seed: int, rules: dict[str, list], sample: list[int],
@@ -102,9 +99,13 @@ def fingerprints(held: HeldBurst, seed: int, rules: dict[str, list], sample: lis
 
     `rules`: the step's comparison checks (sketch.sketch_calls); `bound`: the reference's side.
     """
-    return {"outputs": sketch_calls(held.outputs, seed, rules, bound),
+    for out in held.outputs:
+        check_size(out)
+    problems = reuse_problems(held.outputs, held.inputs)  # while every output is alive
+    outputs = [*held.outputs[:-1], held.last]
+    return {"outputs": sketch_calls(outputs, seed, rules, bound),
             "inputs": sketch_calls(held.inputs, seed + 1, None, root="argument"),
-            "problems": [[call, message] for call, message in held.problems],
-            "samples": {str(i): export(held.outputs[i]) for i in sample if 0 <= i < len(held.outputs)}}
+            "problems": [[call, message] for call, message in problems],
+            "samples": {str(i): export(outputs[i]) for i in sample if 0 <= i < len(outputs)}}
 
-watch(sys.modules[__name__], "make_sets", "timed_burst", "untimed_calls", "fingerprints", "_held")
+watch(sys.modules[__name__], "make_sets", "timed_burst", "untimed_calls", "fingerprints")

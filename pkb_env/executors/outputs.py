@@ -39,8 +39,12 @@ def nbytes(obj: Any) -> int:
     return sum(t.numel() * t.element_size() for _, t in tensors(obj))
 
 
-def skeleton(obj: Any, path: str = "output") -> Any:
-    """The structure of an output without tensor data: nested lists of str/int/float/None, JSON-like."""
+def skeleton(obj: Any, path: str = "output", strict: bool = True) -> Any:
+    """The structure of an output without tensor data: nested lists of str/int/float/None, JSON-like.
+
+    `strict`: refuse what an output may not be (OutputError); otherwise (inputs, which may hold process
+    groups) other objects are described by their type's name.
+    """
     kind = type(obj)
     if obj is None:
         return None
@@ -55,11 +59,13 @@ def skeleton(obj: Any, path: str = "output") -> Any:
             raise OutputError(f"{path} is not a dense tensor with data; return a materialised strided tensor")
         return ["tensor", str(obj.dtype).removeprefix("torch."), list(obj.shape)]
     if kind in (tuple, list, torch.Size):
-        return ["sequence", [skeleton(v, f"{path}[{i}]") for i, v in enumerate(obj)]]
+        return ["sequence", [skeleton(v, f"{path}[{i}]", strict) for i, v in enumerate(obj)]]
+    if kind is dict and all(type(k) is str for k in obj):
+        return ["dict", {k: skeleton(v, f"{path}[{k!r}]", strict) for k, v in obj.items()}]
+    if not strict:
+        return ["object", kind.__name__]
     if kind is dict:
-        if not all(type(k) is str for k in obj):
-            raise OutputError(f"{path} is a dict with non-string keys")
-        return ["dict", {k: skeleton(v, f"{path}[{k!r}]") for k, v in obj.items()}]
+        raise OutputError(f"{path} is a dict with non-string keys")
     raise OutputError(f"{path} is a {kind.__name__}; outputs must be tensors, None, numbers, "
                       f"or tuples/lists/dicts of them")
 

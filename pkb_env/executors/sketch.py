@@ -55,11 +55,12 @@ def sketch_calls(values: list[Any], seed: int, rules: dict[str, list] | None, bo
     """{"skeletons": one per call, "groups": fingerprints of tensors sharing (path, dtype, shape)}.
 
     `rules`: path -> [atol, rtol, rows form a set] (the step's comparison checks; the longest declared
-    path a tensor lies under applies); None: everything exact and in order (inputs). A floating tensor
+    path a tensor lies under applies); None: everything exact and in order, and objects that are not
+    tensors or plain values (a process group) described by type (inputs). A floating tensor
     whose tolerance is zero is compared bit-exactly. `bound`: also compute the bound terms (the
     reference's side). `root` names the values in paths.
     """
-    skeletons = [skeleton(v, root) for v in values]
+    skeletons = [skeleton(v, root, strict=rules is not None) for v in values]
     by_kind: dict[tuple, list[tuple[int, torch.Tensor]]] = defaultdict(list)
     for call, value in enumerate(values):
         for path, t in tensors(value, root):

@@ -38,6 +38,7 @@ from pkb_env.record import Mismatch
 DELTA = 1e-15
 LAMBDA = math.sqrt(2 * math.log(2 / DELTA))
 UNIT_ROUNDOFF = 2.0 ** -53
+MAX_REPORTED = 10  # differences kept per burst and rank (the record carries them; the feedback shows five)
 
 
 def bound(t2: torch.Tensor, a_expected: torch.Tensor, a_got: torch.Tensor, block: int) -> torch.Tensor:
@@ -61,6 +62,10 @@ def compare_burst(expected: dict, got: dict, checks: dict[str, Check], burst: in
         if key not in got["samples"]:
             raise ChannelError(f"the sampled output of call {key} is missing")
         out += compare_outputs(exp_value, got["samples"][key], checks, _label(burst, int(key)), rank)
+    if len(out) > MAX_REPORTED:
+        rest = len(out) - MAX_REPORTED
+        out = out[:MAX_REPORTED] + [Mismatch(f"burst {burst}", rank, "output", f"... and {rest} more differences "
+                                             f"in timed calls of this burst")]
     return out
 
 

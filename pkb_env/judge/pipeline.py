@@ -19,7 +19,9 @@ from functools import lru_cache
 
 import numpy as np
 
+from pkb_env.contract import FLAT, Check, Peaks
 from pkb_env.executors import operations as ops
+from pkb_env.executors import peaks as probes
 from pkb_env.executors.channel import ChannelError
 from pkb_env.executors.generation import Generation, GenerationFailed
 from pkb_env.executors.process import ProcessExecutor
@@ -33,8 +35,6 @@ from pkb_env.judge.screen import reference_parameters, screen_source
 from pkb_env.judge.seeds import SeedPlan
 from pkb_env.judge.timing import (BurstLog, CallLimits, TimingProtocol, check_claims, clock_allowance, escaped_work,
                                   overheads, run_bursts, summarize, suspect_reason)
-from pkb_env.contract import FLAT, Check, Peaks
-from pkb_env.executors import peaks as probes
 from pkb_env.record import (BuildResult, EvaluationRecord, Flag, Mismatch, RunResult, Severity, Stage,
                             TimingResult, Verdict, VerifyResult)
 from pkb_env.redaction import Redactor
@@ -268,7 +268,8 @@ class Judge:
                                                                                claims.claim_ratio)
         timing.reference_s = reference.result.time_s
         timing.speedup = reference.result.time_s / timing.time_s if timing.time_s > 0 else None
-        timing.suspect = escaped_work(timing, reference.result, p.hidden_work_s)
+        timing.suspect = (escaped_work(timing, reference.result, p.hidden_work_s)
+                          or suspect_reason(timing.time_s, self._physical_floor(task, record)))
         record.timing = timing
         if claims.problem:
             record.flags.append(Flag("forged_timing", Severity.EXPLOIT, claims.problem))
@@ -280,32 +281,39 @@ class Judge:
         """Every timed call of every rank against the reference's replay of the same inputs."""
         checks = checks_for(task, record)
         workload = _workload(record, self._rng())
+        rules, timeout = fingerprint_rules(checks), self.settings.timing_timeout_s
+        expected = self._with_reference(task, lambda gen: [
+            ops.replay(gen, workload, log.seeds[b], b, log.sketch_seeds[b], rules, log.samples[b], timeout)
+            for b in range(len(log.bursts))])
         mismatches: list[Mismatch] = []
-        checked = 0
-        for b, burst in enumerate(log.bursts):
-            expected = self._with_reference(task, lambda gen: ops.replay(
-                gen, workload, log.seeds[b], b, log.sketch_seeds[b], fingerprint_rules(checks), log.samples[b],
-                self.settings.timing_timeout_s))
-            for rank, (exp, got) in enumerate(zip(expected, log.sketches[b])):
+        for b, (exp_ranks, got_ranks) in enumerate(zip(expected, log.sketches)):
+            for rank, (exp, got) in enumerate(zip(exp_ranks, got_ranks)):
                 mismatches += compare_burst(exp, got, checks, b, rank)  # ChannelError: a forged payload
-                checked += burst.calls
+        checked = sum(burst.calls for burst in log.bursts) * self.executor.world_size
         return VerifyResult(correct=not mismatches, checked=checked, mismatches=mismatches)
 
     def _roofline(self, task: TaskSpec, record: EvaluationRecord) -> None:
         model = task.cost_model(task.preset(record.preset).dims, record.world_size, record.dtype)
         record.roofline = roofline(model, record.timing.time_s, self.peaks(self.calibration()),
                                    self.topology.datasheet_peaks())
-        if record.timing.suspect is None:
-            record.timing.suspect = suspect_reason(record.timing.time_s, _physical_floor(record))
+
+    def _physical_floor(self, task: TaskSpec, record: EvaluationRecord) -> float | None:
+        """The least time the task can take here: its cost model bounded at the datasheet's peaks (None where
+        the topology has none). The one input of the suspect rule (timing.suspect_reason)."""
+        model = task.cost_model(task.preset(record.preset).dims, record.world_size, record.dtype)
+        floor = roofline(model, 1.0, None, self.topology.datasheet_peaks())
+        return floor.bound.bound_s if floor is not None else None
 
     def _rng(self) -> str:
         """Where timed input sets are drawn: on the ranks' devices (fast), where the reference runs alike."""
         return "device" if self.executor.placement.gpu else "cpu"
 
     def _limits(self, gen: Generation, reference: ReferenceTiming) -> CallLimits:
+        """Calls per burst (memory) and in all (the reference's replay), for a session on `gen`."""
         memory = min((f.get("memory_bytes") or 0) for f in gen.facts) or \
             self.executor.placement.limits.address_space_bytes or (2 << 30)
-        return CallLimits.from_sizes(self.protocol, *reference.sizes, memory)
+        replayed = reference.result.time_s if reference.result is not None else None
+        return CallLimits.from_sizes(self.protocol, *reference.sizes, memory, replayed)
 
     # -- reference ---------------------------------------------------------------------------------
     def _reference_ready(self) -> Generation:
@@ -356,9 +364,7 @@ class Judge:
 
             log = self._with_reference(task, measure)
             result = summarize(log, self.executor.placement.clock)
-            model = task.cost_model(task.preset(record.preset).dims, record.world_size, record.dtype)
-            floor = roofline(model, result.time_s, None, self.topology.datasheet_peaks())
-            problem = suspect_reason(result.time_s, floor.bound.bound_s if floor is not None else None)
+            problem = suspect_reason(result.time_s, self._physical_floor(task, record))
             if problem:  # the reference is correct by definition: a time it cannot have is the judge's fault
                 raise JudgeError(f"the judge's own clock is wrong: the reference measured {problem}")
             self._reference_times[key] = ReferenceTiming(result, overheads(log), sizes)
@@ -374,12 +380,6 @@ def checks_for(task: TaskSpec, record: EvaluationRecord) -> dict[str, Check]:
 def fingerprint_rules(checks: dict[str, Check]) -> dict[str, list]:
     """The checks as the ranks' fingerprints need them: path -> [atol, rtol, rows form a set]."""
     return {path: [c.tolerance.atol, c.tolerance.rtol, c.unordered] for path, c in checks.items()}
-
-
-def _physical_floor(record: EvaluationRecord) -> float | None:
-    """The least time the task can take here: its cost model at datasheet peaks (None where there are none)."""
-    r = record.roofline
-    return r.datasheet.bound_s if r is not None and r.datasheet is not None else None
 
 
 def _workload(record: EvaluationRecord, rng: str) -> dict:

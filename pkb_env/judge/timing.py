@@ -47,6 +47,7 @@ class TimingProtocol:
     marks: int = 16                  # intermediate marks per burst (per-call percentiles of mark intervals)
     samples: int = 3                 # timed outputs shipped whole per step (one per early burst, chosen after it)
     memory_fraction: float = 0.1     # of a rank's device memory (or address space) for held inputs, and for outputs
+    replay_budget_s: float = 1.0     # reference time the check of a step's timed calls may take (CallLimits)
     clock_floor_s: float = 0.004     # the least allowance for the overhead of reporting a burst
     clock_factor: float = 4.0        # allowance = max(floor, factor x the reference's 90th-percentile overhead)
     clock_relative: float = 0.02     # ... plus this fraction of the burst's wall time (check_claims)
@@ -58,7 +59,8 @@ class TimingProtocol:
         """GPU bursts are short (a millisecond-scale start skew does not exist behind a device gate); CPU
         ranks share cores, so their bursts are long enough to swamp scheduling and reporting delays."""
         if kind == "cuda":
-            return cls(burst_s=0.008, budget_s=0.25, reference_budget_s=0.5, clock_floor_s=0.0005)
+            return cls(burst_s=0.008, budget_s=0.25, reference_budget_s=0.5, clock_floor_s=0.0005,
+                       replay_budget_s=0.3)
         if kind == "host":
             return cls(statistic="interval-min", marks=32, clock_relative=0.2)
         raise ValueError(f"unknown clock {kind!r}")
@@ -66,20 +68,32 @@ class TimingProtocol:
     @classmethod
     def quick(cls, kind: str) -> "TimingProtocol":
         """Shorter bursts and budgets (tests, CPU sanity runs): coarser figures, same rules."""
-        return replace(cls.for_clock(kind), burst_s=0.015, budget_s=0.08, reference_budget_s=0.3, min_bursts=3)
+        return replace(cls.for_clock(kind), burst_s=0.015, budget_s=0.08, reference_budget_s=0.3, min_bursts=3,
+                       replay_budget_s=0.3)
 
 
 @dataclass
 class CallLimits:
-    """The most calls one burst may hold in memory (decided from the trusted reference's sizes)."""
+    """How many calls one burst may make, and all scored bursts together.
+
+    Per burst: as many as the held inputs and outputs fit in `memory_fraction` of a rank's memory (sizes
+    from the trusted reference). In all: as many as the reference can replay in `replay_budget_s` (every
+    timed call is checked against the reference's replay of its inputs, so a candidate far faster than the
+    reference, or one that does no work, must not buy the judge minutes of replay).
+    """
 
     max_calls: int
+    total_calls: int | None = None
 
     @classmethod
-    def from_sizes(cls, protocol: TimingProtocol, input_bytes: int, output_bytes: int, memory_bytes: int) -> "CallLimits":
+    def from_sizes(cls, protocol: TimingProtocol, input_bytes: int, output_bytes: int, memory_bytes: int,
+                   reference_s: float | None = None) -> "CallLimits":
         budget = protocol.memory_fraction * memory_bytes
-        fit = min(budget / max(1, input_bytes), budget / max(1, output_bytes))
-        return cls(max(1, min(protocol.max_calls, int(fit))))
+        most = max(1, min(protocol.max_calls, int(min(budget / max(1, input_bytes), budget / max(1, output_bytes)))))
+        if not reference_s:
+            return cls(most)
+        total = max(protocol.min_calls * protocol.min_bursts, int(protocol.replay_budget_s / reference_s))
+        return cls(max(1, min(most, total // protocol.min_bursts)), total)
 
 
 @dataclass
@@ -166,6 +180,8 @@ def run_bursts(gen: Generation, workload: dict, plan: SeedPlan, protocol: Timing
         if len(figures) >= protocol.min_bursts and relative_standard_error(figures) < protocol.rse_target:
             break
         if len(figures) >= protocol.min_bursts and time.monotonic() - scored_start > budget_s:
+            break
+        if limits.total_calls is not None and sum(b.calls for b in log.bursts) + limits.max_calls > limits.total_calls:
             break
     log.wall_s = time.monotonic() - started
     return log

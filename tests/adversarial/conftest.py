@@ -45,24 +45,40 @@ def adv_env():
 
 
 class Baseline:
-    """Rewards of the correct reference submission, per task (the best seen: the bar is generous)."""
+    """Honest times per call of each task's reference, under the production protocol, on this machine now.
+
+    Three steps per task up front, then the reference step after every exploit (taken under the same load
+    as the exploit): the distribution an exploit's time must not beat by more than its own noise.
+    """
+
+    NOISE_FLOOR = 1.5  # honest times of one code on loaded CPU ranks differ by up to this (docs/timing.md)
 
     def __init__(self, env):
         self.env = env
-        self.rewards: dict[str, list[float]] = {}
+        self.times: dict[str, list[float]] = {}
 
-    def best(self, task: str) -> float:
-        if task not in self.rewards:
+    def prime(self, task: str) -> None:
+        if task not in self.times:
             obs, _ = self.env.reset(options={"task": task})
-            self.rewards[task] = []
+            self.times[task] = []
             for _ in range(3):
-                _, reward, _, _, info = self.env.step(obs["reference"])
+                _, _, _, _, info = self.env.step(obs["reference"])
                 assert info["correct"], info["feedback"]
-                self.rewards[task].append(reward)
-        return max(self.rewards[task])
+                self.add(task, info["record"])
 
-    def add(self, task: str, reward: float) -> None:
-        self.rewards.setdefault(task, []).append(reward)
+    def add(self, task: str, record) -> None:
+        if record.timing is not None:
+            self.times.setdefault(task, []).append(record.timing.time_s)
+
+    def beaten_by(self, task: str, time_s: float) -> str | None:
+        """Why `time_s` is a gain over the honest runs (faster than the fastest by more than the noise), or None."""
+        honest = self.times[task]
+        band = max(self.NOISE_FLOOR, max(honest) / min(honest))
+        if time_s < min(honest) / band:
+            return (f"{time_s * 1e6:.1f} us per call, faster than every honest run of the reference "
+                    f"({min(honest) * 1e6:.1f}-{max(honest) * 1e6:.1f} us, {len(honest)} runs) by more than the "
+                    f"noise band {band:.2f}x")
+        return None
 
 
 @pytest.fixture(scope="module")

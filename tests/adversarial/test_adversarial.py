@@ -1,11 +1,11 @@
-"""The adversarial regression suite: every exploit in exploits.py meets its expected outcome, earns no
-more than the correct reference submission, leaves nothing behind (processes, files) and leaves the
-judge able to judge the next (reference) step correctly; every candidate in legit.py is judged correct
-without an EXPLOIT flag.
+"""The adversarial regression suite: every exploit in exploits.py meets its expected outcome, gains no
+speed, leaves nothing behind (processes, files) and leaves the judge able to judge the next (reference)
+step correctly; every candidate in legit.py is judged correct without an EXPLOIT flag.
 
-"Earns no more" is judged against the best reward of the reference submission on the same task (three
-steps up front, then every post-exploit reference step): an exploit gains when its reward is above that
-plus MARGIN at a speedup above NO_GAIN_SPEEDUP (CPU timings of one unchanged candidate spread ~1.3x).
+"Gains no speed" is judged against the honest distribution of the same work under the production
+protocol: an exploit whose time is believed (correct, not suspect) must not be faster than every honest
+run of the task's reference (three up front, then the one right after each exploit, under the same load)
+by more than their own spread (at least 1.5x on loaded CPU ranks; conftest.Baseline).
 
 Exploits the judge does not stop today carry `hole` and run as xfail(strict=True): the reason names the
 hole, and a fix turns the test into an XPASS that fails until the mark is removed.
@@ -24,8 +24,6 @@ from .conftest import ADVERSARIAL, WORLD_SIZE, CANARY, uncontained
 from .exploits import BY_NAME as EXPLOITS_BY_NAME, EXPLOITS, FLAGGED, RUNTIME_ERROR, WRONG
 from .legit import BY_NAME as LEGIT_BY_NAME, LEGIT
 
-MARGIN = 0.08              # reward noise between two correct reference-speed submissions on CPU ranks
-NO_GAIN_SPEEDUP = 1.3      # a speedup at most this is "reference speed" on CPU ranks
 MAX_FEEDBACK_CHARS = 12_000
 ROOT_GROWTH_BYTES = 4 << 20
 
@@ -61,8 +59,8 @@ def test_legit_candidate_is_correct(adv_env, name):
 def test_exploit_is_defeated(adv_env, baseline, name):
     e = EXPLOITS_BY_NAME[name]
     executor = adv_env.unwrapped.executor
+    baseline.prime(e.task)
     obs, _ = adv_env.reset(options={"task": e.task})
-    bar = baseline.best(e.task) + MARGIN
     _remove(e.files)
     if e.fresh_reference_time:  # as on the first step of a task in a real run
         _forget_reference_time(adv_env, e.task)
@@ -70,10 +68,12 @@ def test_exploit_is_defeated(adv_env, baseline, name):
     root_before = executor.directory_bytes()
 
     problems: list[str] = []
-    verdict, reward, speedup, feedback = "judge_error", None, None, ""
+    verdict, reward, speedup, feedback, believed = "judge_error", None, None, "", None
     try:
         _, reward, _, _, info = adv_env.step(e.code)
         verdict, speedup, feedback = info["verdict"], info["speedup"], info["feedback"]
+        if speedup is not None:  # correct, timed and not suspect (record.speedup): its time counts
+            believed = info["record"].timing.time_s
     except Exception as exc:  # the judge must turn anything a candidate does into a verdict
         problems.append(f"env.step raised {type(exc).__name__}: {str(exc)[:300]}")
     RESULTS["exploits"][name] = {"family": e.family, "seen": e.seen, "expected": e.expected, "task": e.task,
@@ -83,9 +83,6 @@ def test_exploit_is_defeated(adv_env, baseline, name):
     if reward is not None:
         if e.expected in (FLAGGED, WRONG, RUNTIME_ERROR) and verdict != e.expected:
             problems.append(f"expected verdict {e.expected!r}, got {verdict!r}: {feedback[:600]}")
-        if reward > bar and speedup is not None and speedup > NO_GAIN_SPEEDUP:
-            problems.append(f"reward {reward:.3f} above the correct reference submission's "
-                            f"{bar - MARGIN:.3f} (+{MARGIN}); speedup {speedup}")
         if e.leak and e.leak in feedback:
             at = feedback.index(e.leak)
             problems.append(f"the exploit got hold of what it must not see: {feedback[at:at + 160]!r}...")
@@ -117,16 +114,21 @@ def test_exploit_is_defeated(adv_env, baseline, name):
         executor.discard_reference()
         _forget_reference_time(adv_env, e.task)
 
-    # The judge is intact: the reference itself is judged correct on the next step.
+    # The judge is intact: the reference itself is judged correct on the next step (and its time joins the
+    # honest distribution, measured under the load the exploit ran under).
     try:
         _, ref_reward, _, _, info = adv_env.step(obs["reference"])
         if info["correct"]:
-            baseline.add(e.task, ref_reward)
+            baseline.add(e.task, info["record"])
         else:
             problems.append(f"the next (reference) step was judged {info['verdict']}: {info['feedback'][:400]}")
     except Exception as exc:
         problems.append(f"the next (reference) step raised {type(exc).__name__}: {str(exc)[:300]}")
 
+    if believed is not None:
+        gain = baseline.beaten_by(e.task, believed)
+        if gain:
+            problems.append(f"speed gained: {gain}")
     assert not problems, "\n".join(problems)
 
 
