@@ -10,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from adversarial.exploits import BY_NAME as EXPLOITS
 from conftest import make_env
 from pkb_env.executors.gate import ReleasePage, PageView
 from pkb_env.executors.operations import BurstRecord, RankBurst
@@ -35,20 +36,7 @@ def solution(tensor):
 """
 
 # Caches its outputs by the address of its input (inputs are refreshed between bursts, addresses are not).
-ADDRESS_CACHE = """
-import torch, torch.distributed as dist
-_cache = {}
-def solution(tensor):
-    hit = _cache.get(tensor.data_ptr())
-    agree = torch.tensor([0.0 if hit is None else 1.0])
-    dist.all_reduce(agree, op=dist.ReduceOp.MIN)   # every rank takes the same branch
-    if agree.item() == 1.0:
-        return hit
-    out = tensor.clone()
-    dist.all_reduce(out)
-    _cache[tensor.data_ptr()] = out
-    return out
-"""
+ADDRESS_CACHE = EXPLOITS["cache_data_ptr"].code
 
 # Spends 200 us of host time per call on top of the work.
 HOST_BOUND = """

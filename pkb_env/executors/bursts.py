@@ -1,6 +1,6 @@
 """A timed burst, as a rank runs it: K calls back to back between a judge-released start and an end.
 
-    make K input sets (outside the window)     every set fresh content from its own secret seed
+    make K input sets (outside the window)     every set fresh content from seeds of its own
     flush the cache, arm the clock             GPU: the device gate and the start event behind it
     report "gated", wait for the release       the judge stores the epoch once every rank has reported
     start; call 1 .. K; a mark every J calls   the host queues calls only now: a host slower than the
@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from pkb_env.contract import derive_seed
 from pkb_env.executors.clocks import BurstTimes
 from pkb_env.executors.outputs import check_size, export, reuse_problems, stage
 from pkb_env.executors.sketch import sketch_calls
@@ -47,8 +48,12 @@ class HeldBurst:
     last: Any
 
 
-def make_sets(workload: Workload, seeds: list[Any]) -> list[tuple]:
-    return [workload.make(s) for s in seeds]
+def make_sets(workload: Workload, base: dict[str, int], calls: int) -> list[tuple]:
+    """The input sets of a burst's `calls` calls, each from its own seeds, derived one-way from the burst's
+    base seeds (one per scope this rank belongs to, sent by the judge): call i's seed of a scope is the same
+    on every rank of the scope and on the reference's replay, and known to no other rank."""
+    return [workload.make({scope: derive_seed(seed, "call", i) for scope, seed in base.items()})
+            for i in range(calls)]
 
 
 def timed_burst(workload: Workload, sets: list[tuple], clock, epoch: int, marks_every: int, capture_every: bool,

@@ -77,13 +77,14 @@ class BurstRecord:
     ranks: list[RankBurst]
 
 
-def burst(gen: Generation, workload: dict, seeds: list[list[Seeds]], marks_every: int, capture_every: bool,
+def burst(gen: Generation, workload: dict, seeds: list[Seeds], calls: int, marks_every: int, capture_every: bool,
           timeout: float) -> BurstRecord:
-    """One burst of len(seeds[0]) calls: every rank gated, then released at once by the judge."""
+    """One burst of `calls` calls: every rank gated, then released at once by the judge. seeds[r]: rank r's
+    base seeds of the burst (each call's are derived from them, bursts.make_sets)."""
     deadline = time.monotonic() + timeout
     epoch = gen.page.next_epoch()
-    gen.ask([{"op": "burst", "workload": workload, "seeds": s, "epoch": epoch, "marks_every": marks_every,
-              "capture_every": capture_every, "label": "timing"} for s in seeds])
+    gen.ask([{"op": "burst", "workload": workload, "seeds": s, "calls": calls, "epoch": epoch,
+              "marks_every": marks_every, "capture_every": capture_every, "label": "timing"} for s in seeds])
     gen.collect("gated", 1, deadline, "timing")
     released = gen.release(epoch)
     got = gen.collect("burst", 1, deadline, "timing")
@@ -92,7 +93,7 @@ def burst(gen: Generation, workload: dict, seeds: list[list[Seeds]], marks_every
         h = d.header
         ranks.append(RankBurst(h["seen_at"], h["ended_at"], h["busy_s"], h["host_s"], h["idle_s"], h["marks"],
                                d.received))
-    return BurstRecord(len(seeds[0]), marks_every, released, ranks)
+    return BurstRecord(calls, marks_every, released, ranks)
 
 
 def fingerprints(gen: Generation, index: int, seed: int, rules: dict[str, list], sample: list[int],
@@ -104,11 +105,11 @@ def fingerprints(gen: Generation, index: int, seed: int, rules: dict[str, list],
     return [_unpack(d[0]) for d in gen.collect("sketches", 1, time.monotonic() + timeout, "timed-output check")]
 
 
-def replay(gen: Generation, workload: dict, seeds: list[list[Seeds]], index: int, seed: int,
+def replay(gen: Generation, workload: dict, seeds: list[Seeds], calls: int, index: int, seed: int,
            rules: dict[str, list], sample: list[int], timeout: float) -> list[dict]:
     """The reference's fingerprints (with its bound terms) for the inputs of a candidate's burst."""
-    gen.ask([{"op": "replay", "workload": workload, "seeds": s, "burst": index, "seed": seed, "rules": rules,
-              "sample": sample, "label": "timed-output check"} for s in seeds])
+    gen.ask([{"op": "replay", "workload": workload, "seeds": s, "calls": calls, "burst": index, "seed": seed,
+              "rules": rules, "sample": sample, "label": "timed-output check"} for s in seeds])
     return [_unpack(d[0]) for d in gen.collect("sketches", 1, time.monotonic() + timeout, "timed-output check")]
 
 

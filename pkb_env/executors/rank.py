@@ -10,10 +10,10 @@ Requests (judge -> rank) all carry a nonce; every answer echoes it (messages.py 
   init                                  -> ready {facts}
   load      {task, source|None}         -> built {seconds}    (and the task's process groups, before candidate code)
   trials    {workload, seeds}           -> trial {index, seconds, aliases, mutated, shares, ...} + outputs, per seed
-  burst     {workload, seeds, epoch, marks_every, capture_every}
+  burst     {workload, seeds, calls, epoch, marks_every, capture_every}
                                         -> gated, then (after the judge's release) burst {times}
   fingerprints {seed, rules, sample}    -> sketches + payload (of the last burst)
-  replay    {workload, seeds, seed, rules, sample}
+  replay    {workload, seeds, calls, seed, rules, sample}
                                         -> sketches + payload (reference ranks: the same calls, untimed)
   copies    {bytes}                     -> copies {table} (rank 0 of the reference: copy-engine rates)
   exit
@@ -177,7 +177,7 @@ class RankServer:
         """One timed burst (bursts.py); the outputs are held for `fingerprints`."""
         self.held = None  # the previous burst's outputs and inputs go before this burst's sets are made
         workload = self.workload(message["workload"])
-        sets = bursts.make_sets(workload, message["seeds"])
+        sets = bursts.make_sets(workload, message["seeds"], message["calls"])
         deadline = JUDGE.monotonic() + RELEASE_WAIT_S
         self.held, times = bursts.timed_burst(workload, sets, self.clock, message["epoch"], message["marks_every"],
                                               message["capture_every"], deadline, lambda: self.send("gated"))
@@ -196,7 +196,8 @@ class RankServer:
     def replay(self, message: dict) -> None:
         """The reference's outputs for a candidate's burst: the same inputs, untimed, fingerprinted alike."""
         workload = self.workload(message["workload"])
-        held = bursts.untimed_calls(workload, bursts.make_sets(workload, message["seeds"]), self.clock)
+        held = bursts.untimed_calls(workload, bursts.make_sets(workload, message["seeds"], message["calls"]),
+                                    self.clock)
         data = bursts.fingerprints(held, message["seed"], message["rules"], message["sample"], bound=True)
         self.send("sketches", JUDGE.pack(data), burst=message["burst"])
 

@@ -116,7 +116,9 @@ class Judge:
         gen = self._reference_ready()
         sizes = self.settings.calibration_sizes or self.executor.placement.calibration_sizes
         s = self.settings
-        p = replace(self.protocol, min_calls=2, min_bursts=3)  # large all_reduces on CPU ranks take tens of ms
+        # Short and few bursts per probe (one buffer, no fingerprints): large all_reduces on CPU ranks take
+        # tens of ms, and a calibration runs a dozen probes.
+        p = replace(self.protocol, min_calls=2, min_bursts=3, warmup_bursts=0, burst_s=self.protocol.burst_s / 2)
         plan = SeedPlan(FLAT.resolve(self.executor.world_size))
 
         def per_call(workload: dict) -> float:
@@ -283,8 +285,8 @@ class Judge:
         workload = _workload(record, self._rng())
         rules, timeout = fingerprint_rules(checks), self.settings.timing_timeout_s
         expected = self._with_reference(task, lambda gen: [
-            ops.replay(gen, workload, log.seeds[b], b, log.sketch_seeds[b], rules, log.samples[b], timeout)
-            for b in range(len(log.bursts))])
+            ops.replay(gen, workload, log.seeds[b], burst.calls, b, log.sketch_seeds[b], rules, log.samples[b],
+                       timeout) for b, burst in enumerate(log.bursts)])
         mismatches: list[Mismatch] = []
         for b, (exp_ranks, got_ranks) in enumerate(zip(expected, log.sketches)):
             for rank, (exp, got) in enumerate(zip(exp_ranks, got_ranks)):

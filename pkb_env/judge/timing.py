@@ -35,7 +35,7 @@ class TimingProtocol:
 
     burst_s: float = 0.04            # target wall time of one burst
     warmup_bursts: int = 1           # full-size bursts after the one-call sizing burst, not scored
-    budget_s: float = 0.35           # wall time for a candidate's scored bursts (fingerprinting included)
+    budget_s: float = 0.25           # wall time for a candidate's scored bursts (fingerprinting included)
     reference_budget_s: float = 1.0  # the same for the reference (measured once per task and size, cached)
     calibration_budget_s: float = 0.1  # the same per calibration size
     min_bursts: int = 5
@@ -47,7 +47,7 @@ class TimingProtocol:
     marks: int = 16                  # intermediate marks per burst (per-call percentiles of mark intervals)
     samples: int = 3                 # timed outputs shipped whole per step (one per early burst, chosen after it)
     memory_fraction: float = 0.1     # of a rank's device memory (or address space) for held inputs, and for outputs
-    replay_budget_s: float = 1.0     # reference time the check of a step's timed calls may take (CallLimits)
+    replay_budget_s: float = 0.5     # reference time the check of a step's timed calls may take (CallLimits)
     clock_floor_s: float = 0.004     # the least allowance for the overhead of reporting a burst
     clock_factor: float = 4.0        # allowance = max(floor, factor x the reference's 90th-percentile overhead)
     clock_relative: float = 0.02     # ... plus this fraction of the burst's wall time (check_claims)
@@ -101,7 +101,7 @@ class BurstLog:
     """Everything the judge observed of one timing session (scored bursts only, warm-up left out)."""
 
     bursts: list[ops.BurstRecord] = field(default_factory=list)
-    seeds: list[list[list[tuple[int, int]]]] = field(default_factory=list)   # per burst, per rank, per call
+    seeds: list[list[dict[str, int]]] = field(default_factory=list)         # per burst, per rank: base seeds
     sketch_seeds: list[int] = field(default_factory=list)
     samples: list[list[int]] = field(default_factory=list)
     sketches: list[list[dict]] = field(default_factory=list)                 # per burst, per rank
@@ -142,8 +142,8 @@ def run_bursts(gen: Generation, workload: dict, plan: SeedPlan, protocol: Timing
     started = time.monotonic()
 
     def one(calls: int, purpose: str, index: int, scored: bool) -> ops.BurstRecord:
-        seeds = plan.per_rank(purpose, [(index, i) for i in range(calls)])
-        record = ops.burst(gen, workload, seeds, max(1, -(-calls // marks)), capture_every, timeout)
+        seeds = [per_rank[0] for per_rank in plan.per_rank(purpose, [index])]
+        record = ops.burst(gen, workload, seeds, calls, max(1, -(-calls // marks)), capture_every, timeout)
         if rules is not None:
             seed = secrets.randbits(62)
             sample = [rng.randrange(calls)] if scored and len(log.bursts) < protocol.samples else []

@@ -72,8 +72,10 @@ def test_wrong_now_and_then_is_caught_on_gpus(cuda_env):
 
 def test_a_cache_keyed_on_input_addresses_is_wrong_on_gpus(cuda_env):
     cuda_env.reset(options={"task": "all_reduce"})
-    _, _, _, _, info = cuda_env.step(ADDRESS_CACHE.replace("torch.tensor([0.0 if hit is None else 1.0])",
-                                                           "torch.tensor([0.0 if hit is None else 1.0], device='cuda')"))
+    code = ADDRESS_CACHE.replace("torch.tensor([1.0 if hit is not None else 0.0])",
+                                 "torch.tensor([1.0 if hit is not None else 0.0], device='cuda')")
+    assert code != ADDRESS_CACHE  # its agreement flag must be a CUDA tensor for NCCL
+    _, _, _, _, info = cuda_env.step(code)
     assert info["verdict"] == "wrong", info["feedback"]
 
 
