@@ -46,11 +46,15 @@ def main() -> int:
         parser.error(f"needs at least 2 GPUs, found {world}")
     import torch.multiprocessing as mp
 
-    with tempfile.TemporaryDirectory() as tmp:
-        page = Path(tmp, "page")
-        page.write_bytes(b"\0" * 4096)
-        mp.start_processes(_rank, args=(world, tmp, args.calls, args.reps), nprocs=world, start_method="spawn")
-        rows = json.loads(Path(tmp, "rows.json").read_text())
+    page = Path(f"/dev/shm/pkb-diagnosis-{os.getpid()}")  # shared memory, as the judge's memfd page is
+    page.write_bytes(b"\0" * 4096)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            mp.start_processes(_rank, args=(world, tmp, str(page), args.calls, args.reps), nprocs=world,
+                               start_method="spawn")
+            rows = json.loads(Path(tmp, "rows.json").read_text())
+    finally:
+        page.unlink()
     lines = [f"{world} x {torch.cuda.get_device_name(0)}, clone + NCCL all_reduce bf16, {args.calls} calls per "
              f"burst, median of {args.reps}; us per call / host us to issue a call (slowest rank)", "",
              "| variant | " + " | ".join(f"{s >> 20} MiB" for s in SIZES) + " |", "|---|" + "---|" * len(SIZES)]
@@ -65,7 +69,7 @@ def main() -> int:
     return 0
 
 
-def _rank(rank: int, world: int, tmp: str, calls: int, reps: int) -> None:
+def _rank(rank: int, world: int, tmp: str, page: str, calls: int, reps: int) -> None:
     os.environ.update({"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"})
     import numpy as np
     import torch.distributed as dist
@@ -77,10 +81,10 @@ def _rank(rank: int, world: int, tmp: str, calls: int, reps: int) -> None:
     dist.init_process_group("nccl", store=dist.FileStore(os.path.join(tmp, "store"), world), rank=rank,
                             world_size=world, device_id=torch.device("cuda", rank))
     host = dist.new_group(backend="gloo")
-    view = PageView(os.open(os.path.join(tmp, "page"), os.O_RDONLY))
+    view = PageView(os.open(page, os.O_RDONLY))
     writer = None
     if rank == 0:
-        fd = os.open(os.path.join(tmp, "page"), os.O_RDWR)
+        fd = os.open(page, os.O_RDWR)
         writer = np.frombuffer(mmap.mmap(fd, 4096), dtype=np.uint32)
         os.close(fd)
     gate = DeviceGate(view.address)

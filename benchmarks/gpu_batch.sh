@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU evidence for the timing rework (issues 12 and 13) in one run on a host with 2 GPUs (~6 minutes;
-# at most 9 if every part runs to its limit):
+# The GPU evidence for the timing rework (issues 12 and 13) in one run on a host with 2 GPUs (~5-6 minutes;
+# at most 8.5 if every part runs to its limit):
 #
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh
 #
@@ -9,8 +9,8 @@
 #   truth.json, truth.md the judge's reference times beside nccl-tests-style measurements (independent_truth.py)
 #   repeatability.json  reference and expert all_reduce in 5 fresh processes; the reference against itself
 #   step_latency.json   first and warm steps at world size 2, reference and expert (step_latency.py)
-#   gpu_tests.txt       tests/gpu/test_timing_gpu.py and test_multi_gpu.py (forged reports, host time charged, ...)
-#   soak_cuda_ws2.json  honest soak: every task's reference, alternative and expert at bench and large
+#   gpu_tests.txt       tests/gpu/test_timing_gpu.py (device gate, forged reports, host time charged, ...)
+#   soak_cuda_ws2.json  honest soak at large: every task's reference, alternative and expert (roofline fractions)
 #   batch.log           everything printed, with the time each part took
 # Each part has its own time limit, so one slow part cannot eat the others' time.
 set -u
@@ -28,15 +28,14 @@ part() {  # part <seconds> <command...>
     echo "== exit $? after $((SECONDS - start)) s" >> "$LOG"
 }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv >> "$LOG" 2>&1
-part 60  python benchmarks/burst_diagnosis.py --out "$OUT"
-part 110 python benchmarks/independent_truth.py --out "$OUT"
+part 50  python benchmarks/burst_diagnosis.py --out "$OUT"
+part 100 python benchmarks/independent_truth.py --out "$OUT"
 part 120 python benchmarks/repeatability.py --executor cuda --processes 5 --self-steps 20 --out "$OUT"
 part 60  python benchmarks/step_latency.py --executor cuda --world-size 2 --preset bench --steps 6 \
              --candidates reference agents/experts/all_reduce.py --json "$OUT/step_latency.json"
-part 100 python -m pytest -q -rA -p no:cacheprovider tests/gpu/test_timing_gpu.py tests/gpu/test_multi_gpu.py \
-             -o junit_family=xunit2
+part 100 python -m pytest -q -rA -p no:cacheprovider tests/gpu/test_timing_gpu.py
 cp "$LOG" "$OUT/gpu_tests.txt.tmp" && awk '/tests\/gpu\/test_timing_gpu.py/,/== exit/' "$OUT/gpu_tests.txt.tmp" > "$OUT/gpu_tests.txt"
 rm -f "$OUT/gpu_tests.txt.tmp"
-part 90  python benchmarks/honest_soak.py --executor cuda --world-size 2 --presets bench large --experts \
-             --steps 24 --out "$OUT"
+part 70  python benchmarks/honest_soak.py --executor cuda --world-size 2 --presets large --experts --steps 26 \
+             --out "$OUT"
 echo "== done $(date +%T)" >> "$LOG"

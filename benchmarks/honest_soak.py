@@ -4,9 +4,9 @@
     python benchmarks/honest_soak.py --executor cpu --world-size 4 --steps 200 --out $OUT
     python benchmarks/honest_soak.py --executor cuda --presets bench large --experts --steps 32 --out $OUT
 
-Steps cycle over the tasks and, per task, over honest submissions: the reference itself, an alternative
-written with other torch.distributed calls (below), and with --experts the expert kernel of
-agents/experts (GPUs). Every one must be judged correct, unflagged, not suspect, with a speedup. Reported:
+Steps cycle over the tasks that run at the world size and preset and, per task, over honest submissions:
+the reference itself, an alternative written with other torch.distributed calls (below, for the eight
+primitives), and with --experts the expert kernel of agents/experts where there is one (GPUs). Every one must be judged correct, unflagged, not suspect, with a speedup. Reported:
 the count of each failure, the smallest clock margin seen (how far the worst rank's least-delayed burst
 stayed inside the allowance, docs/timing.md) and the smallest ratio of a claimed burst time to the judge's
 own wall time, the reference-against-itself speedups, and per expert its roofline fraction. Writes
@@ -27,7 +27,7 @@ from pathlib import Path
 import gymnasium
 
 import pkb_env  # noqa: F401
-from pkb_env.task import task_names
+from pkb_env.task import runnable_tasks
 
 EXPERTS = Path(__file__).resolve().parents[1] / "agents" / "experts"
 ALTERNATIVES = {
@@ -103,12 +103,16 @@ def main() -> int:
     args = parser.parse_args()
     os.environ.setdefault("PKB_ENV_CACHE", tempfile.mkdtemp(prefix="pkb-soak-"))
 
-    plan = []
-    for task in task_names():
-        plan += [(task, "reference"), (task, "alternative")] + ([(task, "expert")] if args.experts else [])
     steps = []
     started = time.time()
     for preset in args.presets:
+        plan = []
+        for task in runnable_tasks(args.world_size, preset):
+            plan.append((task, "reference"))
+            if task in ALTERNATIVES:
+                plan.append((task, "alternative"))
+            if args.experts and (EXPERTS / f"{task}.py").exists():
+                plan.append((task, "expert"))
         env = gymnasium.make("pkb_env/ParallelKernel-v0", task="all_reduce", world_size=args.world_size,
                              executor=args.executor, preset=preset, max_turns=10 ** 6)
         try:
@@ -116,9 +120,8 @@ def main() -> int:
             for i in range(args.steps):
                 task, kind = plan[i % len(plan)]
                 obs, _ = env.reset(options={"task": task})
-                code = {"reference": obs["reference"], "alternative": ALTERNATIVES[task]}.get(kind)
-                if code is None:
-                    code = (EXPERTS / f"{task}.py").read_text()
+                code = {"reference": lambda: obs["reference"], "alternative": lambda: ALTERNATIVES[task],
+                        "expert": lambda: (EXPERTS / f"{task}.py").read_text()}[kind]()
                 t0 = time.time()
                 _, _, _, _, info = env.step(code)
                 record = info["record"]

@@ -4,8 +4,8 @@
     python benchmarks/repeatability.py --executor cpu --world-size 2 --presets tiny --processes 3 \\
         --candidate agents/candidates/all_reduce_ring.py --self-steps 10 --out .out
 
-Each of `--processes` fresh Python processes makes its own env (its own zygote, generations, reference
-timing and calibration: nothing shared but the machine), then judges, per preset, the reference
+Each of `--processes` fresh Python processes makes its own env (its own zygote, generations and reference
+timing; only the calibration, which no time depends on, is measured once and shared), then judges, per preset, the reference
 submitted as a candidate and `--candidate` (default: the expert all_reduce), once each. The first
 process also submits the reference `--self-steps` times at the first preset (the reference against its
 own cached time).
@@ -50,13 +50,14 @@ def main() -> int:
         return 0
 
     runs = []
+    cache = tempfile.mkdtemp(prefix="pkb-repeat-")  # the calibration (not a time) is shared: measured once
     for index in range(args.processes):
         started = time.time()
         cmd = [sys.executable, __file__, "--child", str(index), "--executor", args.executor, "--world-size",
                str(args.world_size), "--task", args.task, "--candidate", args.candidate, "--self-steps",
                str(args.self_steps), "--presets", *args.presets]
         proc = subprocess.run(cmd, capture_output=True, text=True,
-                              env={**os.environ, "PKB_ENV_CACHE": tempfile.mkdtemp(prefix="pkb-repeat-")})
+                              env={**os.environ, "PKB_ENV_CACHE": cache})
         if proc.returncode != 0:
             print(proc.stdout[-2000:], proc.stderr[-4000:], file=sys.stderr)
             return 1
