@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from pkb_env.contract import (Bernoulli, Comm, Const, Cost, Custom, Exact, Expr, ExprError, Fixed, Group, Integers,
+from pkb_env.contract import (Bernoulli, Comm, Const, Cost, CostContext, Custom, Exact, Expr, ExprError, Fixed, Group, Integers,
                               Mesh, Normal, OneHot, Output, PerRank, Permutation, Positive, Preset, Rounded, Scalar,
                               Sharded, Sum, TaskError, TaskSpec, Tensor, Tolerance, Uniform, UnitRows, rank_seeds)
 from pkb_env.contract.io import show_shape
@@ -229,6 +229,22 @@ def test_cost_context_counts_declared_bytes():
     [term] = model.comm
     assert term.group == "tp" and term.ranks == 2 and term.size_bytes == 64 * 1024 * 2
     assert model.hbm_bytes == (64 * 512 * 2) + 64 * 8 + 64 * 512 * 2  # x + idx + y; `ids` has no fixed shape
+
+
+def test_cheapest_picks_the_option_that_moves_the_fewest_bus_bytes():
+    """Moving data or moving work: which is cheaper depends on the sizes and on each collective's bus
+    factor (an all-reduce moves twice what an all-gather of the same S moves)."""
+    spec = make_spec()
+    c = CostContext(spec, {"N": 64, "K": 1024}, 8, "bfloat16", spec.layout(8))   # tp = 4, dp = 2
+    reduce = (Comm("all_reduce", 1000, "tp"),)                                  # 2 * 3/4 * 1000 = 1500
+    gather = (Comm("all_gather", 1200, "tp"), Comm("all_gather", 800, "dp"))   # 3/4 * 1200 + 1/2 * 800 = 1300
+    assert c.bus_bytes(reduce) == 1500 and c.bus_bytes(gather) == 1300
+    assert c.cheapest(reduce, gather) == gather and c.cheapest(gather, reduce) == gather
+    assert c.cheapest((Comm("all_reduce", 800, "tp"),), gather) == (Comm("all_reduce", 800, "tp"),)
+    alone = CostContext(spec, {"N": 64, "K": 1024}, 2, "bfloat16", spec.layout(2))  # tp = 1: nothing moves
+    assert alone.bus_bytes(reduce) == 0
+    with pytest.raises(ValueError, match="at least one option"):
+        c.cheapest()
 
 
 # -- tolerance rules ----------------------------------------------------------------------------------
