@@ -53,6 +53,27 @@ WRONG_RING = {
 }
 
 
+# Tensor-parallel GEMMs and norms (PKB 9-20, 45, 46): (task, edits) per wrong candidate.
+WRONG_TENSOR_PARALLEL = {
+    "all-gather GEMM: blocks concatenated in reverse rank order": (
+        "allgather_gemm", [("torch.cat(blocks, dim=1)", "torch.cat(blocks[::-1], dim=1)")]),
+    "GEMM reduce-scatter: keeps the next rank's row block": (
+        "gemm_reducescatter", [(
+            "    dist.reduce_scatter_tensor(out, partial, op=dist.ReduceOp.SUM)\n",
+            "    dist.all_reduce(partial)\n"
+            "    w, r = dist.get_world_size(), dist.get_rank()\n"
+            "    out = partial.chunk(w)[(r + 1) % w].clone()\n")]),
+    "TP RMSNorm: statistics of the local columns only (skips the all-reduce)": (
+        "tp_rms_norm", [("    dist.all_reduce(sum_sq, op=dist.ReduceOp.SUM)\n", "")]),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_TENSOR_PARALLEL)
+def test_wrong_tensor_parallel_candidates_are_judged_wrong(env4, name):
+    task, edits = WRONG_TENSOR_PARALLEL[name]
+    assert_wrong_with_a_location(judge(env4, task, variant(task, *edits)))
+
+
 @pytest.mark.parametrize("name", WRONG_GEMM)
 def test_wrong_gemm_allreduce_is_judged_wrong(env4, name):
     assert_wrong_with_a_location(judge(env4, "gemm_allreduce", variant("gemm_allreduce", *WRONG_GEMM[name])))
