@@ -37,8 +37,8 @@ def input_lines(task: TaskSpec, preset: str, dtype: str, world_size: int) -> lis
             lines.append(f"- {decl.name}: Python number, {decl.dist.describe()}, drawn per call; "
                          f"{decl.layout.describe(layout)}{doc}")
         elif isinstance(decl, Const):
-            value = decl.resolve(env)
-            source = f" (= {decl.dim})" if decl.dim is not None else ""
+            value = decl.resolve(env, dtype)
+            source = f" (= {decl.dim})" if decl.dim is not None else " (the task dtype)" if decl.task_dtype else ""
             lines.append(f"- {decl.name}: {value!r}{source}, fixed{doc}")
         elif isinstance(decl, Group):
             size = layout.size(decl.dim)
