@@ -20,6 +20,6 @@ def split_k_tolerance(terms: str, parts: str, magnitude: str = "1") -> Rule:
     any cut into at most `parts` pieces, and a single GEMM is inside it."""
     ratio = f"sqrt({terms} / {parts})"
     part = ratio if magnitude == "1" else f"{magnitude} * {ratio}"
-    return (Sum(terms, magnitude, "float32", what="dot products accumulated in fp32")
-            + Rounded(parts, part, what="partial products over K-blocks, each rounded to the dtype")
-            + Sum(parts, part, "dtype", what="partial products added in the dtype"))
+    return (Sum(terms, magnitude, "float32", what="per-element sums accumulated in fp32")
+            + Rounded(parts, part, what="partial sums (one per K-block or rank), each rounded to the dtype")
+            + Sum(parts, part, "dtype", what="partial sums added in the dtype"))
