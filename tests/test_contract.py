@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from pkb_env.contract import (Bernoulli, Comm, Const, Cost, CostContext, Custom, Exact, Expr, ExprError, Fixed, Group,
-                              Integers, Mesh, Normal, OneHot, Output, PerRank, Permutation, Positive, Preset, Propagated,
-                              Rounded, Scalar, Sharded, Sum, TaskError, TaskSpec, Tensor, Tolerance, Ulps, Uniform,
-                              UnitRows, rank_seeds)
+from pkb_env.contract import (Bernoulli, Comm, Const, Cost, CostContext, Custom, Exact, Expr, ExprError, Fixed,
+                              Group, Integers, Mesh, Normal, OneHot, Output, PerRank, Permutation, Positive, Preset,
+                              Propagated, Rounded, Scalar, Sharded, Sum, TaskError, TaskSpec, Tensor, Tolerance, Ulps,
+                              Uniform, UnitRows, rank_seeds)
 from pkb_env.contract.io import show_shape
 from pkb_env.contract.mesh import SHARED, MeshError
 from pkb_env.judge.seeds import SeedPlan
@@ -218,6 +218,18 @@ def test_a_const_can_carry_the_task_dtype():
         Const("out_dtype", value=1, task_dtype=True)
     with pytest.raises(ValueError, match="resolve it with the trial's dtype"):
         Const("out_dtype", task_dtype=True).resolve({})
+
+
+def test_tolerance_lines_name_their_outputs_when_outputs_differ():
+    from pkb_env.contract.describe import tolerance_lines
+    two = make_spec(mesh=Mesh(("world", "W")), inputs=(Tensor("x", ("N", "K")),),
+                    outputs=(Output("a", ("N",), tolerance=Sum("K", 1, "float32")), Output("b", ("N",))),
+                    tolerance_rule=Rounded(2, 1))
+    lines = tolerance_lines(two, "tiny", "float32", 2)
+    assert lines[0].startswith("Tolerance of a: ") and lines[1].startswith("Tolerance of b: ")
+    same = make_spec(mesh=Mesh(("world", "W")), inputs=(Tensor("x", ("N", "K")),),
+                     outputs=(Output("a", ("N",)), Output("b", ("N",))), tolerance_rule=Rounded(2, 1))
+    assert tolerance_lines(same, "tiny", "float32", 2)[0].startswith("Tolerance: ")
 
 
 def test_custom_distributions_are_checked():

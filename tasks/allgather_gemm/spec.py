@@ -5,8 +5,8 @@ activation matrix before its GEMM can finish. The lever is overlap: multiply the
 (A_j @ B[K-block j], accumulated into the output) while the others are in flight, or fuse the gather into
 the GEMM's operand loads from peers' memory.
 """
-from pkb_env.contract import Comm, Compute, Cost, Output, Preset, Sharded, TaskSpec, Tensor
-from pkb_env.tasks._gemm import DTYPES, split_k_tolerance
+from pkb_env.contract import Output, Sharded, TaskSpec, Tensor
+from pkb_env.tasks._gemm import DTYPES, allgather_gemm_cost, allgather_gemm_presets, split_k_tolerance
 
 
 def golden(inputs, world):
@@ -14,17 +14,6 @@ def golden(inputs, world):
     a = world.assemble(inputs, "A").double()
     b = world.assemble(inputs, "B").double()
     return world.distribute((a @ b).to(inputs[0]["A"].dtype), "out")
-
-
-def cost(c):
-    """Per rank: 2*M*K*N FLOPs. Communication, the cheaper of: gather the other ranks' K-blocks of A
-    ((W-1)/W of M*K), or move the work (send each peer the K-block of its weight columns, K/W*N, get back
-    its partial product, M*N, from every peer)."""
-    m, k, n, e = c["M"], c["K"], c["N"], c.elem
-    gather = (Comm("all_gather", m * k * e),)
-    partials = (Comm("all_to_all", k * n * e), Comm("all_to_all", c["W"] * m * n * e))
-    return Cost(comm=c.cheapest(gather, partials), compute=(Compute(2 * m * k * n, "matmul"),),
-                memory_bytes=c.io_bytes())
 
 
 SPEC = TaskSpec(
@@ -44,17 +33,11 @@ SPEC = TaskSpec(
     ),
     outputs=(Output("out", ("M", "W * N"), layout=Sharded(1), doc="this rank's column block of A @ B"),),
     golden=golden,
-    cost=cost,
+    cost=allgather_gemm_cost,
     # The reference runs one GEMM over K; a fused candidate multiplies the K-blocks as they arrive and adds
     # the W partial products, possibly in the dtype. Both are inside the split-K rule.
     tolerance_rule=split_k_tolerance("K", "W"),
-    presets={
-        "tiny": Preset({"M": 16, "K": 24, "N": 8}, "float32", "CPU ranks, milliseconds"),
-        "bench": Preset({"M": 1024, "K": 512, "N": 1024}, "bfloat16",
-                        "PKB's shapes: A (1024, 512/W), B (512, 1024) per rank"),
-        "large": Preset({"M": 8192, "K": 4096, "N": 2048}, "bfloat16",
-                        "the all-gather (64 MiB of activations) and the GEMM take similar time on H200s"),
-    },
+    presets=allgather_gemm_presets("PKB's shapes: A (1024, 512/W), B (512, 1024) per rank"),
     dtypes=DTYPES,
     departures=(
         "inputs come from secret per-trial, per-rank seeds (PKB seeds with 42 + rank + trial, which a "

@@ -6,8 +6,8 @@ operand for the same reason). Here the activations arrive already K-major, so th
 about the transposed operand: the gather needs no copy, and the GEMM reads A^T (a "TN" GEMM). The levers
 are those of allgather_gemm: overlap the gather with partial GEMMs over the blocks already here.
 """
-from pkb_env.contract import Comm, Compute, Cost, Output, Preset, Sharded, TaskSpec, Tensor
-from pkb_env.tasks._gemm import DTYPES, split_k_tolerance
+from pkb_env.contract import Output, Sharded, TaskSpec, Tensor
+from pkb_env.tasks._gemm import DTYPES, allgather_gemm_cost, allgather_gemm_presets, split_k_tolerance
 
 
 def golden(inputs, world):
@@ -16,16 +16,6 @@ def golden(inputs, world):
     a_t = world.assemble(inputs, "A_t").double()
     b = world.assemble(inputs, "B").double()
     return world.distribute((a_t.t() @ b).to(inputs[0]["A_t"].dtype), "out")
-
-
-def cost(c):
-    """Per rank: 2*M*K*N FLOPs. Communication, the cheaper of: gather the other ranks' K-blocks of A^T, or
-    move the work (send each peer the K-block of its weight columns and get back its partial product)."""
-    m, k, n, e = c["M"], c["K"], c["N"], c.elem
-    gather = (Comm("all_gather", m * k * e),)
-    partials = (Comm("all_to_all", k * n * e), Comm("all_to_all", c["W"] * m * n * e))
-    return Cost(comm=c.cheapest(gather, partials), compute=(Compute(2 * m * k * n, "matmul"),),
-                memory_bytes=c.io_bytes())
 
 
 SPEC = TaskSpec(
@@ -45,15 +35,9 @@ SPEC = TaskSpec(
     ),
     outputs=(Output("out", ("M", "W * N"), layout=Sharded(1), doc="this rank's column block of A @ B"),),
     golden=golden,
-    cost=cost,
+    cost=allgather_gemm_cost,
     tolerance_rule=split_k_tolerance("K", "W"),
-    presets={
-        "tiny": Preset({"M": 16, "K": 24, "N": 8}, "float32", "CPU ranks, milliseconds"),
-        "bench": Preset({"M": 1024, "K": 512, "N": 1024}, "bfloat16",
-                        "PKB's sizes: A^T (512/W, 1024), B (512, 1024) per rank"),
-        "large": Preset({"M": 8192, "K": 4096, "N": 2048}, "bfloat16",
-                        "the all-gather (64 MiB of activations) and the GEMM take similar time on H200s"),
-    },
+    presets=allgather_gemm_presets("PKB's sizes: A^T (512/W, 1024), B (512, 1024) per rank"),
     dtypes=DTYPES,
     departures=(
         "the activations arrive K-major, A_t (K/W, M) per rank: PKB passes the same (M, K/W) blocks as "
