@@ -11,11 +11,14 @@ code paths. It owns:
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import tempfile
 import time
 import warnings
+import weakref
 from dataclasses import dataclass
+from typing import Callable
 
 from pkb_env.executors.environment import rank_environment
 from pkb_env.executors.generation import Generation, Placement
@@ -45,6 +48,11 @@ class ProcessExecutor:
         self.env = rank_environment(extra_env)
         self.root = tempfile.mkdtemp(prefix="pkb-env-")
         os.chmod(self.root, 0o711)  # unprivileged ranks may enter their own directories below it, not list it
+        # The directory goes at interpreter exit even when close() never runs (a script that forgets it, an
+        # interrupt during close); the processes need no such hook: they die with the judge (PR_SET_PDEATHSIG).
+        self._remove_root = weakref.finalize(self, shutil.rmtree, self.root, ignore_errors=True)
+        # progress(role, phase, ranks_done, world_size) as ranks report (the CLI's progress line); None: silent
+        self.progress: Callable[[str, str, int, int], None] | None = None
         self.candidate_uid, self.privileges = unprivileged_uid()
         self.containment = Containment.from_environment()
         self._warned = False  # about running without namespaces: once per executor
@@ -123,7 +131,7 @@ class ProcessExecutor:
             if self._reference is not None:
                 self._reference.close()
             self._reference = Generation(self.zygote, self.reference_placement, self.env, "reference", root=self.root,
-                                         containment=self.containment)
+                                         containment=self.containment, progress=self._report_progress)
         return self._reference
 
     def discard_reference(self) -> None:
@@ -134,7 +142,7 @@ class ProcessExecutor:
 
     def _start(self, role: str) -> Generation:
         gen = Generation(self.zygote, self.placement, self.env, role, root=self.root, uid=self.candidate_uid,
-                         containment=self.containment)
+                         containment=self.containment, progress=self._report_progress)
         if not gen.cell.contained and not self._warned:
             self._warned = True
             warnings.warn(f"candidate code runs without namespaces here ({gen.cell.isolation['pid']}): a "
@@ -142,6 +150,10 @@ class ProcessExecutor:
                           f"fast-forking processes can outlive its step, and the filesystem stays writable to it. "
                           f"Set PKB_ENV_REQUIRE_CONTAINMENT=1 to refuse instead.", RuntimeWarning, stacklevel=3)
         return gen
+
+    def _report_progress(self, role: str, phase: str, done: int, total: int) -> None:
+        if self.progress is not None:
+            self.progress(role, phase, done, total)
 
     def isolation(self) -> dict[str, str]:
         """What containment candidate ranks get here (it depends on privileges and the platform)."""
@@ -177,10 +189,7 @@ class ProcessExecutor:
         if self._zygote is not None:
             self._zygote.close()
             self._zygote = None
-        if os.path.isdir(self.root):
-            import shutil
-
-            shutil.rmtree(self.root, ignore_errors=True)
+        self._remove_root()
 
     def __enter__(self) -> "ProcessExecutor":
         return self
