@@ -38,7 +38,8 @@ def write_feedback(record: EvaluationRecord) -> str:
         spec = f", {r.spec_fraction:.1%} of the datasheet" if r.spec_fraction is not None else ""
         lines.append(f"Roofline: {r.fraction:.1%} of the {r.bandwidth_source} bound {_us(r.bound_s)}{spec}; "
                      f"busbw {r.busbw_gbps:.3g} GB/s, algbw {r.algbw_gbps:.3g} GB/s.")
-    notes = [f.message for f in record.flags if f.severity is Severity.INFO]
+    notes = [record.parse.note] if record.parse and record.parse.note else []
+    notes += [f.message for f in record.flags if f.severity is Severity.INFO]
     if notes:
         lines.append("Notes: " + "; ".join(notes[:5]))
     return "\n".join(lines)
