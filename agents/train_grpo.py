@@ -45,6 +45,7 @@ import numpy as np
 import torch
 
 import pkb_env  # noqa: F401  (registers pkb_env/ParallelKernel-v0)
+from pkb_env.extras import MissingExtra, require
 from pkb_env.judge.pipeline import JudgeSettings
 from pkb_env.judge.timing import TimingProtocol
 from pkb_env.task import load_task, task_names
@@ -210,6 +211,12 @@ def masked_mean_per_row(x, mask):
 
 if __name__ == "__main__":
     args = parse_args()
+    try:  # before anything starts: a missing extra says which one, not a traceback minutes in
+        require("transformers", "train", "the GRPO example (python -m pkb_env.agents.train_grpo)")
+        if args.track:
+            require("wandb", "wandb", "--track (logging to Weights & Biases)")
+    except MissingExtra as exc:
+        raise SystemExit(f"train_grpo: {exc}") from None
     run_name = f"{pkb_env.ENV_ID.replace('/', '_')}__{args.exp_name}{'_sanity' if args.sanity else ''}__{args.seed}__{int(time.time())}"
     log_dir = Path(args.log_dir) / run_name
     log_dir.mkdir(parents=True, exist_ok=True)

@@ -67,6 +67,7 @@ from urllib.parse import urlparse
 import gymnasium
 
 from pkb_env.executors.environment import SECRET
+from pkb_env.extras import require
 from pkb_env.record import Verdict, jsonable
 
 TABLE_COLUMNS = ("global_step", "episode", "turn", "task", "verdict", "reward", "speedup", "roofline_fraction",
@@ -80,12 +81,7 @@ MIN_SECRET_CHARS = 6   # shorter values ("1", "true") would redact ordinary text
 
 
 def _import_wandb():
-    try:
-        import wandb
-    except ImportError as exc:
-        raise ImportError("WandbLogger needs the wandb package; install it with `pip install 'pkb-env[wandb]'` "
-                          "(or `pip install wandb`)") from exc
-    return wandb
+    return require("wandb", "wandb", "WandbLogger")
 
 
 class WandbLogger(gymnasium.Wrapper):
