@@ -25,7 +25,7 @@ class MissingExtra(ImportError):
 
 
 def require(module: str, extra: str, needed_for: str) -> ModuleType:
-    """Import `module`, or raise MissingExtra saying `needed_for` needs `pip install 'pkb-env[extra]'`."""
+    """Import `module`, or raise MissingExtra saying `needed_for` needs `pip install 'pkb-env[EXTRA]'`."""
     try:
         return importlib.import_module(module)
     except ImportError as exc:

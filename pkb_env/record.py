@@ -27,7 +27,7 @@ class Stage(str, enum.Enum):
 
 
 class Verdict(str, enum.Enum):
-    """What happened to the candidate, worst first: the order rewards must respect (DESIGN §8)."""
+    """What happened to the candidate, worst first: the order rewards must respect (docs/architecture.md §8)."""
 
     FLAGGED = "flagged"            # a static or runtime exploit flag
     UNPARSABLE = "unparsable"      # no code, syntax error, no `solution` with the right signature

@@ -1,7 +1,7 @@
 """A fork server for rank processes: torch is imported once, each generation is a fork that costs milliseconds.
 
 Starting a rank from scratch costs a torch import (1-1.5 s here, per rank); candidates must run in fresh
-processes every step (DESIGN §4), so the zygote imports torch and the rank code once and forks on
+processes every step (docs/architecture.md §4), so the zygote imports torch and the rank code once and forks on
 request: a cell per generation (cell.py: the generation's namespaces), which forks that generation's
 ranks. The zygote is started with a scrubbed environment (no secrets reach a fork, not even through
 /proc/self/environ), never initialises CUDA or a process group itself, and dies with the judge

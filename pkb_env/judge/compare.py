@@ -1,6 +1,6 @@
 """Compare: one rank's outputs against the reference's, element by element, in the trusted judge.
 
-Outputs may be a tensor, None, or tuples/lists/dicts of them (DESIGN §9). The comparison walks both
+Outputs may be a tensor, None, or tuples/lists/dicts of them (docs/architecture.md §9). The comparison walks both
 structures together and reports every place they differ as a `Mismatch` with enough numbers for the agent
 to act on: where (the path), how many elements, how far off, and the first bad element's values.
 

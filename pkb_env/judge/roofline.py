@@ -1,4 +1,4 @@
-"""Roofline fraction from the alpha-beta model (DESIGN §6), in nccl-tests vocabulary.
+"""Roofline fraction from the alpha-beta model (docs/architecture.md §6), in nccl-tests vocabulary.
 
 bound = alpha * latency_steps + bus_bytes / B, fraction = bound / measured, clipped to [0, 1]. With
 alpha = 0 the fraction is busbw / B, the number a systems engineer reads off nccl-tests. It is reported

@@ -188,13 +188,22 @@ def _remove(paths) -> None:
 
 # -- the table -------------------------------------------------------------------------------------------
 
+GENERATED_BELOW = "<!-- Generated below this line by tests/adversarial with PKB_ADVERSARIAL_TABLE set; edit above it. -->"
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _write_table():
     yield
     path = os.environ.get("PKB_ADVERSARIAL_TABLE")
     if path:
+        try:  # keep what was written by hand above the marker (the known holes)
+            with open(path) as f:
+                text = f.read()
+            head = text.partition(GENERATED_BELOW)[0] if GENERATED_BELOW in text else ""
+        except FileNotFoundError:
+            head = ""
         with open(path, "w") as f:
-            f.write(markdown_table())
+            f.write(head + GENERATED_BELOW + "\n\n" + markdown_table())
 
 
 def _num(x, fmt: str) -> str:
