@@ -2,6 +2,7 @@
 environment, normalise the rewards within each group, take a clipped policy-gradient step on the
 completion tokens. Read it top to bottom: arguments, helpers, setup, loop.
 
+    pip install 'pkb-env[train]'                                            # transformers and TRL
     python -m pkb_env.agents.train_grpo --tiny --sanity                     # the sanity task: 1-3 min on 2 CPU cores
     python -m pkb_env.agents.train_grpo --model-name PATH_OR_HUB_ID --tasks all_reduce all_gather \\
         --executor cuda --world-size 8 --group-size 8 --prompts-per-batch 2 --track

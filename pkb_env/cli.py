@@ -317,7 +317,7 @@ def cmd_eval(args) -> int:
     agent = FileAgent(args.path)
     progress = RankProgress(args.world_size)
     env = _make_env(args, args.task)
-    worst = 0
+    verdicts = []
     try:
         env.unwrapped.executor.progress = progress
         summary = []
@@ -325,7 +325,7 @@ def cmd_eval(args) -> int:
             obs, _ = env.reset(options={"task": args.task})  # each file is judged as turn 0 of its own episode
             obs, reward, _, _, info = env.step(agent.act(obs))
             record = info["record"]
-            worst = max(worst, EXIT_CODES[record.verdict.value], key=_severity)
+            verdicts.append(record.verdict)
             if args.json:
                 print(json.dumps({"file": str(path), "reward": reward, **record.to_dict()}))
                 continue
@@ -338,12 +338,8 @@ def cmd_eval(args) -> int:
     finally:
         progress.close()
         env.close()
-    return worst
-
-
-def _severity(code: int) -> int:
-    """Order of exit codes by verdict, best first (correct < wrong < ... < flagged), as rewards order them."""
-    return list(EXIT_CODES.values()).index(code) if code in EXIT_CODES.values() else len(EXIT_CODES)
+    worst = min(verdicts, key=lambda verdict: verdict.rank)  # Verdict's order: flagged worst, correct best
+    return EXIT_CODES[worst.value]
 
 
 def stage_table(record) -> str:

@@ -19,6 +19,7 @@ import pytest
 from conftest import still_alive
 from pkb_env.cli import EXIT_CODES, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, _parser, main
 from pkb_env.executors.capacity import CPU_RANKS_PER_CORE, usable_cores
+from pkb_env.record import Verdict
 from pkb_env.task import load_task
 
 CPU2 = ["--executor", "cpu", "--world-size", "2"]
@@ -36,6 +37,7 @@ CANDIDATES = {  # verdict -> a candidate that earns it
 
 # -- exit codes ------------------------------------------------------------------------------------------
 def test_exit_codes_are_distinct_and_documented():
+    assert set(EXIT_CODES) == {verdict.value for verdict in Verdict}
     codes = [*EXIT_CODES.values(), EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED]
     assert len(set(codes)) == len(codes) and EXIT_CODES["correct"] == 0
     text = _subparser("eval").format_help()
