@@ -29,7 +29,6 @@ from tqdm import tqdm
 
 import pkb_env  # noqa: F401
 from pkb_env.report import table
-from pkb_env.task import task_names
 
 EXPERTS = Path(__file__).resolve().parents[1] / "agents" / "experts"
 DIRECT_BYTES = 256 << 20
@@ -39,7 +38,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--world-size", type=int, default=torch.cuda.device_count())
     parser.add_argument("--presets", nargs="+", default=["bench", "large"])
-    parser.add_argument("--tasks", nargs="+", default=task_names())
+    parser.add_argument("--tasks", nargs="+", default=sorted(p.stem for p in EXPERTS.glob("*.py")),
+                        help="default: the tasks with an expert in agents/experts")
     parser.add_argument("--steps", type=int, default=3, help="expert steps per task and preset")
     parser.add_argument("--json", default=None)
     parser.add_argument("--markdown", default=None)

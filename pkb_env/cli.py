@@ -126,7 +126,7 @@ def _parser() -> argparse.ArgumentParser:
         p.set_defaults(run=run, limits_world_size=env, subparser=p)
         return p
 
-    p = command("tasks", "list the task suite: names, families, PKB ids, world sizes, dtypes", cmd_tasks)
+    p = command("tasks", "list the task suite, grouped by family", cmd_tasks)
 
     p = command("show", "print the prompt a model sees for a task", cmd_show)
     p.add_argument("task", help="task name (see `pkb-env tasks`)")
@@ -254,15 +254,9 @@ def _config_value(path: Path, key: str, action: argparse.Action, value: Any) -> 
 
 # -- commands ------------------------------------------------------------------------------------------
 def cmd_tasks(args) -> int:
-    from pkb_env.task import load_task, task_names
+    from pkb_env.contract.catalog import listing
 
-    rows = []
-    for name in task_names():
-        t = load_task(name)
-        ws = t.world_sizes
-        sizes = f"{ws.minimum}..{ws.maximum or 'any'}" + (f" ({', '.join(ws.divides)} % W == 0)" if ws.divides else "")
-        rows.append([name, t.family, t.pkb_id, sizes, ",".join(t.dtypes), t.title])
-    print(table(["task", "family", "PKB id", "world sizes", "dtypes", "title"], rows))
+    print(listing())
     return 0
 
 
@@ -450,13 +444,19 @@ def cmd_topology(args) -> int:
 def containment_summary() -> str:
     """What a generation would get on this machine, without starting one."""
     from pkb_env.executors.isolation import unprivileged_uid
+    from pkb_env.executors.rootfs import plan
     from pkb_env.executors.zygote import Containment
 
     wanted = Containment.from_environment()
     missing = wanted.missing()
-    namespaces = "own PID, mount and network namespaces per generation" if missing is None else f"no namespaces: {missing}"
+    if missing is None:
+        shown = plan()
+        namespaces = (f"own PID, mount and network namespaces per generation and per build; an allowlisted root "
+                      f"showing only these host paths, read-only: {', '.join(shown.paths)}")
+    else:
+        namespaces = f"no namespaces: {missing}; candidates see the host's filesystem"
     required = "; required (PKB_ENV_REQUIRE_CONTAINMENT=1)" if wanted.required else ""
-    return f"{namespaces}{required}; privileges: {unprivileged_uid()[1]}"
+    return f"{namespaces}{required}; privileges: {unprivileged_uid(allowlisted_root=missing is None)[1]}"
 
 
 def cmd_calibrate(args) -> int:
@@ -477,8 +477,11 @@ def cmd_calibrate(args) -> int:
     print(table(["all_reduce bytes", "busbw GB/s"], rows))
     if cal.peer_copy_gbps:
         print("\n" + table(["src GPU", "dst GPU", "copy GB/s"], [list(p) for p in cal.peer_copy_gbps]))
-    print(f"\nlatency (4-byte all_reduce): {cal.alpha_s * 1e6:.1f} us; bandwidth used by the roofline: "
-          f"{cal.bandwidth_gbps:.3f} GB/s\nsaved to {calibration_path(cal.hardware, cal.world_size, cal.statistic)}")
+    print("\n" + table(["probe", "value"], [[name, value] for name, value in cal.probes]))
+    rates = ", ".join(f"{dtype} {tflops:.3g}" for dtype, tflops in cal.matmul_tflops)
+    print(f"\nroofline peaks: latency {cal.alpha_s * 1e6:.1f} us, bandwidth {cal.bandwidth_gbps:.3f} GB/s (best of the "
+          f"probes), matmul TFLOP/s {rates}, device copy {cal.copy_gbps:.4g} GB/s"
+          f"\nsaved to {calibration_path(cal.hardware, cal.world_size, cal.statistic)}")
     return 0
 
 

@@ -20,7 +20,7 @@ from pkb_env.judge.pipeline import Judge, JudgeSettings
 from pkb_env.prompt import build_prompt
 from pkb_env.record import EvaluationRecord
 from pkb_env.rewards import TurnCredit, improvement, load_reward
-from pkb_env.task import TaskError, TaskSpec, load_task, task_names
+from pkb_env.task import TaskError, TaskSpec, load_task, runnable_tasks
 from pkb_env.topology import load_calibration
 
 
@@ -70,7 +70,8 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
             raise ValueError(f"render_mode {render_mode!r} is not supported; use None or 'ansi'")
         if not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
-        self.task_pool = self._task_pool(task)
+        # None: the whole suite, i.e. every task that takes this world size and preset.
+        self.task_pool = self._task_pool(task if task is not None else runnable_tasks(world_size, preset))
         for name in self.task_pool:
             load_task(name).check_world_size(world_size, preset)
         self.world_size, self.preset, self.dtype = world_size, preset, dtype
@@ -91,8 +92,8 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
         self._warned_after_end = False
 
     @staticmethod
-    def _task_pool(task: str | Sequence[str] | None) -> list[str]:
-        names = list(task_names()) if task is None else [task] if isinstance(task, str) else list(task)
+    def _task_pool(task: str | Sequence[str]) -> list[str]:
+        names = [task] if isinstance(task, str) else list(task)
         if not names:
             raise TaskError("the task list is empty; pass a task name, a list of names, or None for all tasks")
         for name in names:
@@ -116,9 +117,9 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
         self._last = {}
         self._ended = self._warned_after_end = False
         info = self.executor.info
-        self._topology_text = self.judge.topology.describe(self.world_size, info.name,
-                                                           load_calibration(info.hardware, self.world_size,
-                                                                            self.judge.protocol.statistic))
+        calibration = load_calibration(info.hardware, self.world_size, self.judge.protocol.statistic)
+        self._topology_text = self.judge.topology.describe(self.world_size, info.name, calibration)
+        self._peaks = self.judge.peaks(calibration)
         self.executor.prestart()
         return self._observation(""), {"task": task.name, "world_size": self.world_size,
                                        "executor": self.executor.info.name}
@@ -129,7 +130,8 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
         info keys:
           correct (bool), verdict (str), stage (str: last stage reached), error (str | None),
           speedup (float | None: reference time / candidate time; None if not measured or not trusted),
-          roofline_fraction (float | None: alpha-beta bound / measured time, in [0, 1]),
+          roofline_fraction (float | None: the cost model's bound / measured time; above 1 only if the
+            model or the measurement is wrong, which the timing then reports as suspect),
           reward_terms (dict: every term of the reward), turn_reward (float: before turn credit),
           flags (list[str]: screen/runtime findings as "code: message"),
           stage_seconds (dict: wall time per stage), feedback (str), record (EvaluationRecord).
@@ -184,7 +186,7 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
         task = self._task
         topology = self._topology_text
         prompt = build_prompt(task, self.preset, self._dtype, self.world_size, topology, feedback, self._turn,
-                              gpu=self.executor.info.name != "cpu")
+                              gpu=self.executor.info.name != "cpu", peaks=self._peaks)
         return {
             "prompt": S.to_charset(prompt, S.MAX_PROMPT_CHARS),
             "task_id": task.name,

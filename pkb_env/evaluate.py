@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from pkb_env.extras import require
 from pkb_env.record import jsonable
-from pkb_env.task import TaskError, load_task, task_names
+from pkb_env.task import TaskError, load_task, runnable_tasks, task_names
 
 __all__ = ["SampleResult", "TaskSummary", "EvaluationReport", "evaluate", "pass_at_k", "fast_p", "agent_from_spec",
            "resolve_tasks"]
@@ -269,7 +269,7 @@ def evaluate(agent, tasks: Sequence[str] | None = None, world_size: int = 4, exe
 
     import pkb_env  # noqa: F401  (registers the env)
 
-    names = list(dict.fromkeys(tasks)) if tasks is not None else list(task_names())
+    names = list(dict.fromkeys(tasks)) if tasks is not None else runnable_tasks(world_size, preset)
     if not names:
         raise TaskError("no tasks to evaluate; pass task names, or None for the whole suite")
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:

@@ -1,13 +1,19 @@
-"""The prompt: everything a model needs for one task, as one text ready for a chat template."""
+"""The prompt: everything a model needs for one task, as one text ready for a chat template.
+
+The problem, input, output, tolerance and cost sections are generated from the task's declarations
+(pkb_env/contract/describe.py); the rules are the suite's, plus those of the task's family.
+"""
 from __future__ import annotations
 
-from pkb_env.judge.screen import reference_parameters
+from pkb_env.contract import FAMILIES, Peaks
+from pkb_env.contract.describe import cost_lines, input_lines, output_lines, problem_lines, tolerance_lines
 from pkb_env.task import TaskSpec
 
 RULES = """Rules
 - Reply with ONE Python module in a ```python fenced block. It must define `solution` with the same
   positional parameters as the reference; it is called on every rank with that rank's inputs, after
-  torch.distributed is initialised (default process group, one process per rank).
+  torch.distributed is initialised (default process group, one process per rank). Process groups the
+  task needs are built by the judge before the first call and passed in; you may build your own.
 - Return new tensors with the reference's shapes and dtypes on every rank (None where the reference
   returns None). Do not modify the inputs. Do not return views of the inputs.
 - Inputs are random and different on every call; outputs of timed calls are checked too, so caching,
@@ -15,8 +21,8 @@ RULES = """Rules
 - Not allowed: patching torch, time or the judge; reading the judge's files or environment; signalling
   other processes. Such code is rejected with the lowest reward.
 - Speed: many barrier-aligned calls, each timed on its slowest rank (the median over calls on GPUs, the
-  minimum on CPU ranks), against the reference's time measured the same way; the interconnect roofline
-  fraction is reported too."""
+  minimum on CPU ranks), against the reference's time measured the same way; the roofline fraction
+  (the cost model's bound below over your time) is reported too."""
 
 
 RUNTIME_GUIDE = '''## Kernel runtime (GPU executors)
@@ -56,23 +62,26 @@ and Triton kernels.'''
 
 
 def build_prompt(task: TaskSpec, preset: str, dtype: str, world_size: int, topology_text: str,
-                 feedback: str = "", turn: int = 0, gpu: bool = False) -> str:
-    dims = ", ".join(f"{k}={v}" for k, v in task.preset(preset).dims.items())
-    params = ", ".join(reference_parameters(task.reference_source))
+                 feedback: str = "", turn: int = 0, gpu: bool = False, peaks: Peaks | None = None) -> str:
+    """The whole prompt. `peaks` (Judge.peaks()) turns the cost model's terms into times."""
+    family = FAMILIES[task.family]
     allowed = ("Calling torch.distributed collectives is allowed (a solution that only calls them scores "
                "about 1x); faster solutions move data more cleverly." if task.collectives_allowed
                else "torch.distributed collectives are NOT allowed for this task.")
     parts = [
         f"# Task: {task.title} ({task.name})",
-        f"Write a faster multi-rank implementation of `solution({params})`.",
+        f"Write a faster multi-rank implementation of `solution({', '.join(task.parameters)})`.",
         task.description,
-        f"Problem size: {dims}; dtype {dtype}; world size {world_size}.",
-        f"Inputs (per rank): {task.inputs_doc}",
-        f"Outputs (per rank): {task.outputs_doc}",
-        f"Tolerance: {_tolerance(task, dtype)}",
+        "## Problem\n" + "\n".join(problem_lines(task, preset, dtype, world_size)),
+        "## Inputs (positional, per rank; fresh random values on every call)\n"
+        + "\n".join(input_lines(task, preset, dtype, world_size)),
+        "## Outputs (per rank)\n" + "\n".join(output_lines(task, preset, dtype, world_size)
+                                               + tolerance_lines(task, preset, dtype, world_size)),
+        "## Cost model (per rank, at this size)\n" + "\n".join(cost_lines(task, preset, dtype, world_size, peaks)),
         "## Reference implementation\n```python\n" + task.reference_source.rstrip() + "\n```",
         "## Hardware\n" + topology_text,
         "## " + RULES,
+        f"Family, {family.title.lower()}: {family.rules}",
         allowed,
     ]
     if gpu:
@@ -81,10 +90,3 @@ def build_prompt(task: TaskSpec, preset: str, dtype: str, world_size: int, topol
         parts.append(f"## Result of your previous attempt (turn {turn})\n{feedback}\n\n"
                      "Fix the problems above or make the solution faster, and reply with the whole module again.")
     return "\n\n".join(parts) + "\n"
-
-
-def _tolerance(task: TaskSpec, dtype: str) -> str:
-    tol = task.tolerance(dtype)
-    if tol.exact:
-        return f"exact ({tol.reason})."
-    return f"|got - expected| <= {tol.atol:g} + {tol.rtol:g} * |expected| ({tol.reason})."

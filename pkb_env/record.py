@@ -27,7 +27,7 @@ class Stage(str, enum.Enum):
 
 
 class Verdict(str, enum.Enum):
-    """What happened to the candidate, worst first: the order rewards must respect (docs/architecture.md §8)."""
+    """What happened to the candidate, worst first: the order rewards must respect (docs/architecture.md, "One step")."""
 
     FLAGGED = "flagged"            # a static or runtime exploit flag
     UNPARSABLE = "unparsable"      # no code, syntax error, no `solution` with the right signature
@@ -146,20 +146,62 @@ class TimingResult:
 
 
 @dataclass
-class RooflineResult:
-    """Fraction of the alpha-beta bound reached; nccl-tests' algbw/busbw for the measured time."""
+class CommTerm:
+    """One communication term of a task's cost model, in nccl-tests vocabulary (pkb_env/contract/cost.py)."""
 
-    collective: str
-    size_bytes: int
-    bus_bytes: int
-    bound_s: float
+    collective: str                       # a key of contract.cost.COLLECTIVES
+    group: str                            # the mesh dimension it runs over ("world" for all ranks)
+    ranks: int                            # ranks in that group
+    size_bytes: int                       # nccl-tests' S for the collective (algbw = S / t)
+    bus_bytes: int                        # S times the bus factor: what the busiest rank moves one way
+    steps: int                            # dependent cross-rank rounds, each charged alpha
+
+
+@dataclass
+class ComputeTerm:
+    flops: float
+    kind: str                             # "matmul" (tensor cores where the dtype has them) | "vector"
+    tensor_cores: bool
+
+
+@dataclass
+class Bound:
+    """The cost model's lower bound at one set of peaks: max(comm, compute, memory), and their serial sum."""
+
+    source: str                           # "datasheet" | "calibrated" (measured here, datasheet elsewhere)
+    comm_s: float
+    compute_s: float
+    memory_s: float
+    bound_s: float                        # max of the three: perfect overlap, what the best fused kernels aim at
+    serial_s: float                       # their sum: no overlap at all
+    dominant: str                         # "communication" | "compute" | "memory"
+    bandwidth_gbps: float | None          # per rank, one way
+    alpha_s: float | None
+    hbm_gbps: float | None
+    compute_tflops: dict[str, float] = field(default_factory=dict)  # rate used per compute kind
+    missing: list[str] = field(default_factory=list)                # terms left out: no peak known
+
+
+@dataclass
+class RooflineResult:
+    """The task's cost model at the judged size, its bounds, and the fraction of the bound reached.
+
+    `fraction` is bound / measured, NOT clipped: above 1 the model or the measurement is wrong.
+    """
+
+    comm: list[CommTerm]
+    compute: list[ComputeTerm]
+    hbm_bytes: float
+    bound: Bound                          # calibrated where a calibration exists, else the datasheet's
     fraction: float
-    algbw_gbps: float
-    busbw_gbps: float
-    bandwidth_gbps: float
-    alpha_s: float
-    bandwidth_source: str                 # "spec" | "calibrated"
-    spec_fraction: float | None = None    # against the datasheet bandwidth, where the topology has one
+    datasheet: Bound | None = None
+    spec_fraction: float | None = None    # against the datasheet bound, where the topology has peaks
+    algbw_gbps: float | None = None       # sum of S over the measured time (tasks that communicate)
+    busbw_gbps: float | None = None       # sum of bus bytes over the measured time
+
+    @property
+    def bound_s(self) -> float:
+        return self.bound.bound_s
 
 
 @dataclass
@@ -186,6 +228,9 @@ class EvaluationRecord:
     flags: list[Flag] = field(default_factory=list)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     feedback: str = ""
+    # What protected the judge while the candidate ran (the executor's isolation(), in words): pid, network,
+    # filesystem, privileges (and user where a user namespace was needed). Empty when nothing ran.
+    containment: dict[str, str] = field(default_factory=dict)
 
     @property
     def correct(self) -> bool:

@@ -30,6 +30,14 @@ def make_env(task="all_reduce", world_size=4, **kwargs):
 
 
 @pytest.fixture(scope="module")
+def env2():
+    env = make_env(world_size=2)
+    env.reset(seed=0)
+    yield env
+    env.close()
+
+
+@pytest.fixture(scope="module")
 def env4():
     env = make_env(world_size=4)
     env.reset(seed=0)

@@ -178,7 +178,7 @@ def test_calibrate_measures_and_saves(capsys):
     assert "all_reduce bytes" in out and "busbw GB/s" in out
     saved = Path(out.split("saved to ")[1].strip())
     assert saved.is_file() and str(saved).startswith(os.environ["PKB_ENV_CACHE"])
-    latency_us = float(out.split("latency (4-byte all_reduce): ")[1].split(" us")[0])
+    latency_us = float(out.split("roofline peaks: latency ")[1].split(" us")[0])
     assert latency_us > 0
 
 

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
+from pkb_env.contract import EXACT, Check, Tolerance
 from pkb_env.judge.compare import compare_outputs, summarize_mismatches
-from pkb_env.task import EXACT, Tolerance
 
 F32 = Tolerance(1e-5, 1e-5, "summation order")
 BF16 = Tolerance(3e-2, 3e-2, "bf16 rounding per hop")
@@ -267,6 +267,48 @@ def test_python_scalars():
 
 def test_empty_tensors_match():
     assert cmp(torch.empty(0, 4), torch.empty(0, 4)) == []
+
+
+# -- per-output checks, variable-length and fp8 outputs -----------------------------------------------
+
+def test_each_output_path_has_its_own_check():
+    checks = {"output[0]": Check(EXACT), "output[1]": Check(Tolerance(0.5, 0.0, "loose"))}
+    e = (torch.zeros(4), torch.zeros(4))
+    assert cmp(e, (torch.zeros(4), torch.full((4,), 0.4)), checks) == []
+    [m] = cmp(e, (torch.full((4,), 0.4), torch.full((4,), 0.4)), checks)
+    assert m.path == "output[0]" and "exact match required" in m.message
+    with pytest.raises(ValueError, match="no comparison rule covers output"):
+        cmp(torch.zeros(2), torch.zeros(2), {"output[0]": Check(EXACT)})
+
+
+def test_nested_values_follow_their_outputs_check():
+    checks = {"output['a']": Check(Tolerance(1.0, 0.0, "loose")), "output['b']": Check(EXACT)}
+    e = {"a": [torch.zeros(2)], "b": [torch.zeros(2)]}
+    assert cmp(e, {"a": [torch.full((2,), 0.9)], "b": [torch.zeros(2)]}, checks) == []
+    assert len(cmp(e, {"a": [torch.zeros(2)], "b": [torch.full((2,), 1e-9)]}, checks)) == 1
+
+
+def test_unordered_outputs_compare_rows_as_a_set():
+    rows = torch.tensor([[3, 1], [0, 7], [3, 0], [5, 5]])
+    shuffled = rows[torch.tensor([2, 0, 3, 1])]
+    check = Check(EXACT, unordered=True)
+    assert cmp(rows, shuffled, check) == [] and cmp(rows[:, 0], shuffled[:, 0], check) == []
+    [m] = cmp(rows, shuffled.clone().index_fill_(0, torch.tensor([0]), 9), check)
+    assert "rows compared as a set" in m.message
+    assert "shape [3, 2], expected [4, 2]" in cmp(rows, rows[:3], check)[0].message
+    assert len(cmp(rows, shuffled, Check(EXACT))) == 1     # order matters without the flag
+    flags = torch.tensor([[True, False], [False, False]])
+    assert cmp(flags, flags.flip(0), check) == []
+
+
+def test_fp8_outputs_compare_by_value():
+    e = torch.randn(64, generator=gen(16)).to(torch.float8_e4m3fn)
+    assert cmp(e, e.clone(), EXACT) == []
+    g = e.view(torch.uint8).clone()
+    g[3] ^= 1
+    [m] = cmp(e, g.view(torch.float8_e4m3fn), EXACT)
+    assert m.bad_elements == 1 and m.first_index == [3]
+    assert "dtype uint8, expected float8_e4m3fn" in cmp(e, e.view(torch.uint8), EXACT)[0].message
 
 
 # -- summary ---------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ from importlib import resources
 import pytest
 import yaml
 
-from pkb_env.record import (EvaluationRecord, Flag, RooflineResult, Severity, TimingResult, Verdict)
+from pkb_env.record import (Bound, CommTerm, EvaluationRecord, Flag, RooflineResult, Severity, TimingResult,
+                            Verdict)
 from pkb_env.rewards import (FastP, RewardResult, ShapedReward, TurnCredit, available_configs,
                              best_so_far, discounted_returns, improvement, load_reward, turn_credits)
 
@@ -24,9 +25,11 @@ def make_record(verdict: Verdict | None = Verdict.CORRECT, speedup: float | None
                                      max_s=1.2e-3, calls=50, warmup_calls=5, reference_s=1e-3 * (speedup or 1.0),
                                      speedup=speedup, suspect=suspect)
     if fraction is not None:
-        record.roofline = RooflineResult(collective="all_reduce", size_bytes=1 << 20, bus_bytes=1 << 20,
-                                         bound_s=1e-4, fraction=fraction, algbw_gbps=1.0, busbw_gbps=1.5,
-                                         bandwidth_gbps=400.0, alpha_s=1e-6, bandwidth_source="spec")
+        bound = Bound(source="datasheet", comm_s=1e-4, compute_s=0.0, memory_s=1e-5, bound_s=1e-4, serial_s=1.1e-4,
+                      dominant="communication", bandwidth_gbps=400.0, alpha_s=1e-6, hbm_gbps=4800.0)
+        record.roofline = RooflineResult(comm=[CommTerm("all_reduce", "world", 4, 1 << 20, 3 << 18, 1)], compute=[],
+                                         hbm_bytes=2 << 20, bound=bound, fraction=fraction, algbw_gbps=1.0,
+                                         busbw_gbps=1.5)
     return record
 
 

@@ -115,8 +115,10 @@ def import_solution(path: str):
     return fn
 
 
-def trial_seeds(rank: int, trial: int) -> tuple[int, int]:
-    return SEED_BASE + rank + trial * TRIAL_STRIDE, SEED_BASE + trial * TRIAL_STRIDE
+def trial_seeds(spec, rank: int, world: int, trial: int) -> dict[str, int]:
+    """PKB-style public seeds (base + rank + trial stride), in the contract's per-scope form."""
+    from pkb_env.contract import rank_seeds
+    return rank_seeds(SEED_BASE + trial * TRIAL_STRIDE, spec.layout(world), rank, "pkb-way")
 
 
 def to_saveable(out):
@@ -227,8 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     dist.init_process_group("nccl", init_method="env://", rank=rank, world_size=world, device_id=device)
     stamps["pg_ready"] = time.time()
 
-    seed, shared = trial_seeds(rank, args.trial)
-    ctx = spec.input_context(rank, world, args.preset, dtype, f"cuda:{rank}", seed=seed, shared_seed=shared)
+    seeds = trial_seeds(spec, rank, world, args.trial)
+    ctx = spec.input_context(rank, world, args.preset, dtype, f"cuda:{rank}", seeds)
     inputs = spec.make_inputs(ctx)
     torch.cuda.synchronize()
     stamps["inputs_ready"] = time.time()

@@ -66,7 +66,7 @@ class Generation:
         if uid is not None:  # the ranks will run as `uid`: the directory is theirs, nothing else of ours is
             os.chown(self.workdir, uid, uid)
         try:
-            self.cell = zygote.cell(self.workdir, root, containment)
+            self.cell = zygote.cell(self.workdir, containment)
         except BaseException:
             shutil.rmtree(self.workdir, ignore_errors=True)
             raise

@@ -28,9 +28,11 @@ from typing import Any, Callable, NoReturn
 import torch
 import torch.distributed as dist
 
+from pkb_env.contract import GroupCache
 from pkb_env.executors import channel
 from pkb_env.executors.isolation import drop_privileges
 from pkb_env.executors.limits import ResourceLimits, become_subreaper, set_parent_death_signal
+from pkb_env.executors.peaks import measure_peaks
 from pkb_env.executors.tripwire import JUDGE, tampered, watch
 from pkb_env.runtime import link
 from pkb_env.task import load_reference, load_task
@@ -80,6 +82,8 @@ class RankServer:
         self.world_size = spec["world_size"]
         self.device = torch.device(spec["device"])
         self.task = None
+        self.groups: dict[str, Any] = {}      # the loaded task's process groups, by mesh dimension
+        self.group_cache = GroupCache()
         self.solution: Callable[..., Any] | None = None
         self.snapshots: list[Any] = []
         torch.set_num_threads(spec.get("threads", 1))
@@ -124,14 +128,16 @@ class RankServer:
     def load(self, message: dict) -> None:
         start = JUDGE.clock()
         self.task = load_task(message["task"])
+        # Before candidate code runs, so every rank builds them in step; once per mesh shape per generation.
+        self.groups = self.group_cache.groups(self.task.layout(self.world_size), self.rank, self.task.group_dims)
         source = message.get("source")
         self.solution = load_reference(self.task.name) if source is None else load_candidate(source)
         self.check_tools()  # module-level code of the candidate has run
         self.send({"event": "built", "seconds": JUDGE.clock() - start})
 
     def trials(self, message: dict) -> None:
-        for index, (seed, shared) in enumerate(message["seeds"]):
-            args = self.make_inputs(message, seed, shared)
+        for index, seeds in enumerate(message["seeds"]):
+            args = self.make_inputs(message, seeds)
             pristine = clone_args(args)
             start = JUDGE.clock()
             out = self.solution(*args)
@@ -157,7 +163,7 @@ class RankServer:
         On CUDA each call is timed twice: CUDA events on the caller's stream (the figure of merit) and
         host time across a full device synchronisation (the cross-check for work the events miss).
         """
-        warm_sets = [self.make_inputs(message, *seeds) for seeds in message["warmup_sets"]]
+        warm_sets = [self.make_inputs(message, seeds) for seeds in message["warmup_sets"]]
         out, first, _ = self.timed_call(warm_sets[0])
         per_call = max(_max_over_ranks(first, self.judge_group), 1e-7)
         warmup = _clamp(math.ceil(message["warmup_s"] / per_call), message["min_warmup"], message["max_warmup"])
@@ -168,7 +174,7 @@ class RankServer:
             l2 = torch.cuda.get_device_properties(self.device).L2_cache_size
             sets = _clamp(math.ceil(3 * l2 / max(1, _nbytes(warm_sets[0]))), 8, calls)
         calls, sets = _min_over_ranks([calls, sets], self.judge_group)
-        inputs = [self.make_inputs(message, *seeds) for seeds in message["sets"][:sets]]
+        inputs = [self.make_inputs(message, seeds) for seeds in message["sets"][:sets]]
         for i in range(warmup):
             self.timed_call(warm_sets[(i + 1) % len(warm_sets)])
         host, events, self.snapshots = [], [], []
@@ -205,14 +211,20 @@ class RankServer:
             result["busbw"].append([size, factor * size / seconds])
         if self.device.type == "cuda" and self.rank == 0:
             result["peers"] = peer_copy_bandwidth(message["sizes"][-1])
+
+        def run(fn, args):
+            self.solution = fn
+            return _seconds(self.timed_call(args))
+        result["peaks"] = measure_peaks(run, pick, lambda v: _max_over_ranks(v, self.judge_group), self.device,
+                                        self.rank, message["sizes"][-1])
         self.solution = None
         self.send({"event": "calibrated", "result": result})
 
     # -- helpers -----------------------------------------------------------------------------------
-    def make_inputs(self, message: dict, seed: int, shared: int) -> tuple:
+    def make_inputs(self, message: dict, seeds: dict[str, int]) -> tuple:
         rng = self.device if message.get("rng") == "device" else "cpu"
         ctx = self.task.input_context(self.rank, self.world_size, message["preset"], message["dtype"],
-                                      self.device, seed, shared, rng)
+                                      self.device, seeds, rng, self.groups)
         return self.task.make_inputs(ctx)
 
     def timed_call(self, args: tuple) -> tuple[Any, float, float | None]:

@@ -1,8 +1,9 @@
 """Compare: one rank's outputs against the reference's, element by element, in the trusted judge.
 
-Outputs may be a tensor, None, or tuples/lists/dicts of them (docs/architecture.md §9). The comparison walks both
-structures together and reports every place they differ as a `Mismatch` with enough numbers for the agent
-to act on: where (the path), how many elements, how far off, and the first bad element's values.
+Outputs may be a tensor, None, or tuples/lists/dicts of them (docs/architecture.md, "The task contract").
+The comparison walks both structures together and reports every place they differ as a `Mismatch` with
+enough numbers for the agent to act on: where (the path), how many elements, how far off, and the first
+bad element's values.
 
 The rules, chosen so that nothing passes by accident:
 * dtype must match exactly (a bf16 answer to an fp32 task is a different answer, not a rounding);
@@ -15,25 +16,44 @@ The rules, chosen so that nothing passes by accident:
   outputs must be plain, materialised tensors (lazy or subclassed outputs are an exploit route).
 * tuples and lists are one family (a list answer to a tuple output is fine); dicts must have the same
   keys; Python scalars compare by type family and value (floats at the tolerance, with the NaN policy).
+* each output has its own `Check` (its tolerance, from the task's rule of dtype and size, see
+  pkb_env/contract/tolerance.py); a nested value follows the check of the output it belongs to.
+  Outputs whose rows may come in any order (`unordered`: variable-length sets of indices) are sorted by
+  row on both sides before the exact comparison; their shapes must still agree.
 """
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping, Union
 
+import numpy as np
 import torch
 
+from pkb_env.contract import Check, Tolerance
 from pkb_env.record import Mismatch
-from pkb_env.task import Tolerance
+
+Checks = Union[Tolerance, Check, Mapping[str, Check]]
 
 _CHUNK = 1 << 22  # elements per step of the float64 check: bounds the judge's extra memory
 
 
-def compare_outputs(expected: Any, got: Any, tolerance: Tolerance, trial: str, rank: int) -> list[Mismatch]:
-    """Every difference between `got` and `expected` (an empty list means equal within `tolerance`)."""
+def compare_outputs(expected: Any, got: Any, checks: Checks, trial: str, rank: int) -> list[Mismatch]:
+    """Every difference between `got` and `expected`; `checks` is one tolerance for everything, or a check
+    per output path (TaskSpec.output_checks). An empty list means equal."""
+    if isinstance(checks, Tolerance):
+        checks = Check(checks)
+    table = {"output": checks} if isinstance(checks, Check) else dict(checks)
     out: list[Mismatch] = []
-    _compare(expected, got, "output", tolerance, trial, rank, out)
+    _compare(expected, got, "output", table, trial, rank, out)
     return out
+
+
+def _check_for(path: str, table: Mapping[str, Check]) -> Check:
+    """The check of the longest declared path that `path` lies under."""
+    for key in sorted(table, key=len, reverse=True):
+        if path == key or path.startswith(key + "["):
+            return table[key]
+    raise ValueError(f"no comparison rule covers {path}; declared: {sorted(table)}")
 
 
 def summarize_mismatches(mismatches: list[Mismatch], limit: int = 5) -> str:
@@ -53,7 +73,7 @@ def summarize_mismatches(mismatches: list[Mismatch], limit: int = 5) -> str:
 
 # -- structure -------------------------------------------------------------------------------------
 
-def _compare(expected: Any, got: Any, path: str, tol: Tolerance, trial: str, rank: int,
+def _compare(expected: Any, got: Any, path: str, table: Mapping[str, Check], trial: str, rank: int,
              out: list[Mismatch]) -> None:
     def miss(message: str, **numbers: Any) -> None:
         out.append(Mismatch(trial=trial, rank=rank, path=path, message=message, **numbers))
@@ -63,8 +83,13 @@ def _compare(expected: Any, got: Any, path: str, tol: Tolerance, trial: str, ran
         if problem:
             miss(problem)
         else:
-            numbers = _compare_tensors(expected, got, tol)
+            check = _check_for(path, table)
+            if check.unordered:
+                expected, got = _sorted_rows(expected), _sorted_rows(got)
+            numbers = _compare_tensors(expected, got, check.tolerance)
             if numbers:
+                if check.unordered:
+                    numbers["message"] += " (rows compared as a set: both sides sorted)"
                 miss(**numbers)
     elif expected is None:
         if got is not None:
@@ -77,7 +102,7 @@ def _compare(expected: Any, got: Any, path: str, tol: Tolerance, trial: str, ran
                  f"got a {type(got).__name__} of length {len(got)}")
         else:
             for i, (e, g) in enumerate(zip(expected, got)):
-                _compare(e, g, f"{path}[{i}]", tol, trial, rank, out)
+                _compare(e, g, f"{path}[{i}]", table, trial, rank, out)
     elif isinstance(expected, dict):
         if not isinstance(got, dict):
             miss(f"expected a dict with keys {_keys(expected)}, got {_describe(got)}")
@@ -90,9 +115,9 @@ def _compare(expected: Any, got: Any, path: str, tol: Tolerance, trial: str, ran
             miss(f"dict keys differ: {', '.join(parts)}")
         for k in expected:
             if k in got:
-                _compare(expected[k], got[k], f"{path}[{k!r}]", tol, trial, rank, out)
+                _compare(expected[k], got[k], f"{path}[{k!r}]", table, trial, rank, out)
     else:
-        problem = _scalar_problem(expected, got, tol)
+        problem = _scalar_problem(expected, got, _check_for(path, table).tolerance)
         if problem:
             miss(problem, expected=_short(expected), got=_short(got))
 
@@ -163,6 +188,16 @@ def _compare_tensors(expected: torch.Tensor, got: torch.Tensor, tol: Tolerance) 
                 max_abs_err=max_abs, max_rel_err=max_rel if has_rel else None, bad_elements=bad_count,
                 total_elements=total, first_index=_unravel(first, list(expected.shape)),
                 expected=_short(e[first].item()), got=_short(g[first].item()))
+
+
+def _sorted_rows(t: torch.Tensor) -> torch.Tensor:
+    """`t` with its rows (dim 0) in lexicographic order, so that two orderings of one set compare equal."""
+    if t.dim() == 0 or t.shape[0] < 2:
+        return t
+    flat = t.detach().to("cpu").reshape(t.shape[0], -1)
+    keys = flat.to(torch.int64).numpy() if flat.dtype == torch.bool else flat.numpy()
+    order = np.lexsort(keys.T[::-1]) if keys.shape[1] else np.arange(keys.shape[0])
+    return t.detach().to("cpu")[torch.from_numpy(order)]
 
 
 def _close_real(e: torch.Tensor, g: torch.Tensor, tol: Tolerance) -> tuple[torch.Tensor, ...]:

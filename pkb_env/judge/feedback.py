@@ -35,9 +35,13 @@ def write_feedback(record: EvaluationRecord) -> str:
         lines.append(f"Performance not measured: the {record.executor} executor time-slices ranks on one device.")
     r = record.roofline
     if r is not None:
-        spec = f", {r.spec_fraction:.1%} of the datasheet" if r.spec_fraction is not None else ""
-        lines.append(f"Roofline: {r.fraction:.1%} of the {r.bandwidth_source} bound {_us(r.bound_s)}{spec}; "
-                     f"busbw {r.busbw_gbps:.3g} GB/s, algbw {r.algbw_gbps:.3g} GB/s.")
+        b = r.bound
+        spec = f"; {r.spec_fraction:.1%} of the datasheet bound" if r.spec_fraction is not None \
+            and r.datasheet is not b else ""
+        bw = f"; busbw {r.busbw_gbps:.3g} GB/s, algbw {r.algbw_gbps:.3g} GB/s" if r.busbw_gbps else ""
+        lines.append(f"Roofline: {r.fraction:.1%} of the {b.source} bound {_us(b.bound_s)} ({b.dominant}-bound: "
+                     f"comm {_us(b.comm_s)}, compute {_us(b.compute_s)}, memory {_us(b.memory_s)}; serial sum "
+                     f"{_us(b.serial_s)}){spec}{bw}.")
     notes = [record.parse.note] if record.parse and record.parse.note else []
     notes += [f.message for f in record.flags if f.severity is Severity.INFO]
     if notes:

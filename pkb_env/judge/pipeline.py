@@ -1,4 +1,4 @@
-"""The judging pipeline: action text in, EvaluationRecord out (docs/architecture.md §3).
+"""The judging pipeline: action text in, EvaluationRecord out (docs/architecture.md, "One step").
 
     parse -> screen -> build -> run trials -> verify -> time -> verify timed outputs -> roofline
 
@@ -29,7 +29,9 @@ from pkb_env.judge.seeds import SeedPlan
 from pkb_env.judge.timing import PROTOCOLS, TimingProtocol, summarize
 from pkb_env.record import (BuildResult, EvaluationRecord, Flag, Mismatch, RunResult, Severity, Stage,
                             TimingResult, Verdict, VerifyResult)
-from pkb_env.task import DTYPES, TaskSpec, load_task
+from pkb_env.contract import Peaks
+from pkb_env.redaction import Redactor
+from pkb_env.task import TaskSpec, load_task
 from pkb_env.topology import (Calibration, calibration_from_measurement, load_calibration, load_topology,
                               save_calibration)
 
@@ -60,7 +62,8 @@ class Judge:
         self.settings = settings or JudgeSettings()
         self.protocol = self.settings.protocol or PROTOCOLS[executor.info.name]
         self.topology = load_topology(executor.info.topology)
-        self.kernels = KernelService()
+        self.redactor = Redactor.of_judge()  # the judge user's secrets: never in a record or the feedback
+        self.kernels = KernelService(executor, self.redactor)
         self._reference_times: dict[tuple, TimingResult] = {}
         self._calibration: Calibration | None = None
 
@@ -75,6 +78,7 @@ class Judge:
         try:
             self._judge(task, action, record)
         finally:
+            self.redactor.redact(record)  # every text a rank or build produced passes here
             record.feedback = write_feedback(record)
         return record
 
@@ -116,7 +120,7 @@ class Judge:
             record.fail(Stage.SCREEN, Verdict.UNPARSABLE, record.screen.error)
             return
 
-        seeds = SeedPlan(self.executor.world_size)
+        seeds = SeedPlan(task.layout(self.executor.world_size))
         # Expected outputs and the reference's time first, while no process of this candidate exists to
         # interfere with the reference ranks (the time is measured once per task and cached).
         with _stage(record, Stage.VERIFY):
@@ -126,6 +130,7 @@ class Judge:
             with _stage(record, Stage.TIME):
                 self._reference_time(task, record.preset, record.dtype)
         gen = self.executor.candidate_generation()
+        record.containment = self.executor.protection(gen)
         gen.request_handler = self.kernels.handle
         try:
             self._run_candidate(task, record, gen, seeds, expected)
@@ -160,7 +165,7 @@ class Judge:
             record.run = RunResult(trials=s.trials, seconds=time.perf_counter() - start)
         with _stage(record, Stage.VERIFY):
             labels = [f"trial {k}" for k in range(s.trials)]
-            record.verify = verify(task, dtype, expected, got, labels)
+            record.verify = verify(task, preset, dtype, expected, got, labels)
         if not record.verify.correct:
             record.fail(Stage.VERIFY, Verdict.WRONG, f"{len(record.verify.mismatches)} mismatch(es)")
             return
@@ -194,7 +199,7 @@ class Judge:
                                           seeds.per_rank("timed", [i % calls.sets for i in indices]),
                                           "timed-output check", rng="device")
         labels = [f"timed call {i}" for i in indices]
-        check = verify(task, record.dtype, expected, [ops.TrialOutputs(o, [], [[]] * len(o), [[]] * len(o))
+        check = verify(task, record.preset, record.dtype, expected, [ops.TrialOutputs(o, [], [[]] * len(o), [[]] * len(o))
                                                       for o in snaps], labels)
         record.verify.checked += check.checked
         if not check.correct:
@@ -215,15 +220,26 @@ class Judge:
         return True
 
     def _roofline(self, task: TaskSpec, record: EvaluationRecord) -> None:
-        elem = DTYPES[record.dtype].itemsize
-        traffic = task.traffic(record.world_size, task.preset(record.preset).dims, elem)
-        record.roofline = roofline(traffic, record.world_size, record.timing.time_s, self.topology,
-                                   self.calibration())
-        p = self.protocol
-        if record.roofline is not None and record.timing.suspect is None and \
-                record.timing.time_s < p.suspect_below * record.roofline.bound_s:
-            record.timing.suspect = (f"{p.statistic} {record.timing.time_s * 1e6:.1f} us is under "
-                                     f"{p.suspect_below:g}x the roofline bound {record.roofline.bound_s * 1e6:.1f} us")
+        model = task.cost_model(task.preset(record.preset).dims, record.world_size, record.dtype)
+        record.roofline = roofline(model, record.timing.time_s, self.peaks(self.calibration()),
+                                   self.topology.datasheet_peaks())
+        r, p, t = record.roofline, self.protocol, record.timing
+        if r is None or t.suspect is not None:
+            return
+        if r.spec_fraction is not None and r.spec_fraction > 1:
+            t.suspect = (f"{p.statistic} {t.time_s * 1e6:.1f} us is under the physical floor of the task's cost "
+                         f"model at datasheet peaks, {r.datasheet.bound_s * 1e6:.1f} us")
+        elif t.time_s < p.suspect_below * r.bound_s:
+            t.suspect = (f"{p.statistic} {t.time_s * 1e6:.1f} us is under {p.suspect_below:g}x the roofline "
+                         f"bound {r.bound_s * 1e6:.1f} us")
+
+    def peaks(self, calibration: Calibration | None = None) -> Peaks | None:
+        """The peaks the roofline uses: calibrated where measured (`calibration`, else a cached one),
+        datasheet elsewhere; never starts a calibration (the prompt asks before any step)."""
+        if calibration is None and self.executor.world_size >= 2 and self.executor.info.performance_available:
+            info = self.executor.info
+            calibration = load_calibration(info.hardware, self.executor.world_size, self.protocol.statistic)
+        return self.topology.peaks(calibration)
 
     # -- reference ---------------------------------------------------------------------------------
     def _reference_ready(self) -> Generation:
@@ -263,7 +279,7 @@ class Judge:
         key = (task.name, preset, dtype, self.executor.world_size, self.executor.info.hardware)
         if key not in self._reference_times:
             s, p = self.settings, self.protocol
-            seeds = SeedPlan(self.executor.world_size)
+            seeds = SeedPlan(task.layout(self.executor.world_size))
             calls = self._with_reference(task, lambda gen: ops.timed_calls(
                 gen, preset, dtype, seeds.per_rank("timed", range(p.max_calls)),
                 seeds.per_rank("warmup", range(p.warmup_sets)), p.message(), s.timing_timeout_s))
@@ -271,13 +287,17 @@ class Judge:
         return self._reference_times[key]
 
 
-def verify(task: TaskSpec, dtype: str, expected: list[ops.TrialOutputs], got: list[ops.TrialOutputs],
+def verify(task: TaskSpec, preset: str, dtype: str, expected: list[ops.TrialOutputs], got: list[ops.TrialOutputs],
            labels: list[str]) -> VerifyResult:
-    """Compare every rank's outputs of every call with the reference's; aliasing and input mutation count."""
-    tolerance = task.tolerance(dtype)
+    """Compare every rank's outputs of every call with the reference's; aliasing and input mutation count.
+
+    Each output is compared by its own check (TaskSpec.output_checks: the task's tolerance at this dtype
+    and size; exact for integers, booleans and data movement; rows as a set for unordered outputs).
+    """
     mismatches: list[Mismatch] = []
     checked = 0
     for label, exp, cand in zip(labels, expected, got):
+        checks = task.output_checks(dtype, task.preset(preset).dims, len(exp.outputs))
         for rank, (e, g) in enumerate(zip(exp.outputs, cand.outputs)):
             checked += 1
             for path in cand.aliases[rank]:
@@ -286,7 +306,7 @@ def verify(task: TaskSpec, dtype: str, expected: list[ops.TrialOutputs], got: li
             for path in cand.mutated[rank]:
                 mismatches.append(Mismatch(label, rank, path, f"the call modified {path}; inputs must be left "
                                            f"unchanged (copy before working in place)"))
-            mismatches.extend(compare_outputs(e, g, tolerance, label, rank))
+            mismatches.extend(compare_outputs(e, g, checks, label, rank))
     return VerifyResult(correct=not mismatches, checked=checked, mismatches=mismatches)
 
 

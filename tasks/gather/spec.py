@@ -1,27 +1,14 @@
 """gather: every rank's tensor, stacked in rank order on one root rank only (PKB problem 6)."""
 import torch
 
-from pkb_env.task import InputContext, Traffic
-from pkb_env.tasks._primitives import EXACT_TOLERANCES, draw_root, primitive
+from pkb_env.contract import Output, Tensor
+from pkb_env.tasks._primitives import EXACT, RANDOM_ROOT, primitive, root
 
 
-def make_inputs(ctx: InputContext):
-    m, n = ctx.dims["M"], ctx.dims["N"]
-    dst = draw_root(ctx)
-    return (ctx.randn(m, n), dst)
-
-
-def golden(inputs, world_size):
-    dst = inputs[0][1]
-    stacked = torch.stack([args[0] for args in inputs])
-    return [stacked if rank == dst else None for rank in range(world_size)]
-
-
-def traffic(world_size, dims, elem_bytes):
-    # nccl-tests gather_perf: S is the root's whole receive buffer (W chunks of M x N), bus factor (n-1)/n,
-    # i.e. bus bytes are the W-1 chunks the root must receive from the other ranks.
-    size = world_size * dims["M"] * dims["N"] * elem_bytes
-    return Traffic("gather", size, (world_size - 1) * size // world_size)
+def golden(inputs, world):
+    dst = inputs[0]["dst"]
+    stacked = torch.stack([x["tensor"] for x in inputs])
+    return [stacked if rank == dst else None for rank in range(world.world_size)]
 
 
 SPEC = primitive(
@@ -31,12 +18,11 @@ SPEC = primitive(
                 "(W, M, N) stack of all ranks' tensors in rank order and every other rank must return None.",
     origin="NCCL/torch.distributed gather",
     pkb_id=6,
-    make_inputs=make_inputs,
+    inputs=(Tensor("tensor", ("M", "N")), root("dst")),
+    outputs=(Output("out", ("W", "M", "N"), only_on="dst", doc="out[j] is rank j's tensor"),),
     golden=golden,
-    traffic=traffic,
+    collective="gather", size="out",
+    tolerance=EXACT,
     bench_note="2 MiB in per rank",
-    tolerances=EXACT_TOLERANCES,
-    inputs_doc="tensor: (M, N) standard-normal values, different on every rank; "
-               "dst: Python int in [0, W), the same on every rank, drawn per trial",
-    outputs_doc="rank dst: (W, M, N), same dtype, out[j] is rank j's tensor; every other rank: None",
+    departures=(RANDOM_ROOT, "ranks other than dst return None (PKB returns their input there)"),
 )

@@ -1,24 +1,12 @@
 """reduce: the element-wise sum over ranks, returned on one root rank only (PKB problem 4)."""
-from pkb_env.task import InputContext, Traffic
-from pkb_env.tasks._primitives import SUM_TOLERANCES, draw_root, primitive, rank_sum
+from pkb_env.contract import Output, Tensor
+from pkb_env.tasks._primitives import RANDOM_ROOT, SUM, primitive, rank_sum, root
 
 
-def make_inputs(ctx: InputContext):
-    m, n = ctx.dims["M"], ctx.dims["N"]
-    dst = draw_root(ctx)
-    return (ctx.randn(m, n), dst)
-
-
-def golden(inputs, world_size):
-    dst = inputs[0][1]
-    total = rank_sum([args[0] for args in inputs])
-    return [total if rank == dst else None for rank in range(world_size)]
-
-
-def traffic(world_size, dims, elem_bytes):
-    # nccl-tests: S is the reduced buffer, bus factor 1 (every rank sends S, the root receives S).
-    size = dims["M"] * dims["N"] * elem_bytes
-    return Traffic("reduce", size, size)
+def golden(inputs, world):
+    dst = inputs[0]["dst"]
+    total = rank_sum([x["tensor"] for x in inputs])
+    return [total if rank == dst else None for rank in range(world.world_size)]
 
 
 SPEC = primitive(
@@ -28,11 +16,11 @@ SPEC = primitive(
                 "element-wise sum of all ranks' tensors and every other rank must return None.",
     origin="NCCL/torch.distributed reduce",
     pkb_id=4,
-    make_inputs=make_inputs,
+    inputs=(Tensor("tensor", ("M", "N")), root("dst")),
+    outputs=(Output("out", ("M", "N"), only_on="dst", doc="the sum over ranks"),),
     golden=golden,
-    traffic=traffic,
-    tolerances=SUM_TOLERANCES,
-    inputs_doc="tensor: (M, N) standard-normal values, different on every rank; "
-               "dst: Python int in [0, W), the same on every rank, drawn per trial",
-    outputs_doc="rank dst: (M, N), same dtype, the sum over ranks; every other rank: None",
+    collective="reduce", size="tensor",
+    tolerance=SUM,
+    departures=(RANDOM_ROOT, "ranks other than dst return None (PKB returns their unchanged input there and "
+                             "compares it, which tests nothing)"),
 )

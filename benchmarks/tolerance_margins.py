@@ -1,0 +1,119 @@
+"""How much room each task's tolerance leaves: the reference against the golden, on gloo CPU ranks.
+
+For every task (or --task), dtype and world size, run the distributed reference on fresh random inputs and
+report the largest error as a fraction of the allowed one, max |got - expected| / (atol + rtol*|expected|),
+over every element of every rank and trial. A correct reference must stay well below 1 (the golden test
+fails at 1); a value near 1 means the rule is too tight for the sizes, one far below 0.01 that it may let
+wrong answers through. Task writers: run it at `bench` for the world sizes your task takes.
+
+    python benchmarks/tolerance_margins.py --task gemm_allreduce --preset bench --world-size 2 4 8
+Writes a JSON list under $OUT (default ./.out) and prints a table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.multiprocessing as mp
+
+SECRET = 0x70_1E_5A_9E
+
+
+def _rank(rank: int, world: int, store: str, tasks: list[str], preset: str, dtypes: list[str], trials: int,
+          out_dir: str) -> None:
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    import warnings
+
+    import torch.distributed as dist
+
+    from pkb_env.contract import GroupCache, rank_seeds
+    from pkb_env.task import load_reference, load_task
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=600))
+    cache, results = GroupCache(), {}
+    for task in tasks:
+        spec, solution = load_task(task), load_reference(task)
+        groups = cache.groups(spec.layout(world), rank, spec.group_dims)
+        for dtype in dtypes:
+            for trial in range(trials):
+                seeds = rank_seeds(SECRET, spec.layout(world), rank, task, dtype, trial)
+                args = spec.make_inputs(spec.input_context(rank, world, preset, dtype, "cpu", seeds, groups=groups))
+                results[(task, dtype, trial)] = solution(*args)
+    torch.save(results, Path(out_dir, f"rank{rank}.pt"))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def margins(tasks: list[str], preset: str, world: int, dtypes: list[str], trials: int) -> list[dict]:
+    from pkb_env.contract import rank_seeds
+    from pkb_env.task import load_task
+
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(_rank, args=(world, str(Path(tmp, "store")), tasks, preset, dtypes, trials, tmp), nprocs=world)
+        got = [torch.load(Path(tmp, f"rank{r}.pt"), weights_only=False) for r in range(world)]
+    rows = []
+    for task in tasks:
+        spec = load_task(task)
+        dims = spec.preset(preset).dims
+        for dtype in dtypes:
+            worst = 0.0
+            for trial in range(trials):
+                inputs = []
+                for r in range(world):
+                    seeds = rank_seeds(SECRET, spec.layout(world), r, task, dtype, trial)
+                    args = spec.make_inputs(spec.input_context(r, world, preset, dtype, "cpu", seeds))
+                    inputs.append(dict(zip(spec.parameters, args)))
+                expected = spec.golden(inputs, spec.world(dims, world, dtype))
+                for r in range(world):
+                    worst = max(worst, _ratio(expected[r], got[r][(task, dtype, trial)],
+                                              spec.tolerance(dtype, dims, world)))
+            tol = spec.tolerance(dtype, dims, world)
+            rows.append({"task": task, "preset": preset, "world_size": world, "dtype": dtype,
+                         "max_error_over_allowed": worst, "atol": tol.atol, "rtol": tol.rtol})
+    return rows
+
+
+def _ratio(expected, got, tol) -> float:
+    if isinstance(expected, torch.Tensor):
+        if not expected.is_floating_point() or tol.exact:
+            return 0.0 if torch.equal(expected, got) else float("inf")
+        e, g = expected.double(), got.double()
+        return float(((g - e).abs() / (tol.atol + tol.rtol * e.abs())).max())
+    if isinstance(expected, (tuple, list)):
+        return max((_ratio(e, g, tol) for e, g in zip(expected, got)), default=0.0)
+    return 0.0
+
+
+def main() -> None:
+    from pkb_env.task import load_task, task_names
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", nargs="*", default=None, help="default: every task")
+    parser.add_argument("--preset", default="bench")
+    parser.add_argument("--world-size", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--dtype", nargs="+", default=["bfloat16", "float16", "float32"])
+    parser.add_argument("--trials", type=int, default=2)
+    args = parser.parse_args()
+    out = Path(os.environ.get("OUT", ".out"))
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for world in args.world_size:
+        tasks = [t for t in (args.task or task_names())
+                 if load_task(t).world_size_problem(world, args.preset) is None]
+        rows += margins(tasks, args.preset, world, args.dtype, args.trials)
+    for r in rows:
+        print(f"{r['task']:22s} {r['preset']:6s} W={r['world_size']}  {r['dtype']:9s} "
+              f"max error / allowed = {r['max_error_over_allowed']:.3f}  (atol {r['atol']:.3g}, rtol {r['rtol']:.3g})")
+    (out / "tolerance_margins.json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

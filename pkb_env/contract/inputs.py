@@ -1,0 +1,113 @@
+"""Making one rank's inputs from its declared inputs and its secret seeds.
+
+The judge derives, per call and per rank, one seed for every *scope* the rank belongs to (see
+`MeshLayout.scope_key`): `shared` (every rank), the rank's own, and for a mesh one per subset of its
+dims (`cp=1` is held by exactly the ranks whose cp coordinate is 1). An input is drawn from the seed of
+its layout's scope, mixed with the input's name so that inputs never share a stream. Seeds are one-way
+hashes of a per-step secret, so a rank holding its own cannot compute a peer's.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from pkb_env.contract.io import Const, Group, Input, Scalar, Tensor, resolve_dtype
+from pkb_env.contract.mesh import GroupInfo, MeshLayout
+
+RankSeeds = Mapping[str, int]
+"""A rank's seeds for one call: scope key -> seed (only the scopes this rank belongs to)."""
+
+
+def derive_seed(secret: int, *parts: object) -> int:
+    """A 63-bit seed from a secret and a purpose; one-way, so a rank holding its seed learns no other."""
+    text = ":".join(str(p) for p in (secret, *parts)).encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") >> 1
+
+
+def rank_seeds(secret: int, layout: MeshLayout, rank: int, *purpose: object) -> dict[str, int]:
+    """Rank `rank`'s seeds for the call named by `purpose`: one per scope it belongs to, and no other."""
+    return {key: derive_seed(secret, *purpose, key) for key in layout.scope_keys(rank)}
+
+
+@dataclass(frozen=True)
+class InputContext:
+    """What one rank knows when it makes its inputs: who it is, the sizes, its seeds and its groups.
+
+    `groups` maps mesh dims to this rank's process groups (built by the judge at load); None in a single
+    process (the golden test, the judge's own checks), where Group inputs become GroupInfo records.
+    """
+
+    rank: int
+    world_size: int
+    dims: Mapping[str, int]
+    dtype: str
+    device: torch.device
+    seeds: RankSeeds
+    layout: MeshLayout
+    rng_device: torch.device = torch.device("cpu")   # where draws are made before moving to `device`
+    groups: Mapping[str, Any] | None = field(default=None, compare=False)
+
+    @property
+    def env(self) -> dict[str, float]:
+        return size_env(self.dims, self.world_size, self.layout)
+
+    def generator(self, scope: Sequence[str], name: str) -> torch.Generator:
+        """The stream of input `name` at `scope`; draws are made on `rng_device` (the CPU for trials, so
+        that a CPU reference can check ranks on any device; the rank's device for timing sets)."""
+        key = self.layout.scope_key(scope, self.rank)
+        if key not in self.seeds:
+            raise KeyError(f"rank {self.rank} holds no seed for scope {key!r}: the seeds were made for "
+                           f"another mesh")
+        gen = torch.Generator(device=self.rng_device)
+        gen.manual_seed(derive_seed(self.seeds[key], "input", name))
+        return gen
+
+
+def size_env(dims: Mapping[str, int], world_size: int, layout: MeshLayout) -> dict[str, float]:
+    """The names size expressions may use: the preset's dims, W, and the mesh's dimension sizes."""
+    env: dict[str, float] = dict(dims)
+    env["W"] = world_size
+    for name, size in zip(layout.names, layout.sizes):
+        env.setdefault(name, size)
+    return env
+
+
+def make_inputs(declared: Sequence[Input], ctx: InputContext) -> tuple:
+    """This rank's arguments for one call, in declaration order."""
+    env = ctx.env
+    args = []
+    for decl in declared:
+        if isinstance(decl, Tensor):
+            args.append(_tensor(decl, ctx, env))
+        elif isinstance(decl, Scalar):
+            args.append(decl.dist.scalar(ctx.generator(decl.layout.scope(ctx.layout), decl.name), env))
+        elif isinstance(decl, Const):
+            args.append(decl.resolve(env))
+        elif isinstance(decl, Group):
+            args.append(_group(decl, ctx))
+        else:
+            raise TypeError(f"unknown input declaration {decl!r}")
+    return tuple(args)
+
+
+def _tensor(decl: Tensor, ctx: InputContext, env: Mapping[str, float]) -> torch.Tensor:
+    shape = decl.local_shape(env, ctx.layout)
+    dtype = resolve_dtype(decl.dtype, ctx.dtype)
+    gen = ctx.generator(decl.layout.scope(ctx.layout), decl.name)
+    value = decl.dist.draw(gen, shape, dtype, env)
+    if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape or value.dtype != dtype:
+        got = f"{value.dtype} {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+        raise ValueError(f"input {decl.name}: the distribution made {got}, the declaration says {dtype} {shape}")
+    return value.to(ctx.device)
+
+
+def _group(decl: Group, ctx: InputContext) -> Any:
+    if ctx.groups is not None:
+        if decl.dim not in ctx.groups:
+            raise KeyError(f"input {decl.name}: no process group along {decl.dim!r} was built for this rank")
+        return ctx.groups[decl.dim]
+    ranks = ctx.layout.group_of(decl.dim, ctx.rank)
+    return GroupInfo(decl.dim, ranks, ranks.index(ctx.rank))

@@ -1,0 +1,370 @@
+"""TaskSpec: one task declared as data, and what the judge, the prompt and the tests derive from it.
+
+A task folder `tasks/<name>/` holds `reference.py` (shown to the agent verbatim; `solution(...)` in
+torch.distributed, also what the judge runs to produce expected outputs and the baseline time) and
+`spec.py` defining `SPEC = TaskSpec(...)`. docs/task_contract.md is the guide for writing one.
+
+Everything else is derived: the input maker (inputs.py), the prompt's input/output/cost sections
+(pkb_env/prompt.py), the comparison rules per output, the world sizes the shapes allow, the cost model
+at any size, the golden test's checks (every task, no list).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from pkb_env.contract.cost import Cost, CostModel
+from pkb_env.contract.expr import ExprError
+from pkb_env.contract.families import FAMILIES
+from pkb_env.contract.inputs import InputContext, RankSeeds, make_inputs, size_env
+from pkb_env.contract.io import (DTYPES, Group, Input, Output, PerRank, Replicated, Scalar, Sharded, Tensor,
+                                 mesh_dims, resolve_dtype)
+from pkb_env.contract.mesh import FLAT, Mesh, MeshError, MeshLayout
+from pkb_env.contract.tolerance import EXACT, Check, Rule, Tolerance
+
+
+class TaskError(ValueError):
+    """A task name, preset, dtype or world size that the suite cannot serve; the message says the fix."""
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named problem size. `tiny` runs on CPU ranks in milliseconds; `bench` is PKB's size; `large` where
+    a bandwidth-bound regime needs it."""
+
+    dims: Mapping[str, int]
+    dtype: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class WorldSizes:
+    """Limits on the world size beyond what the shapes and the mesh already imply, with the reason."""
+
+    minimum: int = 1
+    maximum: int | None = None
+    multiple_of: int = 1
+    reason: str = ""
+
+    def problem(self, world_size: int) -> str | None:
+        why = f" ({self.reason})" if self.reason else ""
+        if world_size < self.minimum:
+            return f"needs at least {self.minimum} ranks{why}"
+        if self.maximum is not None and world_size > self.maximum:
+            return f"takes at most {self.maximum} ranks{why}"
+        if world_size % self.multiple_of:
+            return f"needs a multiple of {self.multiple_of} ranks{why}"
+        return None
+
+
+Golden = Callable[[list[dict[str, Any]], "World"], list[Any]]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Everything the judge and the prompt need about one task (see docs/task_contract.md)."""
+
+    name: str
+    title: str
+    description: str
+    family: str                       # a key of contract.families.FAMILIES
+    pkb_id: int | None
+    origin: str                       # the codebase the pattern comes from
+    inputs: tuple[Input, ...]         # one per positional parameter of the reference's solution, in order
+    outputs: tuple[Output, ...]
+    golden: Golden                    # golden(inputs per rank as {name: value}, world) -> outputs per rank
+    cost: Callable[["CostContext"], Cost]
+    tolerance_rule: Rule
+    presets: Mapping[str, Preset]
+    dtypes: tuple[str, ...]           # task dtypes the user may pick; the preset's is the default
+    parallelism: str = ""
+    mesh: Mesh = FLAT
+    world_sizes: WorldSizes = field(default_factory=WorldSizes)
+    departures: tuple[str, ...] = ()  # how and why this task departs from PKB's problem
+    returns: str = "auto"             # "auto" (one output: the tensor; several: a tuple) | "tuple" | "dict"
+    collectives_allowed: bool = True
+    reference_path: Path | None = None
+
+    def __post_init__(self) -> None:
+        where = f"task {self.name!r}"
+        if self.family not in FAMILIES:
+            raise TaskError(f"{where}: family {self.family!r} is not one of {', '.join(FAMILIES)}")
+        names = [d.name for d in self.inputs]
+        if len(set(names)) != len(names) or len({o.name for o in self.outputs}) != len(self.outputs):
+            raise TaskError(f"{where}: input and output names must be unique")
+        if not self.outputs:
+            raise TaskError(f"{where}: declare at least one output")
+        if self.returns not in ("auto", "tuple", "dict"):
+            raise TaskError(f"{where}: returns must be 'auto', 'tuple' or 'dict'")
+        if not {"tiny", "bench"} <= set(self.presets):
+            raise TaskError(f"{where}: needs presets 'tiny' and 'bench', has {sorted(self.presets)}")
+        for dtype in self.dtypes:
+            if dtype not in DTYPES or not DTYPES[dtype].is_floating_point:
+                raise TaskError(f"{where}: task dtype {dtype!r} must be a floating dtype name")
+        for preset_name, preset in self.presets.items():
+            if preset.dtype not in self.dtypes:
+                raise TaskError(f"{where}: preset {preset_name} uses dtype {preset.dtype} outside {self.dtypes}")
+            clash = set(preset.dims) & (set(self.mesh.names) | {"W"})
+            if clash:
+                raise TaskError(f"{where}: preset {preset_name} dims {sorted(clash)} clash with W or mesh names")
+        scalars = {d.name for d in self.inputs if isinstance(d, Scalar)}
+        for out in self.outputs:
+            if out.only_on is not None and out.only_on not in scalars:
+                raise TaskError(f"{where}: output {out.name} only_on={out.only_on!r} must name a Scalar input")
+        for decl in (*self.inputs, *self.outputs):
+            placement = getattr(decl, "layout", None)
+            dims = [decl.dim] if isinstance(decl, Group) else list(mesh_dims(getattr(placement, "over", None)))
+            for dim in dims:
+                if dim not in self.mesh.names:
+                    raise TaskError(f"{where}: {decl.name} refers to mesh dimension {dim!r}; the mesh has "
+                                    f"{', '.join(self.mesh.names)}")
+
+    # -- sizes and world sizes ------------------------------------------------------------------------
+    @property
+    def parameters(self) -> list[str]:
+        return [d.name for d in self.inputs]
+
+    @property
+    def group_dims(self) -> tuple[str, ...]:
+        """Mesh dims whose process groups the judge must build (those a Group input asks for)."""
+        return tuple(dict.fromkeys(d.dim for d in self.inputs if isinstance(d, Group)))
+
+    @property
+    def reference_source(self) -> str:
+        assert self.reference_path is not None, "TaskSpec.reference_path is set by pkb_env.task.load_task"
+        return self.reference_path.read_text()
+
+    def preset(self, name: str | Preset) -> Preset:
+        if isinstance(name, Preset):
+            return name
+        if name not in self.presets:
+            raise TaskError(f"task {self.name!r} has no preset {name!r}; choose one of {sorted(self.presets)}")
+        return self.presets[name]
+
+    def resolve_dtype(self, preset: str, dtype: str | None) -> str:
+        chosen = dtype or self.preset(preset).dtype
+        if chosen not in self.dtypes:
+            raise TaskError(f"task {self.name!r} does not take dtype {chosen!r}; choose one of {list(self.dtypes)}")
+        return chosen
+
+    def layout(self, world_size: int) -> MeshLayout:
+        try:
+            return self.mesh.resolve(world_size)
+        except MeshError as exc:
+            raise TaskError(f"task {self.name!r} cannot run at world size {world_size}: {exc}") from None
+
+    def env(self, dims: Mapping[str, int], world_size: int) -> dict[str, float]:
+        return size_env(dims, world_size, self.layout(world_size))
+
+    def world_size_problem(self, world_size: int, preset: str | Preset) -> str | None:
+        """Why the task cannot run at `world_size` with `preset`, or None."""
+        problem = self.world_sizes.problem(world_size)
+        if problem:
+            return problem
+        try:
+            layout = self.mesh.resolve(world_size)
+        except MeshError as exc:
+            return str(exc)
+        env = size_env(self.preset(preset).dims, world_size, layout)
+        for decl in (*self.inputs, *self.outputs):
+            if isinstance(decl, (Tensor, Output)) and decl.shape is not None:
+                try:
+                    decl.local_shape(env, layout)
+                except (ExprError, ValueError) as exc:
+                    kind = "input" if isinstance(decl, Tensor) else "output"
+                    return f"{kind} {decl.name}: {exc}"
+        return None
+
+    def check_world_size(self, world_size: int, preset: str | Preset) -> None:
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+            raise TaskError(f"world_size must be a positive integer, got {world_size!r}")
+        problem = self.world_size_problem(world_size, preset)
+        if problem:
+            allowed = self.allowed_world_sizes(preset)
+            raise TaskError(f"task {self.name!r} cannot run at world size {world_size}: {problem}; pick another "
+                            f"world_size or preset (with this preset it takes {_list(allowed)})")
+
+    def allowed_world_sizes(self, preset: str | Preset, candidates: Sequence[int] = range(1, 9)) -> list[int]:
+        return [w for w in candidates if self.world_size_problem(w, preset) is None]
+
+    # -- inputs ---------------------------------------------------------------------------------------
+    def input_context(self, rank: int, world_size: int, preset: str | Preset, dtype: str,
+                      device: torch.device | str, seeds: RankSeeds, rng_device: torch.device | str = "cpu",
+                      groups: Mapping[str, Any] | None = None) -> InputContext:
+        return InputContext(rank, world_size, dict(self.preset(preset).dims), dtype, torch.device(device),
+                            dict(seeds), self.layout(world_size), torch.device(rng_device), groups)
+
+    def make_inputs(self, ctx: InputContext) -> tuple:
+        return make_inputs(self.inputs, ctx)
+
+    # -- outputs and tolerances -----------------------------------------------------------------------
+    def tolerance(self, dtype: str, dims: Mapping[str, int], world_size: int,
+                  output: str | None = None) -> Tolerance:
+        """The closeness a correct answer must reach for `output` (default: the task's float outputs)."""
+        rule = self.tolerance_rule
+        if output is not None:
+            decl = self._output(output)
+            if decl.compare != "close":
+                return EXACT
+            rule = decl.tolerance or rule
+        return rule(DTYPES[dtype], self.env(dims, world_size))
+
+    def output_checks(self, dtype: str, dims: Mapping[str, int], world_size: int) -> dict[str, Check]:
+        """How each output path is compared: its tolerance, and whether rows may come in any order."""
+        checks = {}
+        for index, out in enumerate(self.outputs):
+            tol = self.tolerance(dtype, dims, world_size, out.name)
+            checks[self.output_path(index)] = Check(tol, unordered=out.compare == "unordered")
+        return checks
+
+    def output_path(self, index: int) -> str:
+        if self._returns == "tensor":
+            return "output"
+        if self._returns == "dict":
+            return f"output[{self.outputs[index].name!r}]"
+        return f"output[{index}]"
+
+    @property
+    def _returns(self) -> str:
+        if self.returns == "auto":
+            return "tensor" if len(self.outputs) == 1 else "tuple"
+        return self.returns
+
+    def output_problems(self, out: Any, rank: int, args: Sequence[Any], dims: Mapping[str, int],
+                        world_size: int, dtype: str) -> list[str]:
+        """Where a rank's output departs from the declaration (structure, None-ness, shape, dtype)."""
+        layout = self.layout(world_size)
+        env = size_env(dims, world_size, layout)
+        values = dict(zip(self.parameters, args))
+        if self._returns == "tensor":
+            items = [out]
+        elif self._returns == "dict":
+            if not isinstance(out, dict) or set(out) != {o.name for o in self.outputs}:
+                return [f"expected a dict with keys {[o.name for o in self.outputs]}, got {type(out).__name__}"]
+            items = [out[o.name] for o in self.outputs]
+        else:
+            if not isinstance(out, (tuple, list)) or len(out) != len(self.outputs):
+                return [f"expected a tuple of {len(self.outputs)} outputs, got {type(out).__name__}"]
+            items = list(out)
+        problems = []
+        for index, (decl, value) in enumerate(zip(self.outputs, items)):
+            path = self.output_path(index)
+            if decl.only_on is not None and values[decl.only_on] != rank:
+                if value is not None:
+                    problems.append(f"{path}: expected None off rank {decl.only_on}")
+                continue
+            if not isinstance(value, torch.Tensor):
+                problems.append(f"{path}: expected a tensor, got {type(value).__name__}")
+                continue
+            want_dtype = resolve_dtype(decl.dtype, dtype)
+            if value.dtype != want_dtype:
+                problems.append(f"{path}: dtype {value.dtype}, declared {want_dtype}")
+            shape = decl.local_shape(env, layout)
+            if shape is not None and tuple(value.shape) != shape:
+                problems.append(f"{path}: shape {tuple(value.shape)}, declared {shape}")
+        return problems
+
+    def _output(self, name: str) -> Output:
+        for out in self.outputs:
+            if out.name == name:
+                return out
+        raise TaskError(f"task {self.name!r} has no output {name!r}; outputs: {[o.name for o in self.outputs]}")
+
+    # -- cost and golden ------------------------------------------------------------------------------
+    def cost_model(self, dims: Mapping[str, int], world_size: int, dtype: str) -> CostModel:
+        ctx = CostContext(self, dict(dims), world_size, dtype, self.layout(world_size))
+        layout = ctx.layout
+        return CostModel.of(self.cost(ctx), dict(zip(layout.names, layout.sizes)), dtype)
+
+    def world(self, dims: Mapping[str, int], world_size: int, dtype: str) -> "World":
+        return World(self, dict(dims), world_size, dtype, self.layout(world_size))
+
+
+@dataclass(frozen=True)
+class Sized:
+    """A task at one size: what its cost function and its golden both read. `x["K"]`, `x["W"]` and `x["tp"]`
+    give a preset dim, the world size and a mesh dimension's size."""
+
+    spec: TaskSpec
+    dims: Mapping[str, int]
+    world_size: int
+    dtype: str
+    layout: MeshLayout
+
+    def __getitem__(self, name: str) -> int:
+        return size_env(self.dims, self.world_size, self.layout)[name]
+
+
+@dataclass(frozen=True)
+class CostContext(Sized):
+    """What a task's `cost` function reads: sizes, the dtype, byte counts of declared tensors."""
+
+    @property
+    def elem(self) -> int:
+        """Bytes per element of the task dtype."""
+        return DTYPES[self.dtype].itemsize
+
+    def nbytes(self, name: str) -> int:
+        """Bytes of one rank's copy of a declared tensor input or output (the local block if sharded)."""
+        env = size_env(self.dims, self.world_size, self.layout)
+        for decl in (*self.spec.inputs, *self.spec.outputs):
+            if decl.name == name and isinstance(decl, (Tensor, Output)):
+                shape = decl.local_shape(env, self.layout)
+                if shape is None:
+                    raise ValueError(f"{name} has a data-dependent shape; count its bytes in the cost function")
+                numel = 1
+                for s in shape:
+                    numel *= s
+                return numel * resolve_dtype(decl.dtype, self.dtype).itemsize
+        raise KeyError(f"no tensor input or output named {name!r}")
+
+    def io_bytes(self) -> int:
+        """Bytes every rank must at least read (its tensor inputs) and write (its outputs) once."""
+        names = [d.name for d in (*self.spec.inputs, *self.spec.outputs)
+                 if isinstance(d, (Tensor, Output)) and d.shape is not None]
+        return sum(self.nbytes(n) for n in names)
+
+
+@dataclass(frozen=True)
+class World(Sized):
+    """What a golden implementation knows besides the inputs: sizes, the mesh, and layout helpers."""
+
+    def coords(self, rank: int) -> dict[str, int]:
+        return self.layout.coords(rank)
+
+    def assemble(self, inputs: list[dict[str, Any]], name: str) -> torch.Tensor:
+        """The global tensor of a Sharded or Replicated input, checking that replicas agree."""
+        decl = next((d for d in self.spec.inputs if d.name == name and isinstance(d, Tensor)), None)
+        if decl is None:
+            raise KeyError(f"no tensor input named {name!r}")
+        if isinstance(decl.layout, PerRank):
+            raise ValueError(f"input {name} is PerRank: there is no global tensor; use [x[{name!r}] for x in inputs]")
+        blocks: dict[int, torch.Tensor] = {}
+        for rank, args in enumerate(inputs):
+            index = decl.layout.block_index(self.layout, rank) if isinstance(decl.layout, Sharded) else 0
+            if index in blocks:
+                if not torch.equal(blocks[index], args[name]):
+                    raise AssertionError(f"input {name}: replicas of block {index} differ (rank {rank})")
+            else:
+                blocks[index] = args[name]
+        if isinstance(decl.layout, Replicated):
+            return blocks[0]
+        return torch.cat([blocks[i] for i in range(len(blocks))], dim=decl.layout.axis)
+
+    def distribute(self, value: torch.Tensor, output: str) -> list[torch.Tensor]:
+        """One copy or block per rank of a global output, by the output's declared layout."""
+        decl = self.spec._output(output)
+        if isinstance(decl.layout, Replicated):
+            return [value.clone() for _ in range(self.world_size)]
+        if isinstance(decl.layout, Sharded):
+            chunks = value.chunk(decl.layout.blocks(self.layout), dim=decl.layout.axis)
+            return [chunks[decl.layout.block_index(self.layout, r)].clone() for r in range(self.world_size)]
+        raise ValueError(f"output {output} is PerRank: build its per-rank list in the golden directly")
+
+
+def _list(values: Sequence[int]) -> str:
+    return ", ".join(map(str, values)) if values else "no world size from 1 to 8"
+

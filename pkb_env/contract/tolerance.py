@@ -1,0 +1,204 @@
+"""Tolerances: how far a correct answer may lie from the reference's, as a rule of dtype AND problem size.
+
+Two correct algorithms differ by rounding only, and rounding grows with the work: a K-term dot product
+carries about K times the unit roundoff of its magnitude in the worst case, a sum over W ranks rounds W-1
+partial sums, attention averages S values. A fixed per-dtype tolerance is either too tight for large
+problems (a correct GEMM fails at K=8192) or too loose for small ones (a wrong one passes at K=64). So a
+task declares where its rounding comes from, as data, and the rule turns that into `atol` and `rtol`
+for the dtype and sizes at hand, with a reason the prompt shows.
+
+The model (u = unit roundoff of the precision, 2^-8 for bf16, 2^-11 fp16, 2^-24 fp32):
+* `Sum(terms=n, magnitude=s, accumulate=...)`: n terms of RMS s summed with a rounding after each
+  addition, in the task dtype (`"dtype"`: a collective reducing bf16 buffers) or in fp32 (`"float32"`:
+  tensor-core and CPU GEMMs accumulate there). The partial sums have RMS up to s*sqrt(n); n-1 roundings
+  of at most u times that add up to less than u*s*n^1.5 (Higham's gamma_n bound, with the magnitude of
+  random partial sums rather than the sum of absolute values). atol += u_acc * s * n^1.5.
+* `Rounded(terms=n, magnitude=s)`: n values of RMS s each rounded once to the task dtype before they are
+  combined (partial GEMM results stored in bf16 before an all-reduce): each error is below u times its
+  value; their sum stays below u*s*(n + 5*sqrt(n)) for all but a few-in-a-million elements.
+  atol += u * s * (n + 5 * sqrt(n)).
+* Every float rule keeps rtol = 4u: both algorithms round the final value once (one ulp each, and an
+  ulp is at most 2u relative).
+* `Fixed({dtype: Tolerance})` for error that has no such model (iterative methods), with the measured
+  reason; `Exact(reason)` for data movement, integer and boolean outputs.
+Rules add: `Sum(...) + Rounded(...)` sums the atols and keeps the larger rtol.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+import torch
+
+from pkb_env.contract.expr import Size, as_expr, show
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Element-wise closeness `|got - expected| <= atol + rtol * |expected|`, with the reason for the values."""
+
+    atol: float
+    rtol: float
+    reason: str
+
+    @property
+    def exact(self) -> bool:
+        return self.atol == 0.0 and self.rtol == 0.0
+
+
+@dataclass(frozen=True)
+class Check:
+    """How one output is compared: its tolerance, and whether rows (dim 0) may come in any order."""
+
+    tolerance: Tolerance
+    unordered: bool = False
+
+
+EXACT = Tolerance(0.0, 0.0, "pure data movement: every element must arrive bit-exact")
+
+UNIT_ROUNDOFF: Mapping[torch.dtype, float] = {
+    torch.float64: 2.0 ** -53, torch.complex128: 2.0 ** -53,
+    torch.float32: 2.0 ** -24, torch.complex64: 2.0 ** -24,
+    torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8,
+    torch.float8_e4m3fn: 2.0 ** -4, torch.float8_e5m2: 2.0 ** -3,
+}
+"""Half an ulp at 1.0: the largest relative error of one round-to-nearest in each precision."""
+
+_ROUNDOFF_TEXT = {2.0 ** -53: "2^-53", 2.0 ** -24: "2^-24", 2.0 ** -11: "2^-11", 2.0 ** -8: "2^-8",
+                  2.0 ** -4: "2^-4", 2.0 ** -3: "2^-3"}
+
+
+def unit_roundoff(dtype: torch.dtype) -> float:
+    if dtype not in UNIT_ROUNDOFF:
+        raise ValueError(f"no unit roundoff for {dtype}: integer and boolean outputs are compared exactly")
+    return UNIT_ROUNDOFF[dtype]
+
+
+class Rule:
+    """A tolerance as a function of the task dtype and the sizes (dims, W and mesh sizes)."""
+
+    def __call__(self, dtype: torch.dtype, env: Mapping[str, float]) -> Tolerance:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """The rule in words, without numbers (docs and the task listing)."""
+        raise NotImplementedError
+
+    def __add__(self, other: "Rule") -> "Rule":
+        return Combined(_parts(self) + _parts(other))
+
+
+def _parts(rule: Rule) -> tuple[Rule, ...]:
+    return rule.parts if isinstance(rule, Combined) else (rule,)
+
+
+@dataclass(frozen=True)
+class Exact(Rule):
+    reason: str = EXACT.reason
+
+    def __call__(self, dtype, env):
+        return Tolerance(0.0, 0.0, self.reason)
+
+    def describe(self) -> str:
+        return f"exact ({self.reason})"
+
+
+class _Float(Rule):
+    """A rule contributing an atol term; every float rule keeps rtol = 4u of the task dtype."""
+
+    def atol(self, dtype: torch.dtype, env: Mapping[str, float]) -> tuple[float, str]:
+        raise NotImplementedError
+
+    def __call__(self, dtype, env):
+        return Combined((self,))(dtype, env)
+
+
+class Sum(_Float):
+    """`terms` values of RMS `magnitude` summed with a rounding per addition in `accumulate` precision."""
+
+    def __init__(self, terms: Size, magnitude: Size = 1, accumulate: str = "dtype", what: str = ""):
+        if accumulate not in ("dtype", "float32"):
+            raise ValueError(f"Sum(accumulate=...) must be 'dtype' or 'float32', got {accumulate!r}")
+        self.terms, self.magnitude, self.accumulate, self.what = as_expr(terms), as_expr(magnitude), accumulate, what
+
+    def atol(self, dtype, env):
+        wider = unit_roundoff(dtype) < unit_roundoff(torch.float32)  # fp64 tasks accumulate in fp64
+        acc = dtype if self.accumulate == "dtype" or wider else torch.float32
+        n, s = self.terms.real(env), self.magnitude.real(env)
+        value = unit_roundoff(acc) * s * n ** 1.5
+        return value, (f"{self.what or 'sums'}: {n:g} terms of RMS {s:.3g} accumulated in {_name(acc)} "
+                       f"-> u*s*n^1.5 = {value:.3g}")
+
+    def describe(self) -> str:
+        return (f"{self.what or 'sum'} of {show(self.terms)} terms of RMS {show(self.magnitude)}, "
+                f"accumulated in {'the dtype' if self.accumulate == 'dtype' else 'fp32'}")
+
+
+class Rounded(_Float):
+    """`terms` values of RMS `magnitude`, each rounded once to the task dtype, then combined."""
+
+    def __init__(self, terms: Size, magnitude: Size = 1, what: str = ""):
+        self.terms, self.magnitude, self.what = as_expr(terms), as_expr(magnitude), what
+
+    def atol(self, dtype, env):
+        u = unit_roundoff(dtype)
+        n, s = self.terms.real(env), self.magnitude.real(env)
+        value = u * s * (n + 5 * math.sqrt(n))
+        return value, (f"{self.what or 'stored intermediates'}: {n:g} values of RMS {s:.3g} rounded to "
+                       f"{_name(dtype)} -> u*s*(n+5*sqrt(n)) = {value:.3g}")
+
+    def describe(self) -> str:
+        return f"{self.what or 'intermediates'}: {show(self.terms)} values of RMS {show(self.magnitude)} rounded once"
+
+
+@dataclass(frozen=True)
+class Combined(Rule):
+    parts: tuple[Rule, ...]
+
+    def __call__(self, dtype, env):
+        exact = [p for p in self.parts if isinstance(p, Exact)]
+        if exact:
+            if len(self.parts) > 1:
+                raise ValueError("an Exact rule cannot be combined with float rules")
+            return exact[0](dtype, env)
+        if not (dtype.is_floating_point or dtype.is_complex):
+            return Tolerance(0.0, 0.0, "integer outputs are compared exactly")
+        atol, rtol, reasons = 0.0, 0.0, []
+        for part in self.parts:
+            if isinstance(part, _Float):
+                value, why = part.atol(dtype, env)
+                atol += value
+                rtol = max(rtol, 4 * unit_roundoff(dtype))
+                reasons.append(why)
+            else:
+                tol = part(dtype, env)
+                atol, rtol = atol + tol.atol, max(rtol, tol.rtol)
+                reasons.append(tol.reason)
+        u = unit_roundoff(dtype)
+        reasons.append(f"rtol 4u = {4 * u:.3g} (u = {_ROUNDOFF_TEXT.get(u, f'{u:.3g}')}): both results "
+                       f"rounded to {_name(dtype)} once")
+        return Tolerance(atol, rtol, "; ".join(reasons))
+
+    def describe(self) -> str:
+        return " + ".join(p.describe() for p in self.parts)
+
+
+@dataclass(frozen=True)
+class Fixed(Rule):
+    """Measured tolerances per dtype, for error without a rounding model; the reason says how measured."""
+
+    by_dtype: Mapping[str, Tolerance]
+
+    def __call__(self, dtype, env):
+        name = _name(dtype)
+        if name not in self.by_dtype:
+            raise ValueError(f"Fixed tolerance has no entry for {name}; it covers {sorted(self.by_dtype)}")
+        return self.by_dtype[name]
+
+    def describe(self) -> str:
+        return "fixed per dtype: " + "; ".join(f"{k}: {v.reason}" for k, v in self.by_dtype.items())
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")

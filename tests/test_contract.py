@@ -1,0 +1,257 @@
+"""The task contract's parts, one by one: size expressions, meshes and seed scopes, layouts, distributions,
+declarations and their validation, world-size checks, tolerance rules, output checks, golden helpers."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from pkb_env.contract import (Bernoulli, Comm, Const, Cost, Custom, Exact, Expr, ExprError, Fixed, Group, Integers,
+                              Mesh, Normal, OneHot, Output, PerRank, Permutation, Positive, Preset, Rounded, Scalar,
+                              Sharded, Sum, TaskError, TaskSpec, Tensor, Tolerance, Uniform, UnitRows, rank_seeds)
+from pkb_env.contract.io import show_shape
+from pkb_env.contract.mesh import SHARED, MeshError
+from pkb_env.judge.seeds import SeedPlan
+
+
+# -- expressions --------------------------------------------------------------------------------------
+
+def test_expressions_evaluate_and_divide_exactly():
+    env = {"K": 512, "W": 4, "M": 3}
+    assert Expr("K / W").integer(env) == 128 and Expr("W * M + 1").integer(env) == 13
+    assert Expr("ceil_div(M, 2)").integer(env) == 2 and Expr("M // 2").integer(env) == 1
+    assert Expr("sqrt(K) * 2").real(env) == pytest.approx(2 * math.sqrt(512))
+    assert Expr("K / W").names == {"K", "W"}
+    with pytest.raises(ExprError, match=r"K / W = 512 / 3 is not a whole number"):
+        Expr("K / W").integer({"K": 512, "W": 3})
+    with pytest.raises(ExprError, match="names 'Q'"):
+        Expr("Q + 1").integer(env)
+
+
+@pytest.mark.parametrize("text", ["__import__('os')", "K.real", "[K]", "'a'", "K if W else M", "lambda: 1", "K ="])
+def test_expressions_refuse_anything_but_arithmetic(text):
+    with pytest.raises(ExprError):
+        Expr(text)
+
+
+# -- meshes and seed scopes ---------------------------------------------------------------------------
+
+def test_mesh_coordinates_follow_device_mesh_order():
+    layout = Mesh(("cp", "W / 2"), ("tp", 2)).resolve(8)
+    assert layout.sizes == (4, 2)
+    assert [layout.coords(r) for r in (0, 1, 2, 7)] == [{"cp": 0, "tp": 0}, {"cp": 0, "tp": 1}, {"cp": 1, "tp": 0},
+                                                        {"cp": 3, "tp": 1}]
+    assert layout.group_of("tp", 5) == (4, 5) and layout.group_of("cp", 5) == (1, 3, 5, 7)
+    assert layout.groups("tp") == [(0, 1), (2, 3), (4, 5), (6, 7)] and layout.groups("cp") == [(0, 2, 4, 6),
+                                                                                                (1, 3, 5, 7)]
+    assert all(layout.rank_of(layout.coords(r)) == r for r in range(8))
+    assert layout.describe() == "cp=4 x tp=2 (rank = cp_rank*2 + tp_rank)"
+
+
+def test_mesh_errors_name_the_problem():
+    with pytest.raises(MeshError, match=r"W / 2 = 3 / 2 is not a whole number"):
+        Mesh(("cp", "W / 2"), ("tp", 2)).resolve(3)
+    with pytest.raises(MeshError, match="holds 4 ranks, not the world size 6"):
+        Mesh(("a", 2), ("b", 2)).resolve(6)
+    with pytest.raises(MeshError, match="may use only W"):
+        Mesh(("tp", "H / 2"))
+    with pytest.raises(MeshError, match="repeat"):
+        Mesh(("tp", 2), ("tp", "W / 2"))
+
+
+def test_scope_keys_and_rank_seeds():
+    layout = Mesh(("cp", 2), ("tp", 2)).resolve(4)
+    assert layout.scope_key((), 3) == SHARED and layout.scope_key(("tp",), 3) == "tp=1"
+    assert layout.scope_key(("tp", "cp"), 3) == "cp=1,tp=1"
+    seeds = [rank_seeds(7, layout, r, "trial", 0) for r in range(4)]
+    assert set(seeds[3]) == {SHARED, "cp=1", "tp=1", "cp=1,tp=1"}
+    assert len({s[SHARED] for s in seeds}) == 1
+    assert seeds[0]["tp=0"] == seeds[2]["tp=0"] and seeds[0]["cp=0"] == seeds[1]["cp=0"]
+    assert "tp=1" not in seeds[0] and seeds[1]["tp=1"] not in seeds[0].values()
+    assert rank_seeds(8, layout, 3, "trial", 0)[SHARED] != seeds[3][SHARED]
+    plan = SeedPlan(layout, secret=7)
+    assert plan.per_rank("trial", [0]) == [[s] for s in seeds]
+
+
+# -- layouts and shapes -------------------------------------------------------------------------------
+
+def test_sharded_shapes_and_their_text():
+    layout = Mesh(("cp", 2), ("tp", 2)).resolve(4)
+    h = Tensor("h", ("B", "S", "D"), layout=Sharded(1, over="cp"))
+    assert h.local_shape({"B": 2, "S": 16, "D": 8, "W": 4}, layout) == (2, 8, 8)
+    assert show_shape(h.shape, h.layout, layout) == "(B, S/cp, D)"
+    flat = Mesh(("world", "W")).resolve(4)
+    a = Tensor("A", ("M", "W * K"), layout=Sharded(1))
+    assert show_shape(a.shape, a.layout, flat) == "(M, K)"
+    assert Sharded(0, over=("cp", "tp")).block_index(layout, 3) == 3
+    assert Sharded(0, over="tp").block_index(layout, 3) == 1
+    with pytest.raises(ValueError, match="does not split into 4 equal blocks"):
+        Tensor("x", ("N",), layout=Sharded(0)).local_shape({"N": 6, "W": 4}, flat)
+
+
+# -- distributions ------------------------------------------------------------------------------------
+
+def _draw(dist, shape, dtype, env=None, seed=0):
+    return dist.draw(torch.Generator().manual_seed(seed), shape, dtype, env or {})
+
+
+def test_distributions_draw_what_they_say():
+    x = _draw(Normal(std=0.02), (4096,), torch.bfloat16)
+    assert x.dtype == torch.bfloat16 and abs(x.float().std().item() - 0.02) < 0.002
+    u = _draw(Uniform(-2, 3), (4096,), torch.float32)
+    assert u.min() >= -2 and u.max() < 3
+    assert (_draw(Positive(), (4096,), torch.float32) > 0).all()
+    i = _draw(Integers(0, "V"), (4096,), torch.int64, {"V": 7})
+    assert i.dtype == torch.int64 and set(i.tolist()) == set(range(7))
+    b = _draw(Bernoulli(0.25), (4096,), torch.bool)
+    assert b.dtype == torch.bool and 0.2 < b.float().mean() < 0.3
+    oh = _draw(OneHot(), (64, 8), torch.float32)
+    assert torch.equal(oh.sum(-1), torch.ones(64))
+    p = _draw(Permutation(), (16, 10), torch.int64)
+    assert all(sorted(row) == list(range(10)) for row in p.tolist())
+    rows = _draw(UnitRows(), (16, 32), torch.float32)
+    assert torch.allclose(rows.norm(dim=-1), torch.ones(16))
+    c = _draw(Normal(), (512,), torch.complex64)
+    assert c.imag.abs().sum() > 0 and abs(c.real.std().item() - 1) < 0.15
+    fp8 = _draw(Normal(), (64,), torch.float8_e4m3fn)
+    assert fp8.dtype == torch.float8_e4m3fn and fp8.float().abs().sum() > 0
+
+
+def test_declarations_reject_what_cannot_be_made():
+    with pytest.raises(ValueError, match="cannot fill a int64 tensor"):
+        Tensor("x", ("N",), dtype="int64", dist=Normal())
+    with pytest.raises(ValueError, match="unknown dtype"):
+        Tensor("x", ("N",), dtype="float128")
+    with pytest.raises(ValueError, match="shard axis 2 is outside"):
+        Tensor("x", ("N", "M"), layout=Sharded(2))
+    with pytest.raises(ValueError, match="Scalar cannot be sharded"):
+        Scalar("s", Integers(0, 4), layout=Sharded(0))
+    with pytest.raises(ValueError, match="unordered comparison"):
+        Output("o", ("N",), compare="unordered")
+
+
+# -- a synthetic spec: validation, world sizes, inputs, checks ----------------------------------------
+
+def _golden(inputs, world):
+    return [x["x"].clone() for x in inputs]
+
+
+def make_spec(**overrides) -> TaskSpec:
+    fields = dict(
+        name="toy", title="Toy", description="identity", family="tensor", pkb_id=None, origin="tests",
+        parallelism="none", mesh=Mesh(("dp", 2), ("tp", "W / 2")),
+        inputs=(Tensor("x", ("N", "K"), layout=Sharded(1, over="tp")),
+                Tensor("idx", ("N",), dtype="int64", dist=Integers(0, "K"), layout=PerRank()),
+                Scalar("root", Integers(0, "W")), Const("eps", 1e-5), Const("k", dim="K / tp"),
+                Group("tp_group", "tp")),
+        outputs=(Output("y", ("N", "K"), layout=Sharded(1, over="tp")),
+                 Output("ids", None, dtype="int64", compare="unordered")),
+        golden=_golden, cost=lambda c: Cost(comm=(Comm("all_gather", c.nbytes("y") * c["tp"], "tp"),),
+                                             memory_bytes=c.io_bytes()),
+        tolerance_rule=Sum("K", 1, "float32"),
+        presets={"tiny": Preset({"N": 4, "K": 12}, "float32"), "bench": Preset({"N": 64, "K": 1024}, "bfloat16")},
+        dtypes=("float32", "bfloat16"))
+    fields.update(overrides)
+    return TaskSpec(**fields)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(family="tensr"), "family 'tensr' is not one of"),
+    (dict(inputs=(Tensor("x", ("N",)), Tensor("x", ("N",)))), "names must be unique"),
+    (dict(outputs=(Output("y", ("N",), only_on="x"),)), "only_on='x' must name a Scalar"),
+    (dict(inputs=(Group("g", "cp"),)), "mesh dimension 'cp'"),
+    (dict(inputs=(Tensor("x", ("N",), layout=PerRank(over="ep")),)), "mesh dimension 'ep'"),
+    (dict(presets={"tiny": Preset({"tp": 2}, "float32"), "bench": Preset({}, "bfloat16")}), "clash with W"),
+    (dict(presets={"tiny": Preset({}, "float32")}), "needs presets 'tiny' and 'bench'"),
+    (dict(dtypes=("int64",)), "must be a floating dtype"),
+])
+def test_spec_validation_names_the_fix(change, message):
+    with pytest.raises(TaskError, match=message):
+        make_spec(**change)
+
+
+def test_world_sizes_follow_from_the_mesh_and_the_shapes():
+    spec = make_spec()
+    assert spec.allowed_world_sizes("tiny") == [2, 4, 6, 8] and spec.allowed_world_sizes("bench") == [2, 4, 8]
+    with pytest.raises(TaskError, match=r"world size 3: mesh dimension tp = W / 2 .* takes 2, 4, 6, 8\)"):
+        spec.check_world_size(3, "tiny")
+    with pytest.raises(TaskError, match=r"world size 6: input x: dim 1 \(K = 1024\) does not split into 3"):
+        spec.check_world_size(6, "bench")
+
+
+def test_inputs_follow_the_declaration():
+    spec = make_spec()
+    layout = spec.layout(4)
+    args = [spec.make_inputs(spec.input_context(r, 4, "tiny", "float32", "cpu", rank_seeds(1, layout, r, "t")))
+            for r in range(4)]
+    x, idx, root, eps, k, group = args[0]
+    assert x.shape == (4, 6) and idx.dtype == torch.int64 and 0 <= idx.min() and idx.max() < 12
+    assert isinstance(root, int) and eps == 1e-5 and k == 6
+    assert group.name == "tp" and group.ranks == (0, 1) and group.rank == 0
+    assert torch.equal(args[0][0], args[2][0]) and not torch.equal(args[0][0], args[1][0])  # tp blocks
+    assert len({a[2] for a in args}) == 1                                                    # replicated root
+    world = spec.world({"N": 4, "K": 12}, 4, "float32")
+    full = world.assemble([dict(zip(spec.parameters, a)) for a in args], "x")
+    assert full.shape == (4, 12) and torch.equal(full[:, 6:], args[1][0])
+    tampered = [dict(zip(spec.parameters, a)) for a in args]
+    tampered[2]["x"] = tampered[2]["x"] + 1
+    with pytest.raises(AssertionError, match="replicas of block 0 differ"):
+        world.assemble(tampered, "x")
+    assert [t.shape for t in world.distribute(torch.zeros(4, 12), "y")] == [(4, 6)] * 4
+
+
+def test_custom_distributions_are_checked():
+    bad = Custom(lambda gen, shape, dtype, env: torch.zeros(3), "three zeros")
+    spec = make_spec(inputs=(Tensor("x", ("N", "K"), dist=bad),), mesh=Mesh(("world", "W")),
+                     outputs=(Output("y", ("N", "K")),))
+    ctx = spec.input_context(0, 2, "tiny", "float32", "cpu", rank_seeds(1, spec.layout(2), 0))
+    with pytest.raises(ValueError, match=r"the distribution made torch.float32 \(3,\), the declaration says"):
+        spec.make_inputs(ctx)
+
+
+def test_output_checks_and_structure():
+    spec = make_spec()
+    checks = spec.output_checks("bfloat16", {"N": 64, "K": 1024}, 4)
+    assert set(checks) == {"output[0]", "output[1]"}
+    assert not checks["output[0]"].tolerance.exact and not checks["output[0]"].unordered
+    assert checks["output[1]"].unordered and checks["output[1]"].tolerance.exact
+    good = (torch.zeros(4, 6), torch.zeros(3, dtype=torch.int64))
+    args = spec.make_inputs(spec.input_context(0, 4, "tiny", "float32", "cpu", rank_seeds(1, spec.layout(4), 0)))
+    assert spec.output_problems(good, 0, args, {"N": 4, "K": 12}, 4, "float32") == []
+    problems = spec.output_problems((torch.zeros(4, 12), torch.zeros(3)), 0, args, {"N": 4, "K": 12}, 4, "float32")
+    assert any("shape (4, 12), declared (4, 6)" in p for p in problems)
+    assert any("dtype torch.float32, declared torch.int64" in p for p in problems)
+
+
+def test_cost_context_counts_declared_bytes():
+    model = make_spec().cost_model({"N": 64, "K": 1024}, 4, "bfloat16")
+    [term] = model.comm
+    assert term.group == "tp" and term.ranks == 2 and term.size_bytes == 64 * 1024 * 2
+    assert model.hbm_bytes == (64 * 512 * 2) + 64 * 8 + 64 * 512 * 2  # x + idx + y; `ids` has no fixed shape
+
+
+# -- tolerance rules ----------------------------------------------------------------------------------
+
+def test_sum_rule_grows_with_the_number_of_terms_and_the_precision():
+    rule = Sum("K", 1, "float32") + Rounded("W", "sqrt(K)") + Sum("W", "sqrt(K)", "dtype")
+    small = rule(torch.bfloat16, {"K": 64, "W": 2})
+    big = rule(torch.bfloat16, {"K": 4096, "W": 8})
+    assert big.atol > small.atol * 10 and big.rtol == small.rtol == 4 * 2 ** -8
+    u = 2 ** -8
+    expected = 2 ** -24 * 4096 ** 1.5 + u * 64 * (8 + 5 * math.sqrt(8)) + u * 64 * 8 ** 1.5
+    assert big.atol == pytest.approx(expected)
+    assert "4096 terms" in big.reason and "rtol 4u" in big.reason
+    fp32 = rule(torch.float32, {"K": 4096, "W": 8})
+    assert fp32.atol < big.atol / 500 and fp32.rtol == 4 * 2 ** -24
+    assert rule(torch.int64, {"K": 4, "W": 2}).exact
+
+
+def test_exact_and_fixed_rules():
+    assert Exact("moves bytes")(torch.bfloat16, {}).exact
+    fixed = Fixed({"bfloat16": Tolerance(0.1, 0.01, "measured 0.04 over 100 trials")})
+    assert fixed(torch.bfloat16, {}).atol == 0.1
+    with pytest.raises(ValueError, match="no entry for float16"):
+        fixed(torch.float16, {})
+    with pytest.raises(ValueError, match="cannot be combined"):
+        (Exact() + Sum("K"))(torch.bfloat16, {"K": 4})

@@ -1,0 +1,78 @@
+"""Candidates for the compute + communication tasks, judged on 4 CPU ranks: the wrong ones (skipped
+communication, the wrong block, an off-by-one rank in a ring, the wrong group) are judged wrong with a
+message that says where; one that builds its own process groups inside every call is judged correct."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from pkb_env.task import load_task
+
+
+def variant(task: str, *edits: tuple[str, str]) -> str:
+    """The task's reference with textual edits; each edit must apply (so the test breaks with the reference)."""
+    source = load_task(task).reference_source
+    for old, new in edits:
+        assert old in source, f"{task}'s reference no longer contains {old!r}"
+        source = source.replace(old, new)
+    return source
+
+
+def judge(env, task: str, source: str) -> dict:
+    env.reset(options={"task": task})
+    return env.step(source)[4]
+
+
+def assert_wrong_with_a_location(info: dict) -> None:
+    assert info["verdict"] == "wrong", info["feedback"]
+    first = info["feedback"].splitlines()[1]
+    assert re.match(r"rank \d, trial \d, output: \d+/\d+ elements differ \(beyond atol", first), first
+    assert "first at [" in first and "expected" in first and "got" in first
+
+
+WRONG_GEMM = {
+    "skips the all-reduce": [("    dist.all_reduce(out, op=dist.ReduceOp.SUM)\n", "")],
+    "averages instead of summing": [("dist.ReduceOp.SUM", "dist.ReduceOp.AVG")],
+    "multiplies by the next rank's weight block": [(
+        "    out = A @ B\n",
+        "    w, r = dist.get_world_size(), dist.get_rank()\n"
+        "    peer = torch.empty_like(B)\n"
+        "    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, B, (r - 1) % w),\n"
+        "                                   dist.P2POp(dist.irecv, peer, (r + 1) % w)])\n"
+        "    [q.wait() for q in reqs]\n"
+        "    out = A @ peer\n")],
+}
+
+WRONG_RING = {
+    "off-by-one rank in the ring": [("source = (me - step) % cp", "source = (me - step - 1) % cp")],
+    "skips the tensor-parallel all-reduce": [("    dist.all_reduce(result, group=tp_group)\n", "")],
+    "all-reduces over every rank instead of the tp group": [("dist.all_reduce(result, group=tp_group)",
+                                                             "dist.all_reduce(result)")],
+    "ignores the causal mask across blocks": [("if not causal or source <= me:", "if True:")],
+}
+
+
+@pytest.mark.parametrize("name", WRONG_GEMM)
+def test_wrong_gemm_allreduce_is_judged_wrong(env4, name):
+    assert_wrong_with_a_location(judge(env4, "gemm_allreduce", variant("gemm_allreduce", *WRONG_GEMM[name])))
+
+
+@pytest.mark.parametrize("name", WRONG_RING)
+def test_wrong_ring_attention_is_judged_wrong(env4, name):
+    assert_wrong_with_a_location(judge(env4, "ring_attention_tp", variant("ring_attention_tp", *WRONG_RING[name])))
+
+
+def test_a_candidate_that_builds_its_own_groups_in_every_call_is_correct(env4):
+    """The judge passes groups in, but a candidate may ignore them and make its own, even inside the call
+    (every rank creates every group in the same order, as torch requires)."""
+    source = variant("ring_attention_tp", (
+        "    tp, cp = dist.get_world_size(tp_group), dist.get_world_size(cp_group)\n",
+        "    world, rank = dist.get_world_size(), dist.get_rank()\n"
+        "    tp_groups = [dist.new_group([2 * c, 2 * c + 1]) for c in range(world // 2)]\n"
+        "    cp_groups = [dist.new_group(list(range(t, world, 2))) for t in range(2)]\n"
+        "    tp_group, cp_group = tp_groups[rank // 2], cp_groups[rank % 2]\n"
+        "    tp, cp = dist.get_world_size(tp_group), dist.get_world_size(cp_group)\n"))
+    info = judge(env4, "ring_attention_tp", source)
+    assert info["correct"], info["feedback"]
+    assert info["record"].timing.calls >= 10
