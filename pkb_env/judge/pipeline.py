@@ -1,4 +1,4 @@
-"""The judging pipeline: action text in, EvaluationRecord out (DESIGN §3).
+"""The judging pipeline: action text in, EvaluationRecord out (docs/architecture.md, "One step").
 
     parse -> screen -> build -> run trials -> verify -> time -> verify timed outputs -> roofline
 
