@@ -37,7 +37,7 @@ SPEC = TaskSpec(
     name="blocked_fp8_quantize",
     title="Blockwise FP8 quantisation + all-gather (DeepSeek-V3 act_quant)",
     description="Every rank holds x (M, N), rows [r*M, (r+1)*M) of the activations (W*M, N). For every run of "
-                "block_size consecutive values of a row: s = max|x| / 448 (fp32) and y = x / s as "
+                "block_size consecutive values of a row: s = max(abs(x)) / 448 (fp32) and y = x / s as "
                 "float8_e4m3fn (an all-zero block keeps s = 0 and y = 0). Every rank must return (y, s) for "
                 "all rows of all ranks: y (W*M, N) float8_e4m3fn, s (W*M, N/block_size) float32.",
     family="tensor",
