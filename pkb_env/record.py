@@ -62,6 +62,7 @@ class ParseResult:
     action_chars: int
     from_fence: bool
     error: str | None = None
+    note: str | None = None        # worth telling the agent, not an error (e.g. replacement characters)
 
 
 @dataclass

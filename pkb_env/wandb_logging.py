@@ -67,6 +67,7 @@ from urllib.parse import urlparse
 
 import gymnasium
 
+from pkb_env.extras import require
 from pkb_env.record import Verdict, jsonable
 from pkb_env.redaction import Redactor
 
@@ -79,12 +80,7 @@ STEP_METRICS = ("reward", "reward/*", "time/*", "verdict", "verdict/*", "flags/*
 
 
 def _import_wandb():
-    try:
-        import wandb
-    except ImportError as exc:
-        raise ImportError("WandbLogger needs the wandb package; install it with `pip install 'pkb-env[wandb]'` "
-                          "(or `pip install wandb`)") from exc
-    return wandb
+    return require("wandb", "wandb", "WandbLogger")
 
 
 class WandbLogger(gymnasium.Wrapper):

@@ -47,7 +47,6 @@ def secret_judge(tmp_path, monkeypatch):
 
 
 def test_secrets_in_exceptions_stdout_and_outputs_are_redacted(secret_judge, tmp_path):
-    pytest.importorskip("wandb")
     import gymnasium
 
     from pkb_env.wandb_logging import WandbLogger

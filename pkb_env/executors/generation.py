@@ -21,7 +21,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, Callable
 
 from multiprocessing.reduction import send_handle
 
@@ -76,9 +76,11 @@ class Delivery:
 
 class Generation:
     def __init__(self, zygote: Zygote, placement: Placement, env: dict[str, str], role: str, root: str,
-                 uid: int | None = None, containment: Containment = Containment()):
+                 uid: int | None = None, containment: Containment = Containment(),
+                 progress: Callable[[str, str, int, int], None] | None = None):
         self.placement = placement
         self.role = role
+        self.progress = progress  # progress(role, phase, ranks_done, world_size) as each rank completes a phase
         self.workdir = tempfile.mkdtemp(prefix=f"pkb-{role}-", dir=root)
         os.chmod(self.workdir, 0o700)
         if uid is not None:  # the ranks will run as `uid`: the directory is theirs, nothing else of ours is
@@ -200,6 +202,8 @@ class Generation:
                     got[rank].append(Delivery(header, payload, received))
                     if len(got[rank]) == count:
                         del pending[conn]
+                        if self.progress is not None:
+                            self.progress(self.role, phase, self.world_size - len(pending), self.world_size)
         if pending and not failures:
             late = sorted(pending.values())
             done = [r for r in range(self.world_size) if r not in late]

@@ -21,6 +21,7 @@ import warnings
 import weakref
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
+from typing import Callable
 
 from pkb_env.executors import channel
 from pkb_env.executors.environment import rank_environment
@@ -72,6 +73,8 @@ class ProcessExecutor:
         os.chmod(self.root, 0o711)  # unprivileged ranks may enter their own directories below it, not list it
         # Gone with the executor, or at exit when nobody closed it (a failed start must not litter /tmp).
         self._remove_root = weakref.finalize(self, shutil.rmtree, self.root, ignore_errors=True)
+        # progress(role, phase, ranks_done, world_size) as ranks report (the CLI's progress line); None: silent
+        self.progress: Callable[[str, str, int, int], None] | None = None
         self.containment = Containment.from_environment()
         self.namespaces_missing = self.containment.missing()
         self.candidate_uid, self.privileges = unprivileged_uid(allowlisted_root=self.namespaces_missing is None)
@@ -201,7 +204,7 @@ class ProcessExecutor:
             if self._reference is not None:
                 self._reference.close()
             self._reference = Generation(self.zygote, self.reference_placement, self.env, "reference", root=self.root,
-                                         containment=self.containment)
+                                         containment=self.containment, progress=self._report_progress)
         return self._reference
 
     def discard_reference(self) -> None:
@@ -212,9 +215,13 @@ class ProcessExecutor:
 
     def _start(self, role: str) -> Generation:
         gen = Generation(self.zygote, self.placement, self.env, role, root=self.root, uid=self.candidate_uid,
-                         containment=self.containment)
+                         containment=self.containment, progress=self._report_progress)
         self._warn_if_uncontained(gen.cell.contained, gen.cell.isolation)
         return gen
+
+    def _report_progress(self, role: str, phase: str, done: int, total: int) -> None:
+        if self.progress is not None:
+            self.progress(role, phase, done, total)
 
     def _warn_if_uncontained(self, contained: bool, isolation: dict[str, str]) -> None:
         if not contained and not self._warned:
