@@ -89,6 +89,7 @@ class RankServer:
         self.rank = spec["rank"]
         self.world_size = spec["world_size"]
         self.device = torch.device(spec["device"])
+        self.gpu = self.device.type == "cuda"
         self.task = None
         self.groups: dict[str, Any] = {}      # the loaded task's process groups, by mesh dimension
         self.group_cache = GroupCache()
@@ -97,7 +98,7 @@ class RankServer:
         self._workloads: dict[str, bursts.Workload] = {}
         self.nonce = ""
         torch.set_num_threads(1)
-        if self.device.type == "cuda":
+        if self.gpu:
             torch.cuda.set_device(self.device)
         store = dist.FileStore(spec["store"], self.world_size)
         eager = {"device_id": self.device} if spec["backend"] == "nccl" else {}  # NCCL init now, not mid-trial
@@ -107,8 +108,11 @@ class RankServer:
         self.clock = make_clock(spec["clock"], self.page, self.device)
         if spec["backend"] == "nccl":
             _connect(self.device)
-        warmed = JUDGE.clock()
-        self.facts = {**self.clock.facts(), "group_s": grouped - started, "connect_s": warmed - grouped}
+        connected = JUDGE.clock()
+        self.facts = {**self.clock.facts(), "group_s": grouped - started, "connect_s": connected - grouped}
+        if spec["backend"] == "nccl" and spec["role"] == "candidate":
+            self.facts["symmetric_memory"] = _warm_symmetric_memory(self.device)
+            self.facts["symmetric_s"] = JUDGE.clock() - connected
         # Kernel compiles are requested from the judge (pkb_env.runtime); the link never sees the channel module.
         send, recv = channel.send, channel.recv
         link.attach(lambda header: (send(conn, header), recv(conn))[1])
@@ -202,7 +206,7 @@ class RankServer:
         self.send("sketches", JUDGE.pack(data), burst=message["burst"])
 
     def copies(self, message: dict) -> None:
-        wanted = self.device.type == "cuda" and message["bytes"] > 0
+        wanted = self.gpu and message["bytes"] > 0
         self.send("copies", table=peer_copy_rates(message["bytes"]) if wanted else [])
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -248,6 +252,19 @@ def _connect(device: torch.device) -> None:
     dist.reduce_scatter_tensor(x[:8].clone(), x)
     dist.all_to_all_single(torch.empty_like(x), x)
     torch.cuda.synchronize(device)
+
+
+def _warm_symmetric_memory(device: torch.device) -> str:
+    """Set up torch's symmetric memory once, while the generation is pre-started: a candidate's first
+    `pkb_env.runtime.symmetric_buffer` then pays only for its own buffer. Says what happened."""
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+
+        symm_mem.rendezvous(symm_mem.empty(64, dtype=torch.uint8, device=device), dist.group.WORLD)
+        torch.cuda.synchronize(device)
+        return "ready"
+    except Exception as exc:  # noqa: BLE001  (a candidate that needs it will meet the error itself)
+        return f"unavailable ({type(exc).__name__}: {str(exc)[:200]})"
 
 
 def _collective(name: str, size: int, device: torch.device) -> bursts.Workload:
