@@ -149,8 +149,10 @@ def _exact(flat: list[torch.Tensor], seed: int, floating: bool) -> dict[str, Any
 
 
 def _words(values: torch.Tensor, floating: bool) -> torch.Tensor:
-    """The values' bits as int64 words; NaN made canonical and -0.0 made +0.0 for floats."""
+    """The values' bits as int64 words; NaN made canonical and -0.0 made +0.0 for floats (in float32, or
+    float64 for float64: widening is exact, and 8- and 16-bit floats lack arithmetic on some devices)."""
     if floating:
+        values = values.to(torch.float64 if values.dtype == torch.float64 else torch.float32)
         values = torch.where(torch.isnan(values), torch.full_like(values, math.nan), values + 0)
     if values.dtype == torch.bool:
         values = values.to(torch.uint8)
