@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import tempfile
 import time
 import warnings
@@ -72,7 +73,8 @@ class ProcessExecutor:
         self.root = tempfile.mkdtemp(prefix="pkb-env-")
         os.chmod(self.root, 0o711)  # unprivileged ranks may enter their own directories below it, not list it
         # Gone with the executor, or at exit when nobody closed it (a failed start must not litter /tmp).
-        self._remove_root = weakref.finalize(self, shutil.rmtree, self.root, ignore_errors=True)
+        self._zygotes: list = []  # the zygote processes started, for the finalizer (it may not hold self)
+        self._remove_root = weakref.finalize(self, _remove_at_exit, self.root, self._zygotes)
         # progress(role, phase, ranks_done, world_size) as ranks report (the CLI's progress line); None: silent
         self.progress: Callable[[str, str, int, int], None] | None = None
         self.containment = Containment.from_environment()
@@ -91,6 +93,7 @@ class ProcessExecutor:
     def zygote(self) -> Zygote:
         if self._zygote is None or not self._zygote.alive():
             self._zygote = Zygote(self.env, self.start_timeout)
+            self._zygotes.append(self._zygote.process)
         return self._zygote
 
     def candidate_generation(self) -> Generation:
@@ -280,3 +283,20 @@ class ProcessExecutor:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _remove_at_exit(root: str, zygotes: list) -> None:
+    """The finalizer's work when nobody closed the executor: end the zygotes first (every cell and rank dies
+    with its zygote, by parent-death signals), so that no starting rank writes into `root` while it goes."""
+    for process in zygotes:
+        if process.poll() is None:
+            process.kill()
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+    for _ in range(20):  # the ranks' parent-death signals land within milliseconds of their zygote's end
+        shutil.rmtree(root, ignore_errors=True)
+        if not os.path.exists(root):
+            return
+        time.sleep(0.05)

@@ -41,7 +41,7 @@ class TimingProtocol:
     min_bursts: int = 5
     max_bursts: int = 64
     rse_target: float = 0.01         # stop when the relative standard error of burst figures is below this
-    min_calls: int = 8               # calls per burst, at least (however slow the calls)
+    min_calls: int = 8               # calls per burst, at least (fewer only where 8 would take over 4 bursts' time)
     max_calls: int = 4096            # calls per burst, at most (and as memory allows)
     jitter: float = 0.2              # calls per burst drawn uniformly in [1 - jitter, 1 + jitter] x the plan
     marks: int = 16                  # intermediate marks per burst (per-call percentiles of mark intervals)
@@ -163,19 +163,23 @@ def run_bursts(gen: Generation, workload: dict, plan: SeedPlan, protocol: Timing
         """The judge's own estimate: wall time from release to the last report, per call."""
         return max(1e-7, (max(r.received for r in record.ranks) - record.released) / record.calls)
 
-    least = min(protocol.min_calls, limits.max_calls)
+    def least(estimate: float) -> int:
+        """`min_calls`, unless that many calls would take more than 4 bursts' time (slow tasks on CPU ranks)."""
+        return max(1, min(protocol.min_calls, limits.max_calls, int(4 * protocol.burst_s / estimate)))
+
     estimate = per_call(one(1, "warmup", 0, scored=False))
-    planned = _clamp(protocol.burst_s / estimate, least, limits.max_calls)
+    planned = _clamp(protocol.burst_s / estimate, least(estimate), limits.max_calls)
     for w in range(protocol.warmup_bursts):
-        calls = _clamp(planned * (1 + protocol.jitter), least, limits.max_calls)
+        calls = _clamp(planned * (1 + protocol.jitter), least(estimate), limits.max_calls)
         estimate = per_call(one(calls, "warmup", w + 1, scored=False))
-        planned = _clamp(protocol.burst_s / estimate, least, limits.max_calls)
+        planned = _clamp(protocol.burst_s / estimate, least(estimate), limits.max_calls)
     scored_start = time.monotonic()
     estimates = [estimate]
     while len(log.bursts) < protocol.max_bursts:
-        calls = _clamp(planned * rng.uniform(1 - protocol.jitter, 1 + protocol.jitter), least, limits.max_calls)
+        low = least(float(np.median(estimates)))
+        calls = _clamp(planned * rng.uniform(1 - protocol.jitter, 1 + protocol.jitter), low, limits.max_calls)
         estimates.append(per_call(one(calls, "timed", len(log.bursts), scored=True)))
-        planned = _clamp(protocol.burst_s / float(np.median(estimates)), least, limits.max_calls)
+        planned = _clamp(protocol.burst_s / float(np.median(estimates)), low, limits.max_calls)
         figures = log.figures()
         if len(figures) >= protocol.min_bursts and relative_standard_error(figures) < protocol.rse_target:
             break
