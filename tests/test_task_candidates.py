@@ -27,7 +27,8 @@ def judge(env, task: str, source: str) -> dict:
 def assert_wrong_with_a_location(info: dict) -> None:
     assert info["verdict"] == "wrong", info["feedback"]
     first = info["feedback"].splitlines()[1]
-    assert re.match(r"rank \d, trial \d, output: \d+/\d+ elements differ \(beyond atol", first), first
+    assert re.match(r"rank \d, trial \d, output: \d+/\d+ elements differ \((beyond atol|exact match required)",
+                    first), first
     assert "first at [" in first and "expected" in first and "got" in first
 
 
@@ -60,6 +61,24 @@ WRONG_CAUSAL_RING = {
                                        "dist.get_global_rank(group, (me - 1) % world)")],
     "attends to the first two blocks only": [("    for step in range(world):\n", "    for step in range(min(world, 2)):\n")],
 }
+
+
+WRONG_ULYSSES = {
+    ("ulysses_gather_seq_scatter_heads", "lays the sequence blocks out in reverse rank order"): [
+        ("for block in recv.chunk(world)]", "for block in reversed(recv.chunk(world))]")],
+    ("ulysses_gather_heads_scatter_seq", "returns the sequence block of the next rank"): [
+        ("    send = x.movedim(seq_dim, 0).contiguous()",
+         "    send = x.movedim(seq_dim, 0).roll(-x.shape[seq_dim] // world, 0).contiguous()")],
+    ("ulysses_attention", "attends over its own positions only (skips the first all-to-all)"): [
+        ("    dist.all_to_all_single(recv, send, group=group)  # block s: rank s's positions of my heads\n"
+         "    q, k, v = torch.cat(recv.chunk(world), dim=2)",
+         "    q, k, v = torch.cat([send.chunk(world)[dist.get_rank(group)]] * world, dim=2)")],
+}
+
+
+@pytest.mark.parametrize("task,name", WRONG_ULYSSES)
+def test_wrong_ulysses_layouts_are_judged_wrong(env4, task, name):
+    assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_ULYSSES[task, name])))
 
 
 @pytest.mark.parametrize("name", WRONG_GEMM)

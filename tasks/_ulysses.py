@@ -1,0 +1,39 @@
+"""What the Ulysses sequence-parallel primitives (PKB 33-38) have in common, declared once.
+
+They are layout changes between sequence-sharded and head-sharded tensors (DeepSpeed-Ulysses, as VeOmni
+and verl write them): pure data movement, compared bit-exact, whose cost is one collective over every rank.
+Each `tasks/<name>/spec.py` keeps its shapes, its golden and the collective it needs.
+
+A plain module, not a task package: `pkb_env.task.task_names()` skips names starting with an underscore.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from pkb_env.contract import Input, Output, Preset, TaskSpec, World
+from pkb_env.tasks._attention import PREDICTABLE_SEEDS
+from pkb_env.tasks._primitives import DTYPES, EXACT, collective_cost
+
+HEADS_LARGE = "a long sequence, 32 MiB per rank: bandwidth-bound on NVLink"
+
+
+def head_presets() -> dict[str, Preset]:
+    """(B, S, H, E) attention activations: `tiny` with 24 heads (W = 2, 3, 4, 6, 8 divide them), `bench` at
+    PKB's (16, 16, 8, 64), `large` a 4096-token block of 32 heads of 128. A fresh dict per call."""
+    return {"tiny": Preset({"B": 2, "S": 3, "H": 24, "E": 2}, "float32", "CPU ranks, milliseconds"),
+            "bench": Preset({"B": 16, "S": 16, "H": 8, "E": 64}, "bfloat16",
+                            "PKB's shapes: 16 sequences of 16 tokens per rank, 8 heads of 64; latency-bound"),
+            "large": Preset({"B": 1, "S": 4096, "H": 32, "E": 128}, "bfloat16", HEADS_LARGE)}
+
+
+def ulysses_primitive(*, name: str, title: str, description: str, pkb_id: int, inputs: tuple[Input, ...],
+                      outputs: tuple[Output, ...], golden: Callable[[list[dict], World], list], collective: str,
+                      size: str, presets: dict[str, Preset], departures: tuple[str, ...] = ()) -> TaskSpec:
+    """A Ulysses primitive's TaskSpec: family, origin, dtypes, exact comparison and a one-collective cost."""
+    return TaskSpec(
+        name=name, title=title, description=description, family="sequence", pkb_id=pkb_id,
+        origin="DeepSpeed-Ulysses sequence parallelism, as VeOmni and verl write it (ulysses utils)",
+        parallelism="sequence parallel (Ulysses)", inputs=inputs, outputs=outputs, golden=golden,
+        cost=collective_cost(collective, size), tolerance_rule=EXACT, presets=presets, dtypes=DTYPES,
+        departures=(PREDICTABLE_SEEDS, *departures),
+    )
