@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from pkb_env.contract import Input, Output, Preset, TaskSpec, World
+from pkb_env.contract import Cost, CostContext, Input, Length, Output, Preset, TaskSpec, World
 from pkb_env.tasks._attention import PREDICTABLE_SEEDS
 from pkb_env.tasks._primitives import DTYPES, EXACT, collective_cost
 
@@ -27,13 +27,16 @@ def head_presets() -> dict[str, Preset]:
 
 
 def ulysses_primitive(*, name: str, title: str, description: str, pkb_id: int, inputs: tuple[Input, ...],
-                      outputs: tuple[Output, ...], golden: Callable[[list[dict], World], list], collective: str,
-                      size: str, presets: dict[str, Preset], departures: tuple[str, ...] = ()) -> TaskSpec:
-    """A Ulysses primitive's TaskSpec: family, origin, dtypes, exact comparison and a one-collective cost."""
+                      outputs: tuple[Output, ...], golden: Callable[[list[dict], World], list],
+                      presets: dict[str, Preset], collective: str = "", size: str = "",
+                      cost: Callable[[CostContext], Cost] | None = None, lengths: tuple[Length, ...] = (),
+                      departures: tuple[str, ...] = ()) -> TaskSpec:
+    """A Ulysses primitive's TaskSpec: family, origin, dtypes and exact comparison; the cost is one
+    `collective` over every rank with S the bytes of the declared tensor `size`, unless `cost` is given."""
     return TaskSpec(
         name=name, title=title, description=description, family="sequence", pkb_id=pkb_id,
         origin="DeepSpeed-Ulysses sequence parallelism, as VeOmni and verl write it (ulysses utils)",
         parallelism="sequence parallel (Ulysses)", inputs=inputs, outputs=outputs, golden=golden,
-        cost=collective_cost(collective, size), tolerance_rule=EXACT, presets=presets, dtypes=DTYPES,
-        departures=(PREDICTABLE_SEEDS, *departures),
+        cost=cost or collective_cost(collective, size), tolerance_rule=EXACT, presets=presets, dtypes=DTYPES,
+        lengths=lengths, departures=(PREDICTABLE_SEEDS, *departures),
     )

@@ -69,6 +69,8 @@ WRONG_ULYSSES = {
     ("ulysses_gather_heads_scatter_seq", "returns the sequence block of the next rank"): [
         ("    send = x.movedim(seq_dim, 0).contiguous()",
          "    send = x.movedim(seq_dim, 0).roll(-x.shape[seq_dim] // world, 0).contiguous()")],
+    ("ulysses_all_gather_variable", "concatenates the ranks' blocks in reverse order"): [
+        ("return torch.cat(parts)", "return torch.cat(parts[::-1])")],
     ("ulysses_attention", "attends over its own positions only (skips the first all-to-all)"): [
         ("    dist.all_to_all_single(recv, send, group=group)  # block s: rank s's positions of my heads\n"
          "    q, k, v = torch.cat(recv.chunk(world), dim=2)",
