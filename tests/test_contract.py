@@ -9,8 +9,8 @@ import torch
 
 from pkb_env.contract import (Bernoulli, Comm, Const, Cost, Custom, Exact, Expr, ExprError, Fixed, FromInputs, Group,
                               Integers, Length, Mesh, Normal, OneHot, Output, PerRank, Permutation, Positive, Preset,
-                              Rounded, Scalar, Sharded, Sum, TaskError, TaskSpec, Tensor, Tolerance, Uniform, UnitRows,
-                              rank_seeds)
+                              Relative, Rounded, Scalar, Sharded, Sum, TaskError, TaskSpec, Tensor, Tolerance, Uniform,
+                              UnitRows, rank_seeds)
 from pkb_env.contract.describe import input_lines, problem_lines
 from pkb_env.contract.io import show_shape
 from pkb_env.contract.mesh import SHARED, MeshError
@@ -305,6 +305,17 @@ def test_sum_rule_grows_with_the_number_of_terms_and_the_precision():
     fp32 = rule(torch.float32, {"K": 4096, "W": 8})
     assert fp32.atol < big.atol / 500 and fp32.rtol == 4 * 2 ** -24
     assert rule(torch.int64, {"K": 4, "W": 2}).exact
+
+
+def test_relative_rule_widens_rtol_in_its_accumulation_precision():
+    rule = Sum("K", 1, "float32") + Relative("E", "float32", what="dot products through exp")
+    fp32, bf16 = rule(torch.float32, {"K": 64, "E": 64}), rule(torch.bfloat16, {"K": 64, "E": 64})
+    assert fp32.rtol == pytest.approx((4 + 64) * 2 ** -24) and fp32.atol == pytest.approx(2 ** -24 * 64 ** 1.5)
+    assert bf16.rtol == pytest.approx(4 * 2 ** -8 + 64 * 2 ** -24)      # accumulated in fp32, not in bf16
+    assert "64 roundings in float32 relative to each value" in fp32.reason
+    assert Relative(3)(torch.bfloat16, {}).rtol == pytest.approx(7 * 2 ** -8)
+    with pytest.raises(ValueError, match="must be 'dtype' or 'float32'"):
+        Relative(3, "float64")
 
 
 def test_exact_and_fixed_rules():

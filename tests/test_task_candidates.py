@@ -27,7 +27,7 @@ def judge(env, task: str, source: str) -> dict:
 def assert_wrong_with_a_location(info: dict) -> None:
     assert info["verdict"] == "wrong", info["feedback"]
     first = info["feedback"].splitlines()[1]
-    assert re.match(r"rank \d, trial \d, output: \d+/\d+ elements differ \((beyond atol|exact match required)",
+    assert re.match(r"rank \d, trial \d, output(\[\d\])?: \d+/\d+ elements differ \((beyond atol|exact match required)",
                     first), first
     assert "first at [" in first and "expected" in first and "got" in first
 
@@ -54,14 +54,19 @@ WRONG_RING = {
 }
 
 
-WRONG_CAUSAL_RING = {
-    "passes the ring the wrong way": [("nxt, prv = dist.get_global_rank(group, (me + 1) % world), "
-                                       "dist.get_global_rank(group, (me - 1) % world)",
-                                       "prv, nxt = dist.get_global_rank(group, (me + 1) % world), "
-                                       "dist.get_global_rank(group, (me - 1) % world)")],
-    "attends to the first two blocks only": [("    for step in range(world):\n", "    for step in range(min(world, 2)):\n")],
+WRONG_CONTEXT = {
+    ("ring_attention", "passes the ring the wrong way"): [
+        ("nxt, prv = dist.get_global_rank(group, (me + 1) % world), dist.get_global_rank(group, (me - 1) % world)",
+         "prv, nxt = dist.get_global_rank(group, (me + 1) % world), dist.get_global_rank(group, (me - 1) % world)")],
+    ("ring_attention", "attends to the first two blocks only"): [
+        ("    for step in range(world):\n", "    for step in range(min(world, 2)):\n")],
+    ("ring_attention_pp", "hands the next stage its input instead of its output"): [
+        ("dist.send(out.cpu() if host_only else out,", "dist.send(h.cpu() if host_only else h,")],
+    ("ring_attention_backward_dp", "skips the data-parallel all-reduce"): [
+        ("        dist.all_reduce(g, group=dp_group)\n", "")],
+    ("ring_attention_backward_dp", "averages over the cp group instead of dp"): [
+        ("dist.all_reduce(g, group=dp_group)", "dist.all_reduce(g, group=cp_group)")],
 }
-
 
 WRONG_ULYSSES = {
     ("ulysses_gather_seq_scatter_heads", "lays the sequence blocks out in reverse rank order"): [
@@ -93,9 +98,9 @@ def test_wrong_ring_attention_is_judged_wrong(env4, name):
     assert_wrong_with_a_location(judge(env4, "ring_attention_tp", variant("ring_attention_tp", *WRONG_RING[name])))
 
 
-@pytest.mark.parametrize("name", WRONG_CAUSAL_RING)
-def test_wrong_causal_ring_is_judged_wrong(env4, name):
-    assert_wrong_with_a_location(judge(env4, "ring_attention", variant("ring_attention", *WRONG_CAUSAL_RING[name])))
+@pytest.mark.parametrize("task,name", WRONG_CONTEXT)
+def test_wrong_context_parallel_attention_is_judged_wrong(env4, task, name):
+    assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_CONTEXT[task, name])))
 
 
 def test_a_candidate_that_builds_its_own_groups_in_every_call_is_correct(env4):

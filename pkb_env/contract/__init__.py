@@ -12,8 +12,8 @@ A task writer imports from here only:
    Inputs, outputs, tolerances, meshes and costs are declarations (v1 had a free-text input description,
    one tolerance per dtype, and one `Traffic` per task).
 .. versionchanged:: 0.2
-   `Length` (ragged sizes drawn per call, per rank) and `FromInputs` (inputs computed from a rank's earlier
-   inputs, such as a forward's saved statistics).
+   `Length` (ragged sizes drawn per call, per rank), `FromInputs` (inputs computed from a rank's earlier
+   inputs, such as a forward's saved statistics) and `Relative` (rounding that scales with each value).
 """
 from pkb_env.contract.cost import COLLECTIVES, Comm, Compute, Cost, CostModel, Peaks
 from pkb_env.contract.distributions import (Bernoulli, Custom, Distribution, FromInputs, Integers, Normal, OneHot,
@@ -25,7 +25,7 @@ from pkb_env.contract.io import (DTYPES, TASK_DTYPE, Const, Group, Input, Length
                                  Sharded, Tensor)
 from pkb_env.contract.mesh import FLAT, GroupCache, GroupInfo, Mesh, MeshLayout, build_groups
 from pkb_env.contract.spec import CostContext, Preset, TaskError, TaskSpec, World, WorldSizes
-from pkb_env.contract.tolerance import EXACT, Check, Exact, Fixed, Rounded, Rule, Sum, Tolerance
+from pkb_env.contract.tolerance import EXACT, Check, Exact, Fixed, Relative, Rounded, Rule, Sum, Tolerance
 
 __all__ = [
     "COLLECTIVES", "Comm", "Compute", "Cost", "CostModel", "Peaks",
@@ -34,5 +34,5 @@ __all__ = [
     "DTYPES", "TASK_DTYPE", "Const", "Group", "Input", "Length", "Output", "PerRank", "Replicated", "Scalar", "Sharded",
     "Tensor", "FLAT", "GroupCache", "GroupInfo", "Mesh", "MeshLayout", "build_groups",
     "CostContext", "Preset", "TaskError", "TaskSpec", "World", "WorldSizes",
-    "EXACT", "Check", "Exact", "Fixed", "Rounded", "Rule", "Sum", "Tolerance",
+    "EXACT", "Check", "Exact", "Fixed", "Relative", "Rounded", "Rule", "Sum", "Tolerance",
 ]

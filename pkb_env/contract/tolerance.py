@@ -17,7 +17,11 @@ The model (u = unit roundoff of the precision, 2^-8 for bf16, 2^-11 fp16, 2^-24 
   combined (partial GEMM results stored in bf16 before an all-reduce): each error is below u times its
   value; their sum stays below u*s*(n + 5*sqrt(n)) for all but a few-in-a-million elements.
   atol += u * s * (n + 5 * sqrt(n)).
-* Every float rule keeps rtol = 4u: both algorithms round the final value once (one ulp each, and an
+* `Relative(terms=n, accumulate=...)`: errors that scale with each value itself rather than with an RMS:
+  n roundings in `accumulate` precision carried multiplicatively into the output (a softmax's exp of a
+  rounded score, products of rounded factors), so the largest values carry the largest errors.
+  rtol += u_acc * n, no atol.
+* Every float rule keeps rtol >= 4u: both algorithms round the final value once (one ulp each, and an
   ulp is at most 2u relative).
 * `Fixed({dtype: Tolerance})` for error that has no such model (iterative methods), with the measured
   reason; `Exact(reason)` for data movement, integer and boolean outputs.
@@ -105,10 +109,14 @@ class Exact(Rule):
 
 
 class _Float(Rule):
-    """A rule contributing an atol term; every float rule keeps rtol = 4u of the task dtype."""
+    """A rule contributing an atol term; every float rule keeps rtol >= 4u of the task dtype."""
 
     def atol(self, dtype: torch.dtype, env: Mapping[str, float]) -> tuple[float, str]:
         raise NotImplementedError
+
+    def rtol(self, dtype: torch.dtype, env: Mapping[str, float]) -> float:
+        """What this rule adds to the 4u every float rule keeps (Relative's errors; none for the others)."""
+        return 0.0
 
     def __call__(self, dtype, env):
         return Combined((self,))(dtype, env)
@@ -152,6 +160,32 @@ class Rounded(_Float):
         return f"{self.what or 'intermediates'}: {show(self.terms)} values of RMS {show(self.magnitude)} rounded once"
 
 
+class Relative(_Float):
+    """`terms` roundings in `accumulate` precision that reach the output in proportion to each value."""
+
+    def __init__(self, terms: Size, accumulate: str = "dtype", what: str = ""):
+        if accumulate not in ("dtype", "float32"):
+            raise ValueError(f"Relative(accumulate=...) must be 'dtype' or 'float32', got {accumulate!r}")
+        self.terms, self.accumulate, self.what = as_expr(terms), accumulate, what
+
+    def _value(self, dtype, env) -> tuple[float, torch.dtype]:
+        wider = unit_roundoff(dtype) < unit_roundoff(torch.float32)
+        acc = dtype if self.accumulate == "dtype" or wider else torch.float32
+        return unit_roundoff(acc) * self.terms.real(env), acc
+
+    def atol(self, dtype, env):
+        value, acc = self._value(dtype, env)
+        return 0.0, (f"{self.what or 'relative errors'}: {self.terms.real(env):g} roundings in {_name(acc)} "
+                     f"relative to each value -> rtol += u*n = {value:.3g}")
+
+    def rtol(self, dtype, env):
+        return self._value(dtype, env)[0]
+
+    def describe(self) -> str:
+        return (f"{self.what or 'relative errors'}: {show(self.terms)} roundings "
+                f"({'the dtype' if self.accumulate == 'dtype' else 'fp32'}) relative to each value")
+
+
 @dataclass(frozen=True)
 class Combined(Rule):
     parts: tuple[Rule, ...]
@@ -164,12 +198,13 @@ class Combined(Rule):
             return exact[0](dtype, env)
         if not (dtype.is_floating_point or dtype.is_complex):
             return Tolerance(0.0, 0.0, "integer outputs are compared exactly")
-        atol, rtol, reasons = 0.0, 0.0, []
+        atol, rtol, relative, reasons = 0.0, 0.0, 0.0, []
         for part in self.parts:
             if isinstance(part, _Float):
                 value, why = part.atol(dtype, env)
                 atol += value
                 rtol = max(rtol, 4 * unit_roundoff(dtype))
+                relative += part.rtol(dtype, env)
                 reasons.append(why)
             else:
                 tol = part(dtype, env)
@@ -178,7 +213,7 @@ class Combined(Rule):
         u = unit_roundoff(dtype)
         reasons.append(f"rtol 4u = {4 * u:.3g} (u = {_ROUNDOFF_TEXT.get(u, f'{u:.3g}')}): both results "
                        f"rounded to {_name(dtype)} once")
-        return Tolerance(atol, rtol, "; ".join(reasons))
+        return Tolerance(atol, rtol + relative, "; ".join(reasons))
 
     def describe(self) -> str:
         return " + ".join(p.describe() for p in self.parts)
