@@ -21,15 +21,16 @@ PREDICTABLE_SEEDS = ("inputs come from secret per-trial seeds; PKB seeds each ra
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
-              causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(q k^T * scale) v for every batch and head of full-sequence (B, S, H, E) tensors, in float64.
+              causal: bool = False, precision: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q k^T * scale) v for every batch and head of full-sequence (B, S, H, E) tensors, computed in
+    `precision` (float64 for goldens).
 
     Returns (out (B, S, H, E), lse (B, H, S)): lse is each query's log-sum-exp of its visible scores, what
     FlashAttention's forward saves for its backward. `scale` None means 1/sqrt(E).
     """
-    scores, scale = _scores(q, k, scale, causal)
+    scores, scale = _scores(q, k, scale, causal, precision)
     lse = torch.logsumexp(scores, dim=-1)
-    out = torch.exp(scores - lse[..., None]) @ v.double().transpose(1, 2)
+    out = torch.exp(scores - lse[..., None]) @ v.to(precision).transpose(1, 2)
     return out.transpose(1, 2), lse
 
 
@@ -48,12 +49,13 @@ def attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
     return dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)
 
 
-def _scores(q: torch.Tensor, k: torch.Tensor, scale: float | None, causal: bool) -> tuple[torch.Tensor, float]:
+def _scores(q: torch.Tensor, k: torch.Tensor, scale: float | None, causal: bool,
+            precision: torch.dtype = torch.float64) -> tuple[torch.Tensor, float]:
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    scores = (q.double().transpose(1, 2) @ k.double().transpose(1, 2).transpose(-1, -2)) * scale
+    scores = (q.to(precision).transpose(1, 2) @ k.to(precision).transpose(1, 2).transpose(-1, -2)) * scale
     if causal:
         seq = q.shape[1]
-        scores = scores.masked_fill(torch.ones(seq, seq, dtype=torch.bool).triu(1), -math.inf)
+        scores = scores.masked_fill(torch.ones(seq, seq, dtype=torch.bool, device=q.device).triu(1), -math.inf)
     return scores, scale
 
 
