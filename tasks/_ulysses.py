@@ -26,6 +26,12 @@ def head_presets() -> dict[str, Preset]:
             "large": Preset({"B": 1, "S": 4096, "H": 32, "E": 128}, "bfloat16", HEADS_LARGE)}
 
 
+def relayout(inputs: list[dict], world: World) -> list:
+    """The golden of a pure layout change: the global tensor `x` is assembled from the ranks' blocks and
+    handed out again by the output's layout (all of it, or another axis's blocks)."""
+    return world.distribute(world.assemble(inputs, "x"), "out")
+
+
 def ulysses_primitive(*, name: str, title: str, description: str, pkb_id: int, inputs: tuple[Input, ...],
                       outputs: tuple[Output, ...], golden: Callable[[list[dict], World], list],
                       presets: dict[str, Preset], collective: str = "", size: str = "",

@@ -6,11 +6,7 @@ or read peers' blocks from symmetric memory).
 """
 from pkb_env.contract import Group, Output, Replicated, Sharded, Tensor
 from pkb_env.tasks._primitives import presets
-from pkb_env.tasks._ulysses import ulysses_primitive
-
-
-def golden(inputs, world):
-    return world.distribute(world.assemble(inputs, "x"), "out")
+from pkb_env.tasks._ulysses import relayout, ulysses_primitive
 
 
 SPEC = ulysses_primitive(
@@ -24,7 +20,7 @@ SPEC = ulysses_primitive(
         Group("group", "world"),
     ),
     outputs=(Output("out", ("W * M", "N"), layout=Replicated(), doc="rows r*M to (r+1)*M-1 are rank r's x"),),
-    golden=golden,
+    golden=relayout,
     collective="all_gather", size="out",
     presets=presets("2 MiB in per rank"),
 )

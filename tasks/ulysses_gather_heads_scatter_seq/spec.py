@@ -6,11 +6,7 @@ moving each element once (send sequence blocks straight from x, receive into str
 fusing the exchange with the attention that produces x or the projection that consumes the result.
 """
 from pkb_env.contract import Const, Group, Output, Preset, Sharded, Tensor
-from pkb_env.tasks._ulysses import HEADS_LARGE, ulysses_primitive
-
-
-def golden(inputs, world):
-    return world.distribute(world.assemble(inputs, "x"), "out")
+from pkb_env.tasks._ulysses import HEADS_LARGE, relayout, ulysses_primitive
 
 
 SPEC = ulysses_primitive(
@@ -28,7 +24,7 @@ SPEC = ulysses_primitive(
     ),
     outputs=(Output("out", ("B", "S", "W * H", "E"), layout=Sharded(1),
                     doc="this rank's block of positions, every head"),),
-    golden=golden,
+    golden=relayout,
     collective="all_to_all", size="x",
     presets={"tiny": Preset({"B": 2, "S": 24, "H": 2, "E": 2}, "float32", "CPU ranks, milliseconds"),
              "bench": Preset({"B": 16, "S": 16, "H": 8, "E": 64}, "bfloat16",
