@@ -83,6 +83,24 @@ WRONG_CAUSAL_RING = {
 }
 
 
+WRONG_VOCAB = {
+    "vocab_parallel_cross_entropy": {
+        "skips the all-reduce of the target's logit": [
+            ("    dist.all_reduce(predicted, op=dist.ReduceOp.SUM, group=group)\n", "")],
+        "takes the next rank's vocabulary block": [(
+            "    start = rank * local_vocab\n",
+            "    start = (rank + 1) % dist.get_world_size(group) * local_vocab\n")],
+        "shifts by its own maximum (skips the MAX all-reduce)": [
+            ("    dist.all_reduce(logits_max, op=dist.ReduceOp.MAX, group=group)\n", "")],
+    },
+}
+
+
+@pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_VOCAB.items() for n in wrongs])
+def test_wrong_vocab_parallel_candidates_are_judged_wrong(env4, task, name):
+    assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_VOCAB[task][name])))
+
+
 @pytest.mark.parametrize("name", WRONG_GEMM)
 def test_wrong_gemm_allreduce_is_judged_wrong(env4, name):
     assert_wrong_with_a_location(judge(env4, "gemm_allreduce", variant("gemm_allreduce", *WRONG_GEMM[name])))
