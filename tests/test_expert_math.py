@@ -72,17 +72,25 @@ def allowed(task: str, preset: str, world: int) -> bool:
 
 # -- all-gather + GEMM ---------------------------------------------------------------------------------
 
+# Both paths of the GEMM experts: the default chunk size keeps these sizes on the small path (one cat or one
+# add); a 64-byte chunk sends them down the pipelined path (split-K terms, several row chunks).
+PATHS = {"small": None, "pipelined": 64}
+
+
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype,preset,world", CASES)
-def test_allgather_gemm_split_k_over_ranks_matches_the_golden(dtype, preset, world):
+def test_allgather_gemm_matches_the_golden(dtype, preset, world, path):
     if not allowed("allgather_gemm", preset, world):
         pytest.skip(f"allgather_gemm does not take W={world} at {preset}")
     mod = expert("allgather_gemm")
-    mod.CHUNK_BYTES = 64                              # several row chunks even at tiny sizes
+    mod.CHUNK_BYTES = PATHS[path] or mod.CHUNK_BYTES
     inputs = rank_inputs("allgather_gemm", world, dtype, preset)
     blocks = [args["A"] for args in inputs]
     got = [mod.gemm_of_blocks(blocks, inputs[r]["B"], r, world) for r in range(world)]
     assert not mismatches("allgather_gemm", world, dtype, preset, inputs, got)
 
+    rows, width = blocks[0].shape
+    assert (len(mod.row_chunks(rows, width * blocks[0].element_size())) > 1) == (path == "pipelined")
     # a peer's block multiplied by the wrong rows of B (its neighbour's K-block) must be caught
     wrong = [torch.mm(blocks[r], mod.k_block(inputs[r]["B"], r, blocks[r].shape[1])) for r in range(world)]
     for r in range(world):
@@ -120,17 +128,20 @@ def test_large_gemms_are_pulled_in_chunks_of_at_least_chunk_bytes():
 
 # -- GEMM + reduce-scatter -----------------------------------------------------------------------------
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype,preset,world", CASES)
-def test_gemm_reducescatter_epilogue_reduction_matches_the_golden(dtype, preset, world):
+def test_gemm_reducescatter_matches_the_golden(dtype, preset, world, path):
     if not allowed("gemm_reducescatter", preset, world):
         pytest.skip(f"gemm_reducescatter does not take W={world} at {preset}")
     mod = expert("gemm_reducescatter")
-    mod.CHUNK_BYTES = 64
+    mod.CHUNK_BYTES = PATHS[path] or mod.CHUNK_BYTES
     inputs = rank_inputs("gemm_reducescatter", world, dtype, preset)
     blocks = [(args["A"], args["B"]) for args in inputs]
     got = [mod.gemm_of_blocks(blocks, r, world) for r in range(world)]
     assert not mismatches("gemm_reducescatter", world, dtype, preset, inputs, got)
 
+    rows, n = inputs[0]["A"].shape[0] // world, inputs[0]["B"].shape[1]
+    assert (len(mod.row_chunks(rows, n * inputs[0]["B"].element_size())) > 1) == (path == "pipelined")
     # rank r pulling the partial the peer made for the NEXT rank's rows must be caught
     shifted = [mod.gemm_of_blocks(blocks, (r + 1) % world, world) for r in range(world)]
     assert mismatches("gemm_reducescatter", world, dtype, preset, inputs, shifted)

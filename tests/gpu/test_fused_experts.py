@@ -7,7 +7,9 @@ reduce-scatter, TP RMSNorm, ring attention, vocab-parallel cross entropy), throu
   floor at datasheet peaks (a datasheet fraction above 1 means the cost model is wrong). The speedup and
   both roofline fractions are printed (`-s`), beside the reference's own fraction.
 * Emulated ranks (one GPU or more), world size 4 at `bench` in bfloat16: the paths a world size above 2
-  takes (three peers to pull from, the reduce-scatter's staging blocks, a ring of four).
+  takes (three peers to pull from, the reduce-scatter's staging blocks, a ring of four); the GEMM experts
+  also with a chunk size small enough to send bench shapes down their pipelined path (side stream,
+  copy-engine chunks, a barrier per chunk), which on real GPUs only `large` takes.
 Speed is measured, not asserted: benchmarks/multi_gpu.py records it (docs/multi_gpu.md).
 """
 from __future__ import annotations
@@ -87,5 +89,18 @@ def emulated4():
 def test_fused_expert_on_four_emulated_ranks(emulated4, task):
     emulated4.reset(options={"task": task})
     _, _, _, _, info = emulated4.step(expert(task))
+    assert info["correct"], info["feedback"]
+    assert info["record"].run.trials >= 2, "back-to-back calls on the same buffers were not exercised"
+
+
+PIPELINED = ("CHUNK_BYTES = 8 << 20", "CHUNK_BYTES = 64 << 10")  # bench blocks at W=4: 256-512 KiB, 4 chunks
+
+
+@pytest.mark.parametrize("task", ["allgather_gemm", "gemm_reducescatter"])
+def test_pipelined_gemm_experts_on_four_emulated_ranks(emulated4, task):
+    source = expert(task)
+    assert PIPELINED[0] in source, f"{task}: the chunk size line moved; update PIPELINED"
+    emulated4.reset(options={"task": task})
+    _, _, _, _, info = emulated4.step(source.replace(*PIPELINED))
     assert info["correct"], info["feedback"]
     assert info["record"].run.trials >= 2, "back-to-back calls on the same buffers were not exercised"
