@@ -3,9 +3,9 @@ direct NCCL measurement; repeatability of the times a policy is rewarded on.
 
     python benchmarks/multi_gpu.py --presets bench large --steps 3 --markdown docs/multi_gpu.md
 
-For each preset and task (tasks without that preset are skipped): one step of the reference, then
-`--steps` steps of the expert (agents/experts/<task>.py), each in a fresh candidate generation as in
-training. Reported per row: the reference's time per call, the expert's median over steps and its
+For each preset and task (tasks without that preset are skipped): one step of the reference (unless
+`--skip-reference-step`), then `--steps` steps of the expert (agents/experts/<task>.py), each in a fresh
+candidate generation as in training. Reported per row: the reference's time per call, the expert's median over steps and its
 max/min (repeatability), the speedup, the expert's bus bandwidth (nccl-tests' definition), its fraction of
 the calibrated roofline and of the datasheet roofline, the dominant term of the bound, and the reference's
 own fraction of the calibrated roofline (the cost model's sanity: both must stay at or below 1).
@@ -44,6 +44,9 @@ def main() -> int:
     parser.add_argument("--tasks", nargs="+", default=sorted(p.stem for p in EXPERTS.glob("*.py")),
                         help="default: the tasks with an expert in agents/experts")
     parser.add_argument("--steps", type=int, default=3, help="expert steps per task and preset")
+    parser.add_argument("--skip-reference-step", action="store_true",
+                        help="no step of the reference itself (the expert's step still times the reference and "
+                             "checks against its outputs; saves a generation per task and preset)")
     parser.add_argument("--json", default=None)
     parser.add_argument("--markdown", default=None)
     args = parser.parse_args()
@@ -61,7 +64,7 @@ def main() -> int:
             isolation = env.unwrapped.executor.isolation()
             for task in tqdm([t for t in args.tasks if preset in load_task(t).presets],
                              desc=f"{preset} x{args.world_size}", unit="task"):
-                rows.append(measure(env, task, preset, args.steps))
+                rows.append(measure(env, task, preset, args.steps, not args.skip_reference_step))
             calibration = env.unwrapped.judge.calibration()
         finally:
             env.close()
@@ -87,10 +90,11 @@ def main() -> int:
     return 0
 
 
-def measure(env, task: str, preset: str, steps: int) -> dict:
+def measure(env, task: str, preset: str, steps: int, reference_step: bool = True) -> dict:
     obs, _ = env.reset(options={"task": task})
-    _, _, _, _, info = env.step(obs["reference"])
-    assert info["correct"], f"{task} reference: {info['feedback']}"
+    if reference_step:
+        _, _, _, _, info = env.step(obs["reference"])
+        assert info["correct"], f"{task} reference: {info['feedback']}"
     expert = (EXPERTS / f"{task}.py").read_text()
     times, records = [], []
     for _ in range(steps):
