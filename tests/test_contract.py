@@ -328,6 +328,23 @@ def test_ulps_rule_allows_steps_of_a_fixed_dtype_whatever_the_task_dtype():
         Ulps(1, "fp8")
 
 
+def test_rtol_follows_the_outputs_dtype_and_atol_the_tasks():
+    """An fp32 output of a bf16 task (a loss of bf16 logits) is rounded last in fp32: its rtol is fp32's, its
+    atol terms stay what the rule says; integer outputs of a float task are exact."""
+    rule = Sum("K", 1, "float32") + Rounded("W", "sqrt(K)")
+    env = {"K": 4096, "W": 8}
+    bf16, fp32_out = rule(torch.bfloat16, env), rule(torch.bfloat16, env, torch.float32)
+    assert bf16.rtol == 4 * 2 ** -8 and fp32_out.rtol == 4 * 2 ** -24 and fp32_out.atol == bf16.atol
+    assert "rounded to float32 once" in fp32_out.reason
+    assert rule(torch.bfloat16, env, torch.int64).exact
+    spec = make_spec(outputs=(Output("y", ("N", "K"), layout=Sharded(1, over="tp")),
+                              Output("loss", ("N",), dtype="float32")))
+    dims = {"N": 64, "K": 1024}
+    assert spec.tolerance("bfloat16", dims, 4, "y").rtol == 4 * 2 ** -8
+    assert spec.tolerance("bfloat16", dims, 4, "loss").rtol == 4 * 2 ** -24
+    assert spec.tolerance("bfloat16", dims, 4).rtol == 4 * 2 ** -8   # no output named: the task dtype
+
+
 def test_exact_and_fixed_rules():
     assert Exact("moves bytes")(torch.bfloat16, {}).exact
     fixed = Fixed({"bfloat16": Tolerance(0.1, 0.01, "measured 0.04 over 100 trials")})

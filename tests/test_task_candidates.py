@@ -88,6 +88,33 @@ def test_wrong_tensor_parallel_candidates_are_judged_wrong(env4, name):
     assert_wrong_with_a_location(judge(env4, task, variant(task, *edits)))
 
 
+WRONG_CAUSAL_RING = {
+    "passes the ring the wrong way": [("nxt, prv = dist.get_global_rank(group, (me + 1) % world), "
+                                       "dist.get_global_rank(group, (me - 1) % world)",
+                                       "prv, nxt = dist.get_global_rank(group, (me + 1) % world), "
+                                       "dist.get_global_rank(group, (me - 1) % world)")],
+    "attends to the first two blocks only": [("    for step in range(world):\n", "    for step in range(min(world, 2)):\n")],
+}
+
+
+WRONG_VOCAB = {
+    "vocab_parallel_cross_entropy": {
+        "skips the all-reduce of the target's logit": [
+            ("    dist.all_reduce(predicted, op=dist.ReduceOp.SUM, group=group)\n", "")],
+        "takes the next rank's vocabulary block": [(
+            "    start = rank * local_vocab\n",
+            "    start = (rank + 1) % dist.get_world_size(group) * local_vocab\n")],
+        "shifts by its own maximum (skips the MAX all-reduce)": [
+            ("    dist.all_reduce(logits_max, op=dist.ReduceOp.MAX, group=group)\n", "")],
+    },
+}
+
+
+@pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_VOCAB.items() for n in wrongs])
+def test_wrong_vocab_parallel_candidates_are_judged_wrong(env4, task, name):
+    assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_VOCAB[task][name])))
+
+
 @pytest.mark.parametrize("name", WRONG_GEMM)
 def test_wrong_gemm_allreduce_is_judged_wrong(env4, name):
     assert_wrong_with_a_location(judge(env4, "gemm_allreduce", variant("gemm_allreduce", *WRONG_GEMM[name])))
@@ -96,6 +123,11 @@ def test_wrong_gemm_allreduce_is_judged_wrong(env4, name):
 @pytest.mark.parametrize("name", WRONG_RING)
 def test_wrong_ring_attention_is_judged_wrong(env4, name):
     assert_wrong_with_a_location(judge(env4, "ring_attention_tp", variant("ring_attention_tp", *WRONG_RING[name])))
+
+
+@pytest.mark.parametrize("name", WRONG_CAUSAL_RING)
+def test_wrong_causal_ring_is_judged_wrong(env4, name):
+    assert_wrong_with_a_location(judge(env4, "ring_attention", variant("ring_attention", *WRONG_CAUSAL_RING[name])))
 
 
 def test_a_candidate_that_builds_its_own_groups_in_every_call_is_correct(env4):

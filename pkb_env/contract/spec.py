@@ -203,14 +203,15 @@ class TaskSpec:
     # -- outputs and tolerances -----------------------------------------------------------------------
     def tolerance(self, dtype: str, dims: Mapping[str, int], world_size: int,
                   output: str | None = None) -> Tolerance:
-        """The closeness a correct answer must reach for `output` (default: the task's float outputs)."""
-        rule = self.tolerance_rule
+        """The closeness a correct answer must reach for `output` (default: the task's rule at the task
+        dtype); an output of another dtype than the task's (an fp32 loss) is rounded last in its own."""
+        rule, output_dtype = self.tolerance_rule, None
         if output is not None:
             decl = self._output(output)
             if decl.compare != "close":
                 return EXACT
-            rule = decl.tolerance or rule
-        return rule(DTYPES[dtype], self.env(dims, world_size))
+            rule, output_dtype = decl.tolerance or rule, resolve_dtype(decl.dtype, dtype)
+        return rule(DTYPES[dtype], self.env(dims, world_size), output_dtype)
 
     def output_checks(self, dtype: str, dims: Mapping[str, int], world_size: int) -> dict[str, Check]:
         """How each output path is compared: its tolerance, and whether rows may come in any order."""

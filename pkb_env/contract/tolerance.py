@@ -23,8 +23,9 @@ The model (u = unit roundoff of the precision, 2^-8 for bf16, 2^-11 fp16, 2^-24 
   random sign, so they add in quadrature to RMS u*s*sqrt(n/3); atol += 4*u*s*sqrt(n), about seven
   standard deviations. (`Rounded` is the coherent worst case, n*u*s, too loose once n is in the
   thousands: it would pass a result missing a rank's share.)
-* Every float rule keeps rtol = 4u: both algorithms round the final value once (one ulp each, and an
-  ulp is at most 2u relative).
+* Every float rule keeps rtol = 4u of the OUTPUT's dtype: both algorithms round the final value to it
+  once (one ulp each, and an ulp is at most 2u relative). An fp32 loss computed from bf16 logits gets
+  the fp32 rtol; the atol terms keep the task dtype (or the precision they name).
 * `Ulps(n, dtype)` for outputs stored in a fixed precision that is not the task's (fp8 quantised values,
   fp32 scales): two correct algorithms may land up to n representable steps apart (a rounding
   midpoint crossed by the last bit of the input to the rounding). atol = n subnormal steps of that
@@ -86,9 +87,14 @@ def unit_roundoff(dtype: torch.dtype) -> float:
 
 
 class Rule:
-    """A tolerance as a function of the task dtype and the sizes (dims, W and mesh sizes)."""
+    """A tolerance as a function of the task dtype and the sizes (dims, W and mesh sizes).
 
-    def __call__(self, dtype: torch.dtype, env: Mapping[str, float]) -> Tolerance:
+    `output_dtype` is the dtype of the output being compared when it is not the task dtype (an fp32 loss
+    of bf16 logits): the final rounding, and so the rtol, is in it. None means the task dtype.
+    """
+
+    def __call__(self, dtype: torch.dtype, env: Mapping[str, float],
+                 output_dtype: torch.dtype | None = None) -> Tolerance:
         raise NotImplementedError
 
     def describe(self) -> str:
@@ -107,7 +113,7 @@ def _parts(rule: Rule) -> tuple[Rule, ...]:
 class Exact(Rule):
     reason: str = EXACT.reason
 
-    def __call__(self, dtype, env):
+    def __call__(self, dtype, env, output_dtype=None):
         return Tolerance(0.0, 0.0, self.reason)
 
     def describe(self) -> str:
@@ -120,8 +126,8 @@ class _Float(Rule):
     def atol(self, dtype: torch.dtype, env: Mapping[str, float]) -> tuple[float, str]:
         raise NotImplementedError
 
-    def __call__(self, dtype, env):
-        return Combined((self,))(dtype, env)
+    def __call__(self, dtype, env, output_dtype=None):
+        return Combined((self,))(dtype, env, output_dtype)
 
 
 class Sum(_Float):
@@ -193,8 +199,8 @@ class Ulps(Rule):
                              f"got {dtype!r}")
         self.steps, self.dtype, self.what = steps, dtype, what
 
-    def __call__(self, dtype, env):
-        target = getattr(torch, self.dtype) if self.dtype is not None else dtype
+    def __call__(self, dtype, env, output_dtype=None):
+        target = getattr(torch, self.dtype) if self.dtype is not None else (output_dtype or dtype)
         if not target.is_floating_point:
             return Tolerance(0.0, 0.0, "integer outputs are compared exactly")
         info = torch.finfo(target)
@@ -212,28 +218,29 @@ class Ulps(Rule):
 class Combined(Rule):
     parts: tuple[Rule, ...]
 
-    def __call__(self, dtype, env):
+    def __call__(self, dtype, env, output_dtype=None):
         exact = [p for p in self.parts if isinstance(p, Exact)]
         if exact:
             if len(self.parts) > 1:
                 raise ValueError("an Exact rule cannot be combined with float rules")
             return exact[0](dtype, env)
-        if not (dtype.is_floating_point or dtype.is_complex):
+        final = output_dtype or dtype
+        if not (dtype.is_floating_point or dtype.is_complex) or not (final.is_floating_point or final.is_complex):
             return Tolerance(0.0, 0.0, "integer outputs are compared exactly")
         atol, rtol, reasons = 0.0, 0.0, []
+        u = unit_roundoff(final)
         for part in self.parts:
             if isinstance(part, _Float):
                 value, why = part.atol(dtype, env)
                 atol += value
-                rtol = max(rtol, 4 * unit_roundoff(dtype))
+                rtol = max(rtol, 4 * u)
                 reasons.append(why)
             else:
-                tol = part(dtype, env)
+                tol = part(dtype, env, output_dtype)
                 atol, rtol = atol + tol.atol, max(rtol, tol.rtol)
                 reasons.append(tol.reason)
-        u = unit_roundoff(dtype)
         reasons.append(f"rtol 4u = {4 * u:.3g} (u = {_ROUNDOFF_TEXT.get(u, f'{u:.3g}')}): both results "
-                       f"rounded to {_name(dtype)} once")
+                       f"rounded to {_name(final)} once")
         return Tolerance(atol, rtol, "; ".join(reasons))
 
     def describe(self) -> str:
@@ -246,7 +253,7 @@ class Fixed(Rule):
 
     by_dtype: Mapping[str, Tolerance]
 
-    def __call__(self, dtype, env):
+    def __call__(self, dtype, env, output_dtype=None):
         name = _name(dtype)
         if name not in self.by_dtype:
             raise ValueError(f"Fixed tolerance has no entry for {name}; it covers {sorted(self.by_dtype)}")
