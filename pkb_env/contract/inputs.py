@@ -90,7 +90,7 @@ def make_inputs(declared: Sequence[Input], ctx: InputContext, lengths: Sequence[
         elif isinstance(decl, Scalar):
             args.append(decl.dist.scalar(ctx.generator(decl.layout.scope(ctx.layout), decl.name), env))
         elif isinstance(decl, Const):
-            args.append(decl.resolve(env))
+            args.append(decl.resolve(env, ctx.dtype))
         elif isinstance(decl, Group):
             args.append(_group(decl, ctx))
         else:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from pkb_env.contract.cost import Cost, CostModel
+from pkb_env.contract.cost import COLLECTIVES, Comm, Cost, CostModel
 from pkb_env.contract.expr import ExprError
 from pkb_env.contract.families import FAMILIES
 from pkb_env.contract.inputs import InputContext, RankSeeds, make_inputs, size_env
@@ -244,14 +244,15 @@ class TaskSpec:
     # -- outputs and tolerances -----------------------------------------------------------------------
     def tolerance(self, dtype: str, dims: Mapping[str, int], world_size: int,
                   output: str | None = None) -> Tolerance:
-        """The closeness a correct answer must reach for `output` (default: the task's float outputs)."""
-        rule = self.tolerance_rule
+        """The closeness a correct answer must reach for `output` (default: the task's rule at the task
+        dtype); an output of another dtype than the task's (an fp32 loss) is rounded last in its own."""
+        rule, output_dtype = self.tolerance_rule, None
         if output is not None:
             decl = self._output(output)
             if decl.compare != "close":
                 return EXACT
-            rule = decl.tolerance or rule
-        return rule(DTYPES[dtype], self.env(dims, world_size))
+            rule, output_dtype = decl.tolerance or rule, resolve_dtype(decl.dtype, dtype)
+        return rule(DTYPES[dtype], self.env(dims, world_size), output_dtype)
 
     def output_checks(self, dtype: str, dims: Mapping[str, int], world_size: int) -> dict[str, Check]:
         """How each output path is compared: its tolerance, and whether rows may come in any order."""
@@ -368,6 +369,24 @@ class CostContext(Sized):
         names = [d.name for d in (*self.spec.inputs, *self.spec.outputs)
                  if isinstance(d, (Tensor, Output)) and d.shape is not None]
         return sum(self.nbytes(n) for n in names)
+
+    def bus_bytes(self, comms: Sequence[Comm]) -> float:
+        """Bytes the busiest rank moves one way for `comms` at this size (S times each bus factor)."""
+        total = 0.0
+        for comm in comms:
+            n = self[comm.group]
+            total += comm.size_bytes * COLLECTIVES[comm.collective].bus_factor(n) if n > 1 else 0.0
+        return total
+
+    def cheapest(self, *options: Sequence[Comm]) -> tuple[Comm, ...]:
+        """The option, a sequence of Comm terms, that moves the fewest bytes at this size.
+
+        Where a task can be done by moving data or by moving work (gather the operands, or exchange
+        partial results), the lower bound is the cheaper one, whichever the reference does; which one is
+        cheaper depends on the sizes, so the cost function declares both and this picks."""
+        if not options:
+            raise ValueError("cheapest() needs at least one option (a tuple of Comm terms)")
+        return tuple(min(options, key=self.bus_bytes))
 
 
 @dataclass(frozen=True)
