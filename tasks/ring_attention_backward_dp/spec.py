@@ -115,14 +115,14 @@ SPEC = TaskSpec(
         "tiny": Preset({"B": 2, "S": 12, "H": 2, "E": 8}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"B": 16, "S": 16, "H": 8, "E": 64}, "bfloat16",
                         "PKB's shapes: (16, 16/cp, 8, 64) per rank; latency-bound"),
-        "large": Preset({"B": 4, "S": 2048, "H": 16, "E": 128}, "bfloat16",
-                        "16 MiB blocks at cp=2, where the rings' and the dp average's transfers and the block "
+        "large": Preset({"B": 2, "S": 2048, "H": 16, "E": 128}, "bfloat16",
+                        "8 MiB blocks at cp=2, where the rings' and the dp average's transfers and the block "
                         "matmuls take about as long (at H200 datasheet peaks)"),
     },
     dtypes=("float32", "bfloat16", "float16"),
     departures=(
         PREDICTABLE_SEEDS,
-        "a `large` preset (4 sequences of 2048, 16 heads of 128) where the transfers and the block matmuls "
+        "a `large` preset (2 sequences of 2048, 16 heads of 128) where the transfers and the block matmuls "
         "take about as long, so overlap decides the time",
     ),
 )
