@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from pkb_env.contract import (Bernoulli, Comm, Const, Cost, CostContext, Custom, Exact, Expr, ExprError, Fixed,
-                              Group, Integers, Mesh, Normal, OneHot, Output, PerRank, Permutation, Positive, Preset,
-                              Propagated, Rounded, Scalar, Sharded, Sum, TaskError, TaskSpec, Tensor, Tolerance, Ulps,
-                              Uniform, UnitRows, rank_seeds)
+                              FromInputs, Group, Integers, Length, Mesh, Normal, OneHot, Output, PerRank, Permutation,
+                              Positive, Preset, Propagated, Relative, Rounded, Scalar, Sharded, Sum, TaskError,
+                              TaskSpec, Tensor, Tolerance, Ulps, Uniform, UnitRows, rank_seeds)
+from pkb_env.contract.describe import input_lines, problem_lines
 from pkb_env.contract.io import show_shape
 from pkb_env.contract.mesh import SHARED, MeshError
 from pkb_env.judge.seeds import SeedPlan
@@ -241,6 +242,64 @@ def test_custom_distributions_are_checked():
         spec.make_inputs(ctx)
 
 
+def _ragged_spec(**overrides) -> TaskSpec:
+    fields = dict(mesh=Mesh(("world", "W")), lengths=(Length("rows", "N / 2", "2 * N", doc="this rank's rows"),),
+                  inputs=(Tensor("x", ("rows", "K")), Group("group", "world")), outputs=(Output("y", None),),
+                  cost=lambda c: Cost(comm=(Comm("all_gather", c["W"] * c.nbytes("x")),)))
+    fields.update(overrides)
+    return make_spec(**fields)
+
+
+def test_lengths_are_drawn_per_rank_and_call_and_seen_at_their_smallest_elsewhere():
+    spec = _ragged_spec()
+    layout = spec.layout(4)
+
+    def rows(secret, rank):
+        ctx = spec.input_context(rank, 4, "tiny", "float32", "cpu", rank_seeds(secret, layout, rank, "t"))
+        x, group = spec.make_inputs(ctx)
+        return x.shape[0]
+    drawn = [[rows(secret, r) for r in range(4)] for secret in range(12)]
+    assert all(2 <= n < 8 for call in drawn for n in call)                        # N = 4: [N/2, 2N)
+    assert any(len(set(call)) > 1 for call in drawn) and len({tuple(c) for c in drawn}) > 1
+    assert [rows(0, r) for r in range(4)] == drawn[0]                              # reproducible
+    foreign = spec.input_context(1, 4, "tiny", "float32", "cpu", rank_seeds(0, layout, 0, "t"))
+    with pytest.raises(KeyError, match="holds no seed"):                           # a peer's length is private
+        spec.make_inputs(foreign)
+    assert spec.world({"N": 4, "K": 12}, 4, "float32")["rows"] == 2               # static uses see `low`
+    [term] = spec.cost_model({"N": 64, "K": 1024}, 4, "bfloat16").comm
+    assert term.size_bytes == 4 * 32 * 1024 * 2
+    text = "\n".join(problem_lines(spec, "tiny", "float32", 4) + input_lines(spec, "tiny", "float32", 4))
+    assert "Length rows: an integer in [N / 2, 2 * N) = [2, 8), drawn per call; different on every rank" in text
+    assert "x: float32 (rows, K) = (2..7, 12)" in text
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(outputs=(Output("y", ("rows", "K")),)), "names a Length, whose value differs per call"),
+    (dict(lengths=(Length("x", 1, 4),)), "input, length and output names must be unique"),
+    (dict(lengths=(Length("N", 1, 4),)), "clash with W, mesh or length names"),
+    (dict(lengths=(Length("rows", 1, 4, layout=PerRank(over="tp")),)), "mesh dimension 'tp'"),
+])
+def test_length_declarations_name_the_fix(change, message):
+    with pytest.raises(TaskError, match=message):
+        _ragged_spec(**change)
+    with pytest.raises(ValueError, match="cannot be sharded"):
+        Length("rows", 1, 4, layout=Sharded(0))
+
+
+def test_inputs_computed_from_earlier_inputs():
+    twice = FromInputs(lambda values, shape, dtype, env: values["x"] * 2, ("x",), "twice x")
+    spec = make_spec(inputs=(Tensor("x", ("N", "K"), layout=PerRank(over="tp")),
+                             Tensor("y", ("N", "K"), dist=twice, layout=PerRank(over="tp"))))
+    ctx = spec.input_context(1, 4, "tiny", "float32", "cpu", rank_seeds(1, spec.layout(4), 1))
+    x, y = spec.make_inputs(ctx)
+    assert torch.equal(y, 2 * x) and "twice x (computed from this rank's x)" in twice.describe()
+    with pytest.raises(TaskError, match="computed from 'x', which is not a tensor input declared before it"):
+        make_spec(inputs=(Tensor("y", ("N", "K"), dist=twice), Tensor("x", ("N", "K"))))
+    with pytest.raises(TaskError, match="computed from x, which varies over tp while y does not"):
+        make_spec(inputs=(Tensor("x", ("N", "K"), layout=PerRank(over="tp")),
+                          Tensor("y", ("N", "K"), dist=twice, layout=PerRank(over="dp"))))
+
+
 def test_output_checks_and_structure():
     spec = make_spec()
     checks = spec.output_checks("bfloat16", {"N": 64, "K": 1024}, 4)
@@ -294,6 +353,17 @@ def test_sum_rule_grows_with_the_number_of_terms_and_the_precision():
     assert rule(torch.int64, {"K": 4, "W": 2}).exact
 
 
+def test_relative_rule_widens_rtol_in_its_accumulation_precision():
+    rule = Sum("K", 1, "float32") + Relative("E", "float32", what="dot products through exp")
+    fp32, bf16 = rule(torch.float32, {"K": 64, "E": 64}), rule(torch.bfloat16, {"K": 64, "E": 64})
+    assert fp32.rtol == pytest.approx((4 + 64) * 2 ** -24) and fp32.atol == pytest.approx(2 ** -24 * 64 ** 1.5)
+    assert bf16.rtol == pytest.approx(4 * 2 ** -8 + 64 * 2 ** -24)      # accumulated in fp32, not in bf16
+    assert "64 roundings in float32 relative to each value" in fp32.reason
+    assert Relative(3)(torch.bfloat16, {}).rtol == pytest.approx(7 * 2 ** -8)
+    with pytest.raises(ValueError, match="must be 'dtype' or 'float32'"):
+        Relative(3, "float64")
+
+
 def test_propagated_rule_adds_rounding_errors_in_quadrature():
     """An operand rounded to bf16 and fed to a dot product with random weights: the measured error of the
     product stays inside the rule, and the rule is far tighter than the coherent worst case (Rounded)."""
@@ -326,6 +396,23 @@ def test_ulps_rule_allows_steps_of_a_fixed_dtype_whatever_the_task_dtype():
             Ulps(bad)
     with pytest.raises(ValueError, match="torch floating dtype"):
         Ulps(1, "fp8")
+
+
+def test_rtol_follows_the_outputs_dtype_and_atol_the_tasks():
+    """An fp32 output of a bf16 task (a loss of bf16 logits) is rounded last in fp32: its rtol is fp32's, its
+    atol terms stay what the rule says; integer outputs of a float task are exact."""
+    rule = Sum("K", 1, "float32") + Rounded("W", "sqrt(K)")
+    env = {"K": 4096, "W": 8}
+    bf16, fp32_out = rule(torch.bfloat16, env), rule(torch.bfloat16, env, torch.float32)
+    assert bf16.rtol == 4 * 2 ** -8 and fp32_out.rtol == 4 * 2 ** -24 and fp32_out.atol == bf16.atol
+    assert "rounded to float32 once" in fp32_out.reason
+    assert rule(torch.bfloat16, env, torch.int64).exact
+    spec = make_spec(outputs=(Output("y", ("N", "K"), layout=Sharded(1, over="tp")),
+                              Output("loss", ("N",), dtype="float32")))
+    dims = {"N": 64, "K": 1024}
+    assert spec.tolerance("bfloat16", dims, 4, "y").rtol == 4 * 2 ** -8
+    assert spec.tolerance("bfloat16", dims, 4, "loss").rtol == 4 * 2 ** -24
+    assert spec.tolerance("bfloat16", dims, 4).rtol == 4 * 2 ** -8   # no output named: the task dtype
 
 
 def test_exact_and_fixed_rules():

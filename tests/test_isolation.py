@@ -12,6 +12,7 @@ import pytest
 import pkb_env
 from conftest import make_env
 from pkb_env.executors.zygote import Containment, ContainmentError
+from pkb_env.executors.limits import running
 
 NAMESPACES = Containment.from_environment().missing()
 needs_namespaces = pytest.mark.skipif(NAMESPACES is not None, reason=f"no namespaces here: {NAMESPACES}")
@@ -182,11 +183,10 @@ def test_nothing_survives_a_killed_judge(tmp_path):
         judge.kill()
         judge.wait()
         deadline = time.monotonic() + 10
-        while (left() or any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-                             for p in family)) and time.monotonic() < deadline:
+        while (left() or any(running(p) for p in family)) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not left(), f"children outlived the judge: {[p.pid for p in left()]}"
-        assert not [p for p in family if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        assert not [p for p in family if running(p)]  # running(): a process may end between two looks
     finally:
         for p in left():
             p.kill()

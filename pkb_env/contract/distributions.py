@@ -182,6 +182,33 @@ class Custom(Distribution):
         return self.text
 
 
+@dataclass(frozen=True)
+class FromInputs(Distribution):
+    """Values computed from this rank's earlier inputs, not drawn: `fn(values, shape, dtype, env)`, where
+    `values` maps each name in `reads` to this rank's tensor (as drawn, before it moves to the rank's
+    device, so every device computes the same values). For inputs that must agree with others: the
+    statistics a forward pass saved for its backward (out, log-sum-exp) beside the activations.
+
+    It holds no seed, so it reveals nothing the rank does not hold; the TaskSpec checks that `reads` are
+    earlier tensor inputs varying over no mesh dim this input does not (so replicas stay equal).
+    """
+
+    fn: Callable[[Mapping[str, torch.Tensor], tuple[int, ...], torch.dtype, Env], torch.Tensor]
+    reads: tuple[str, ...]
+    text: str
+    kinds: frozenset[str] = frozenset({"float", "int", "bool"})
+
+    def draw(self, gen, shape, dtype, env):
+        raise TypeError(f"FromInputs ({self.text}) computes its values from {self.reads}: call compute()")
+
+    def compute(self, values: Mapping[str, torch.Tensor], shape: tuple[int, ...], dtype: torch.dtype,
+                env: Env) -> torch.Tensor:
+        return self.fn(values, shape, dtype, env)
+
+    def describe(self) -> str:
+        return f"{self.text} (computed from this rank's {', '.join(self.reads)})"
+
+
 def dtype_kind(dtype: torch.dtype) -> str:
     if dtype == torch.bool:
         return "bool"

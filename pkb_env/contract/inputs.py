@@ -4,7 +4,8 @@ The judge derives, per call and per rank, one seed for every *scope* the rank be
 `MeshLayout.scope_key`): `shared` (every rank), the rank's own, and for a mesh one per subset of its
 dims (`cp=1` is held by exactly the ranks whose cp coordinate is 1). An input is drawn from the seed of
 its layout's scope, mixed with the input's name so that inputs never share a stream. Seeds are one-way
-hashes of a per-step secret, so a rank holding its own cannot compute a peer's.
+hashes of a per-step secret, so a rank holding its own cannot compute a peer's. A call's Lengths (ragged
+sizes) are drawn first, the same way; inputs computed from other inputs (`FromInputs`) use no seed.
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from pkb_env.contract.io import Const, Group, Input, Scalar, Tensor, resolve_dtype
+from pkb_env.contract.distributions import FromInputs
+from pkb_env.contract.io import Const, Group, Input, Length, Scalar, Tensor, resolve_dtype
 from pkb_env.contract.mesh import GroupInfo, MeshLayout
 
 RankSeeds = Mapping[str, int]
@@ -75,13 +77,16 @@ def size_env(dims: Mapping[str, int], world_size: int, layout: MeshLayout) -> di
     return env
 
 
-def make_inputs(declared: Sequence[Input], ctx: InputContext) -> tuple:
-    """This rank's arguments for one call, in declaration order."""
-    env = ctx.env
-    args = []
+def make_inputs(declared: Sequence[Input], ctx: InputContext, lengths: Sequence[Length] = ()) -> tuple:
+    """This rank's arguments for one call, in declaration order; the call's lengths are drawn first."""
+    env = dict(ctx.env)
+    for length in lengths:
+        env[length.name] = length.dist.scalar(ctx.generator(length.layout.scope(ctx.layout), length.name), env)
+    args, drawn = [], {}
     for decl in declared:
         if isinstance(decl, Tensor):
-            args.append(_tensor(decl, ctx, env))
+            drawn[decl.name] = _tensor(decl, ctx, env, drawn)
+            args.append(drawn[decl.name].to(ctx.device))
         elif isinstance(decl, Scalar):
             args.append(decl.dist.scalar(ctx.generator(decl.layout.scope(ctx.layout), decl.name), env))
         elif isinstance(decl, Const):
@@ -93,15 +98,19 @@ def make_inputs(declared: Sequence[Input], ctx: InputContext) -> tuple:
     return tuple(args)
 
 
-def _tensor(decl: Tensor, ctx: InputContext, env: Mapping[str, float]) -> torch.Tensor:
+def _tensor(decl: Tensor, ctx: InputContext, env: Mapping[str, float],
+            drawn: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """One tensor input on the draw device (`ctx.rng_device`); `drawn` holds this call's earlier tensors."""
     shape = decl.local_shape(env, ctx.layout)
     dtype = resolve_dtype(decl.dtype, ctx.dtype)
-    gen = ctx.generator(decl.layout.scope(ctx.layout), decl.name)
-    value = decl.dist.draw(gen, shape, dtype, env)
+    if isinstance(decl.dist, FromInputs):
+        value = decl.dist.compute({name: drawn[name] for name in decl.dist.reads}, shape, dtype, env)
+    else:
+        value = decl.dist.draw(ctx.generator(decl.layout.scope(ctx.layout), decl.name), shape, dtype, env)
     if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape or value.dtype != dtype:
         got = f"{value.dtype} {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
         raise ValueError(f"input {decl.name}: the distribution made {got}, the declaration says {dtype} {shape}")
-    return value.to(ctx.device)
+    return value
 
 
 def _group(decl: Group, ctx: InputContext) -> Any:

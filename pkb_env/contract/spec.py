@@ -20,7 +20,8 @@ from pkb_env.contract.cost import COLLECTIVES, Comm, Cost, CostModel
 from pkb_env.contract.expr import ExprError
 from pkb_env.contract.families import FAMILIES
 from pkb_env.contract.inputs import InputContext, RankSeeds, make_inputs, size_env
-from pkb_env.contract.io import (DTYPES, Group, Input, Output, PerRank, Replicated, Scalar, Sharded, Tensor,
+from pkb_env.contract.distributions import FromInputs
+from pkb_env.contract.io import (DTYPES, Group, Input, Length, Output, PerRank, Replicated, Scalar, Sharded, Tensor,
                                  mesh_dims, resolve_dtype)
 from pkb_env.contract.mesh import FLAT, Mesh, MeshError, MeshLayout
 from pkb_env.contract.tolerance import EXACT, Check, Rule, Tolerance
@@ -82,6 +83,7 @@ class TaskSpec:
     dtypes: tuple[str, ...]           # task dtypes the user may pick; the preset's is the default
     parallelism: str = ""
     mesh: Mesh = FLAT
+    lengths: tuple[Length, ...] = ()  # sizes drawn per call that input shapes may name (ragged dims)
     world_sizes: WorldSizes = field(default_factory=WorldSizes)
     departures: tuple[str, ...] = ()  # how and why this task departs from PKB's problem
     returns: str = "auto"             # "auto" (one output: the tensor; several: a tuple) | "tuple" | "dict"
@@ -92,9 +94,9 @@ class TaskSpec:
         where = f"task {self.name!r}"
         if self.family not in FAMILIES:
             raise TaskError(f"{where}: family {self.family!r} is not one of {', '.join(FAMILIES)}")
-        names = [d.name for d in self.inputs]
+        names = [d.name for d in (*self.inputs, *self.lengths)]
         if len(set(names)) != len(names) or len({o.name for o in self.outputs}) != len(self.outputs):
-            raise TaskError(f"{where}: input and output names must be unique")
+            raise TaskError(f"{where}: input, length and output names must be unique")
         if not self.outputs:
             raise TaskError(f"{where}: declare at least one output")
         if self.returns not in ("auto", "tuple", "dict"):
@@ -107,20 +109,51 @@ class TaskSpec:
         for preset_name, preset in self.presets.items():
             if preset.dtype not in self.dtypes:
                 raise TaskError(f"{where}: preset {preset_name} uses dtype {preset.dtype} outside {self.dtypes}")
-            clash = set(preset.dims) & (set(self.mesh.names) | {"W"})
+            clash = set(preset.dims) & (set(self.mesh.names) | {"W"} | {n.name for n in self.lengths})
             if clash:
-                raise TaskError(f"{where}: preset {preset_name} dims {sorted(clash)} clash with W or mesh names")
+                raise TaskError(f"{where}: preset {preset_name} dims {sorted(clash)} clash with W, mesh or "
+                                f"length names")
         scalars = {d.name for d in self.inputs if isinstance(d, Scalar)}
         for out in self.outputs:
             if out.only_on is not None and out.only_on not in scalars:
                 raise TaskError(f"{where}: output {out.name} only_on={out.only_on!r} must name a Scalar input")
-        for decl in (*self.inputs, *self.outputs):
+        for decl in (*self.inputs, *self.outputs, *self.lengths):
             placement = getattr(decl, "layout", None)
             dims = [decl.dim] if isinstance(decl, Group) else list(mesh_dims(getattr(placement, "over", None)))
             for dim in dims:
                 if dim not in self.mesh.names:
                     raise TaskError(f"{where}: {decl.name} refers to mesh dimension {dim!r}; the mesh has "
                                     f"{', '.join(self.mesh.names)}")
+        lengths = {n.name for n in self.lengths}
+        for out in self.outputs:
+            if out.shape is not None and any(size.names & lengths for size in out.shape):
+                raise TaskError(f"{where}: output {out.name}'s shape names a Length, whose value differs per call; "
+                                f"declare shape=None (its length depends on the data)")
+        self._check_computed_inputs(where)
+
+    def _check_computed_inputs(self, where: str) -> None:
+        """A FromInputs input reads earlier tensor inputs whose values vary over no mesh dim its own do not
+        (otherwise two ranks holding one replica of it would compute different values)."""
+        earlier: dict[str, Tensor] = {}
+        for decl in self.inputs:
+            if isinstance(decl, Tensor) and isinstance(decl.dist, FromInputs):
+                for name in decl.dist.reads:
+                    if name not in earlier:
+                        raise TaskError(f"{where}: input {decl.name} is computed from {name!r}, which is not a "
+                                        f"tensor input declared before it")
+                    extra = set(self._scope(earlier[name])) - set(self._scope(decl))
+                    if extra:
+                        raise TaskError(f"{where}: input {decl.name} is computed from {name}, which varies over "
+                                        f"{', '.join(sorted(extra))} while {decl.name} does not; give {decl.name} "
+                                        f"a layout that varies over {', '.join(sorted(extra))} too")
+            if isinstance(decl, Tensor):
+                earlier[decl.name] = decl
+
+    def _scope(self, decl: Tensor) -> tuple[str, ...]:
+        """The mesh dims a tensor input's values vary over (its seed scope), without resolving sizes."""
+        if isinstance(decl.layout, Replicated):
+            return ()
+        return mesh_dims(decl.layout.over) or self.mesh.names
 
     # -- sizes and world sizes ------------------------------------------------------------------------
     @property
@@ -156,8 +189,13 @@ class TaskSpec:
         except MeshError as exc:
             raise TaskError(f"task {self.name!r} cannot run at world size {world_size}: {exc}") from None
 
-    def env(self, dims: Mapping[str, int], world_size: int) -> dict[str, float]:
-        return size_env(dims, world_size, self.layout(world_size))
+    def env(self, dims: Mapping[str, int], world_size: int, lengths: str = "low") -> dict[str, float]:
+        """The sizes expressions may name: the preset's dims, W, the mesh's dimensions, and every Length at
+        its smallest (`lengths="low"`, what static uses see) or largest (`"high"`) value."""
+        env = size_env(dims, world_size, self.layout(world_size))
+        for length in self.lengths:
+            env[length.name] = length.low.integer(env) if lengths == "low" else length.high.integer(env) - 1
+        return env
 
     def world_size_problem(self, world_size: int, preset: str | Preset) -> str | None:
         """Why the task cannot run at `world_size` with `preset`, or None."""
@@ -168,7 +206,10 @@ class TaskSpec:
             layout = self.mesh.resolve(world_size)
         except MeshError as exc:
             return str(exc)
-        env = size_env(self.preset(preset).dims, world_size, layout)
+        try:
+            env = self.env(self.preset(preset).dims, world_size)
+        except ExprError as exc:
+            return f"a length's bounds: {exc}"
         for decl in (*self.inputs, *self.outputs):
             if isinstance(decl, (Tensor, Output)) and decl.shape is not None:
                 try:
@@ -198,19 +239,20 @@ class TaskSpec:
                             dict(seeds), self.layout(world_size), torch.device(rng_device), groups)
 
     def make_inputs(self, ctx: InputContext) -> tuple:
-        return make_inputs(self.inputs, ctx)
+        return make_inputs(self.inputs, ctx, self.lengths)
 
     # -- outputs and tolerances -----------------------------------------------------------------------
     def tolerance(self, dtype: str, dims: Mapping[str, int], world_size: int,
                   output: str | None = None) -> Tolerance:
-        """The closeness a correct answer must reach for `output` (default: the task's float outputs)."""
-        rule = self.tolerance_rule
+        """The closeness a correct answer must reach for `output` (default: the task's rule at the task
+        dtype); an output of another dtype than the task's (an fp32 loss) is rounded last in its own."""
+        rule, output_dtype = self.tolerance_rule, None
         if output is not None:
             decl = self._output(output)
             if decl.compare != "close":
                 return EXACT
-            rule = decl.tolerance or rule
-        return rule(DTYPES[dtype], self.env(dims, world_size))
+            rule, output_dtype = decl.tolerance or rule, resolve_dtype(decl.dtype, dtype)
+        return rule(DTYPES[dtype], self.env(dims, world_size), output_dtype)
 
     def output_checks(self, dtype: str, dims: Mapping[str, int], world_size: int) -> dict[str, Check]:
         """How each output path is compared: its tolerance, and whether rows may come in any order."""
@@ -237,7 +279,7 @@ class TaskSpec:
                         world_size: int, dtype: str) -> list[str]:
         """Where a rank's output departs from the declaration (structure, None-ness, shape, dtype)."""
         layout = self.layout(world_size)
-        env = size_env(dims, world_size, layout)
+        env = self.env(dims, world_size)
         values = dict(zip(self.parameters, args))
         if self._returns == "tensor":
             items = [out]
@@ -295,7 +337,7 @@ class Sized:
     layout: MeshLayout
 
     def __getitem__(self, name: str) -> int:
-        return size_env(self.dims, self.world_size, self.layout)[name]
+        return self.spec.env(self.dims, self.world_size)[name]
 
 
 @dataclass(frozen=True)
@@ -308,8 +350,9 @@ class CostContext(Sized):
         return DTYPES[self.dtype].itemsize
 
     def nbytes(self, name: str) -> int:
-        """Bytes of one rank's copy of a declared tensor input or output (the local block if sharded)."""
-        env = size_env(self.dims, self.world_size, self.layout)
+        """Bytes of one rank's copy of a declared tensor input or output (the local block if sharded; at
+        their smallest for shapes that name a Length)."""
+        env = self.spec.env(self.dims, self.world_size)
         for decl in (*self.spec.inputs, *self.spec.outputs):
             if decl.name == name and isinstance(decl, (Tensor, Output)):
                 shape = decl.local_shape(env, self.layout)

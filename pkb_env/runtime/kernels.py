@@ -8,8 +8,8 @@ of a step share one compile, and later steps reuse it. Outside the judge (debugg
 hand) the same compilers run in your process (runtime/toolchain.py). This module never imports the judge.
 
 Kernels launch on torch's current stream by default, so they order with the torch ops around them.
-Arguments: torch tensors (passed as device pointers), and scalars wrapped with i32/i64/u64 so that their C
-type is explicit (a bare Python int is ambiguous).
+Arguments: torch tensors (passed as device pointers), and scalars wrapped with i32/i64/u64/f32/f64 so that
+their C type is explicit (a bare Python int or float is ambiguous: the kernel reads the bytes it declares).
 """
 from __future__ import annotations
 
@@ -35,6 +35,14 @@ def i64(value: int) -> np.int64:
 def u64(value: int) -> np.uint64:
     """A raw 64-bit address (e.g. SymmetricBuffer.ptrs_address)."""
     return np.uint64(value)
+
+
+def f32(value: float) -> np.float32:
+    return np.float32(value)
+
+
+def f64(value: float) -> np.float64:
+    return np.float64(value)
 
 
 class Kernel:
@@ -78,6 +86,9 @@ def _argument(value: Any) -> Any:
         return np.uint64(value.data_ptr())
     if isinstance(value, bool) or (isinstance(value, int) and not isinstance(value, np.integer)):
         raise TypeError(f"pass Python ints through i32()/i64()/u64() so their C type is explicit (got {value!r})")
+    if isinstance(value, float) and not isinstance(value, np.floating):
+        raise TypeError(f"pass Python floats through f32() or f64(), matching the kernel's float or double "
+                        f"parameter (got {value!r})")
     return value
 
 
