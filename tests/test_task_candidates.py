@@ -168,4 +168,5 @@ def test_a_candidate_that_builds_its_own_groups_in_every_call_is_correct(env4):
         "    tp, cp = dist.get_world_size(tp_group), dist.get_world_size(cp_group)\n"))
     info = judge(env4, "ring_attention_tp", source)
     assert info["correct"], info["feedback"]
-    assert info["record"].timing.calls >= 10
+    timing = info["record"].timing  # timed like any candidate: at least the protocol's bursts, a call or more each
+    assert timing.bursts >= 3 and timing.calls >= timing.bursts

@@ -72,6 +72,9 @@ class HostClock:
         return BurstTimes(0.0, self._end, self._end - self._start, [m - self._start for m in self._marks], None)
 
 
+GATE_LAG_S = 0.1  # a device that leaves its gate this long after its host saw the release is not gated
+
+
 class CudaClock:
     kind = "cuda"
     pause_s = 0.0  # GPU hosts have cores to spare: spin, so the host starts within microseconds
@@ -86,14 +89,16 @@ class CudaClock:
         try:
             self._gate: DeviceGate | None = DeviceGate(page.address)
             self.gate = "device"
-        except GateUnavailable as exc:
+        except Exception as exc:  # noqa: BLE001  (GateUnavailable, or any driver surprise: fall back, say why)
             self._gate = None
-            self.gate = f"host ({exc})"
+            self.gate = f"host ({exc if isinstance(exc, GateUnavailable) else f'{type(exc).__name__}: {exc}'})"[:300]
         self._begin = JUDGE.event(enable_timing=True)
         self._end = JUDGE.event(enable_timing=True)
         self._marks: list = []
         self._used = 0
         self._stream = None
+        self._gated = False   # this burst's start waits behind the device gate
+        self._seen = 0.0      # when this rank's host saw the release
 
     def facts(self) -> dict:
         return {"clock": self.kind, "gate": self.gate, "cache_bytes": self.cache_bytes,
@@ -118,12 +123,19 @@ class CudaClock:
             self._marks.append(event)
         self._used = 0
         JUDGE.synchronize()
+        self._gated = False
         if self._gate is not None:
-            self._gate.launch(epoch, self._stream.cuda_stream)
-            JUDGE.record(self._begin, self._stream)
+            try:
+                self._gate.launch(epoch, self._stream.cuda_stream)
+            except RuntimeError as exc:
+                self._disable(f"launching it failed: {exc}")
+            else:
+                self._gated = True
+                JUDGE.record(self._begin, self._stream)
 
     def start(self, seen_at: float) -> None:
-        if self._gate is None:
+        self._seen = seen_at
+        if not self._gated:
             JUDGE.record(self._begin, self._stream)
 
     def mark(self) -> None:
@@ -140,7 +152,16 @@ class CudaClock:
         idle = JUDGE.monotonic() - ended_at
         elapsed = JUDGE.elapsed_time
         marks = [elapsed(self._begin, m) / 1e3 for m in self._marks[:self._used]]
-        return BurstTimes(0.0, ended_at, elapsed(self._begin, self._end) / 1e3, marks, idle)
+        busy = elapsed(self._begin, self._end) / 1e3
+        if self._gated and (ended_at - self._seen) - busy > GATE_LAG_S:  # the device left its gate late
+            self._disable(f"it released the device {((ended_at - self._seen) - busy) * 1e3:.0f} ms after the host")
+        return BurstTimes(0.0, ended_at, busy, marks, idle)
+
+    def _disable(self, why: str) -> None:
+        """Fall back to a host-side start for the rest of this rank's life (facts say so at the next start)."""
+        self._gate = None
+        self.gate = f"host (the device gate was disabled: {why})"[:300]
+        print(f"timing: {self.gate}", flush=True)  # the rank's log: a failure's log tail shows it
 
 
 def make_clock(kind: str, page: PageView, device: torch.device) -> HostClock | CudaClock:

@@ -9,7 +9,8 @@ The page (gate.py) is mapped read-only in the rank; it is registered with CUDA a
 memory (with unified addressing the device reads it at the host address). The kernel is plain PTX,
 loaded and launched through the driver API (libcuda, always present with the driver): no compiler and
 no CuPy on the judge's path. A spinning kernel gives up after `TIMEOUT_NS` so that a judge that dies
-mid-burst can never leave a device spinning.
+mid-burst can never leave a device spinning; a rank whose device leaves the gate well after its host saw
+the release stops using the gate (clocks.py).
 
 Anything that fails here raises `GateUnavailable`; the rank then falls back to a host-side start (its
 host polls the page and records the start event itself) and says so in its start-up facts.
@@ -47,7 +48,7 @@ DONE:
     ret;
 }
 """
-TIMEOUT_NS = 30_000_000_000
+TIMEOUT_NS = 5_000_000_000
 PAGE_BYTES = 4096
 CU_MEMHOSTREGISTER_PORTABLE = 0x01
 CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
