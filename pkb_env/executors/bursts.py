@@ -16,7 +16,7 @@ reused buffer) are found by address. Nothing here knows whether it runs a candid
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from pkb_env.contract import derive_seed
