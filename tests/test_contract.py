@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from pkb_env.contract import (Bernoulli, Comm, Const, Cost, Custom, Exact, Expr, ExprError, Fixed, Group, Integers,
-                              Mesh, Normal, OneHot, Output, PerRank, Permutation, Positive, Preset, Rounded, Scalar,
-                              Sharded, Sum, TaskError, TaskSpec, Tensor, Tolerance, Uniform, UnitRows, rank_seeds)
+                              Mesh, Normal, OneHot, Output, PerRank, Permutation, Positive, Preset, Replicated,
+                              Rounded, Scalar, Sharded, Sum, TaskError, TaskSpec, Tensor, Tolerance, Uniform,
+                              UnitRows, rank_seeds)
 from pkb_env.contract.io import show_shape
 from pkb_env.contract.mesh import SHARED, MeshError
 from pkb_env.judge.seeds import SeedPlan
@@ -208,6 +209,50 @@ def test_custom_distributions_are_checked():
     ctx = spec.input_context(0, 2, "tiny", "float32", "cpu", rank_seeds(1, spec.layout(2), 0))
     with pytest.raises(ValueError, match=r"the distribution made torch.float32 \(3,\), the declaration says"):
         spec.make_inputs(ctx)
+
+
+def _plant(gen, shape, dtype, env, given):
+    """Normal values with 100 planted at each row's `target` column, where this block holds it."""
+    out = torch.randn(shape, generator=gen)
+    columns = given.values["target"] - given.offsets[1]
+    mine = (columns >= 0) & (columns < shape[1])
+    out[mine.nonzero().squeeze(1), columns[mine]] = 100.0
+    return out.to(dtype)
+
+
+PLANTED = Custom(_plant, "normal, 100 at the target", given=("target",))
+
+
+def test_conditioned_inputs_see_the_values_they_name_and_their_block():
+    """A sharded input conditioned on a replicated one: made after it (whatever the order), each block plants
+    only the targets it holds, replicas agree, and the golden's global tensor has every target planted."""
+    spec = make_spec(inputs=(Tensor("x", ("N", "K"), dist=PLANTED, layout=Sharded(1, over="tp")),
+                             Tensor("target", ("N",), dtype="int64", dist=Integers(0, "K"), layout=Replicated())),
+                     outputs=(Output("y", ("N", "K"), layout=Sharded(1, over="tp")),))
+    layout = spec.layout(4)
+    args = [dict(zip(spec.parameters, spec.make_inputs(spec.input_context(r, 4, "tiny", "float32", "cpu",
+                                                                           rank_seeds(7, layout, r, "t")))))
+            for r in range(4)]
+    full = spec.world({"N": 4, "K": 12}, 4, "float32").assemble(args, "x")   # checks that replicas agree
+    target = args[0]["target"]
+    assert torch.equal(full[torch.arange(4), target], torch.full((4,), 100.0))
+    assert (full == 100.0).sum() == 4
+    unplanted = make_spec(inputs=(Tensor("x", ("N", "K"), layout=Sharded(1, over="tp")),
+                                  Tensor("target", ("N",), dtype="int64", dist=Integers(0, "K"),
+                                         layout=Replicated())),
+                          outputs=(Output("y", ("N", "K"), layout=Sharded(1, over="tp")),))
+    plain = unplanted.make_inputs(unplanted.input_context(0, 4, "tiny", "float32", "cpu", rank_seeds(7, layout, 0, "t")))
+    assert torch.equal(plain[1], target), "conditioning changes no other input's stream"
+
+
+@pytest.mark.parametrize("given, message", [
+    (Tensor("target", ("N",), dtype="int64", dist=Integers(0, "K"), layout=PerRank()),
+     "varies over dp where x does not"),
+    (Group("target", "tp"), "must be another input that is not itself conditioned"),
+])
+def test_conditioning_refuses_inputs_that_replicas_do_not_share(given, message):
+    with pytest.raises(TaskError, match=message):
+        make_spec(inputs=(Tensor("x", ("N", "K"), dist=PLANTED, layout=Sharded(1, over="tp")), given))
 
 
 def test_output_checks_and_structure():

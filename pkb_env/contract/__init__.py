@@ -13,8 +13,8 @@ A task writer imports from here only:
    one tolerance per dtype, and one `Traffic` per task).
 """
 from pkb_env.contract.cost import COLLECTIVES, Comm, Compute, Cost, CostModel, Peaks
-from pkb_env.contract.distributions import (Bernoulli, Custom, Distribution, Integers, Normal, OneHot, Permutation,
-                                            Positive, Uniform, UnitRows)
+from pkb_env.contract.distributions import (Bernoulli, Custom, Distribution, Given, Integers, Normal, OneHot,
+                                            Permutation, Positive, Uniform, UnitRows)
 from pkb_env.contract.expr import Expr, ExprError
 from pkb_env.contract.families import FAMILIES
 from pkb_env.contract.inputs import InputContext, derive_seed, rank_seeds
@@ -26,7 +26,7 @@ from pkb_env.contract.tolerance import EXACT, Check, Exact, Fixed, Rounded, Rule
 
 __all__ = [
     "COLLECTIVES", "Comm", "Compute", "Cost", "CostModel", "Peaks",
-    "Bernoulli", "Custom", "Distribution", "Integers", "Normal", "OneHot", "Permutation", "Positive", "Uniform",
+    "Bernoulli", "Custom", "Distribution", "Given", "Integers", "Normal", "OneHot", "Permutation", "Positive", "Uniform",
     "UnitRows", "Expr", "ExprError", "FAMILIES", "InputContext", "derive_seed", "rank_seeds",
     "DTYPES", "TASK_DTYPE", "Const", "Group", "Input", "Output", "PerRank", "Replicated", "Scalar", "Sharded", "Tensor",
     "FLAT", "GroupCache", "GroupInfo", "Mesh", "MeshLayout", "build_groups",

@@ -164,18 +164,39 @@ class UnitRows(Distribution):
 
 
 @dataclass(frozen=True)
+class Given:
+    """What a conditioned `Custom` maker sees besides its stream: the values this rank holds of the inputs
+    it names, and where this rank's block starts in the global tensor (one offset per axis; zeros unless
+    the input is sharded)."""
+
+    values: Mapping[str, object]
+    offsets: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Custom(Distribution):
     """A task's own maker: `fn(gen, shape, dtype, env) -> tensor`, described by `text` in the prompt.
 
     `fn` must draw only from `gen` (the seeded stream of this input's scope on this rank) and return a
     tensor of exactly `shape` and `dtype`; the judge checks both.
+
+    `given` names other inputs the values depend on (logits with the target's logit raised, so that it
+    survives a top-k filter): `fn(gen, shape, dtype, env, given)` then also receives a `Given`. Those
+    inputs are made first; each must be the same on every rank that shares this input's stream (its
+    layout varies over no mesh dimension this one does not), which TaskSpec checks, so replicas agree and
+    a rank conditions only on values it holds.
     """
 
-    fn: Callable[[torch.Generator, tuple[int, ...], torch.dtype, Env], torch.Tensor]
+    fn: Callable[..., torch.Tensor]
     text: str
     kinds: frozenset[str] = frozenset({"float", "int", "bool"})
+    given: tuple[str, ...] = ()
 
-    def draw(self, gen, shape, dtype, env):
+    def draw(self, gen, shape, dtype, env, given: Given | None = None):
+        if self.given:
+            if given is None:
+                raise ValueError(f"{self.text!r} is conditioned on {self.given}: draw it with their values")
+            return self.fn(gen, shape, dtype, env, given)
         return self.fn(gen, shape, dtype, env)
 
     def describe(self) -> str:

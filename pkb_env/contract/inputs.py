@@ -14,7 +14,8 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from pkb_env.contract.io import Const, Group, Input, Scalar, Tensor, resolve_dtype
+from pkb_env.contract.distributions import Custom, Given
+from pkb_env.contract.io import Const, Group, Input, Scalar, Sharded, Tensor, resolve_dtype
 from pkb_env.contract.mesh import GroupInfo, MeshLayout
 
 RankSeeds = Mapping[str, int]
@@ -75,33 +76,52 @@ def size_env(dims: Mapping[str, int], world_size: int, layout: MeshLayout) -> di
     return env
 
 
+def conditioned(decl: Input) -> bool:
+    """Whether an input's values depend on other inputs (a Custom maker with `given`)."""
+    return isinstance(decl, Tensor) and isinstance(decl.dist, Custom) and bool(decl.dist.given)
+
+
 def make_inputs(declared: Sequence[Input], ctx: InputContext) -> tuple:
-    """This rank's arguments for one call, in declaration order."""
+    """This rank's arguments for one call, in declaration order. Every input has its own stream, so the
+    order of drawing changes no value: conditioned inputs are made last, from the others' values."""
     env = ctx.env
-    args = []
-    for decl in declared:
+    values: dict[str, Any] = {}
+    for decl in sorted(declared, key=conditioned):
         if isinstance(decl, Tensor):
-            args.append(_tensor(decl, ctx, env))
+            values[decl.name] = _tensor(decl, ctx, env, values)
         elif isinstance(decl, Scalar):
-            args.append(decl.dist.scalar(ctx.generator(decl.layout.scope(ctx.layout), decl.name), env))
+            values[decl.name] = decl.dist.scalar(ctx.generator(decl.layout.scope(ctx.layout), decl.name), env)
         elif isinstance(decl, Const):
-            args.append(decl.resolve(env))
+            values[decl.name] = decl.resolve(env)
         elif isinstance(decl, Group):
-            args.append(_group(decl, ctx))
+            values[decl.name] = _group(decl, ctx)
         else:
             raise TypeError(f"unknown input declaration {decl!r}")
-    return tuple(args)
+    return tuple(values[decl.name] for decl in declared)
 
 
-def _tensor(decl: Tensor, ctx: InputContext, env: Mapping[str, float]) -> torch.Tensor:
+def _tensor(decl: Tensor, ctx: InputContext, env: Mapping[str, float], made: Mapping[str, Any]) -> torch.Tensor:
     shape = decl.local_shape(env, ctx.layout)
     dtype = resolve_dtype(decl.dtype, ctx.dtype)
     gen = ctx.generator(decl.layout.scope(ctx.layout), decl.name)
-    value = decl.dist.draw(gen, shape, dtype, env)
+    if conditioned(decl):
+        given = Given({name: made[name] for name in decl.dist.given}, _offsets(decl, shape, ctx))
+        value = decl.dist.draw(gen, shape, dtype, env, given)
+    else:
+        value = decl.dist.draw(gen, shape, dtype, env)
     if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape or value.dtype != dtype:
         got = f"{value.dtype} {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
         raise ValueError(f"input {decl.name}: the distribution made {got}, the declaration says {dtype} {shape}")
     return value.to(ctx.device)
+
+
+def _offsets(decl: Tensor, shape: tuple[int, ...], ctx: InputContext) -> tuple[int, ...]:
+    """Where this rank's block of `decl` starts in the global tensor, per axis."""
+    offsets = [0] * len(shape)
+    if isinstance(decl.layout, Sharded):
+        axis = decl.layout.axis % len(shape)
+        offsets[axis] = decl.layout.block_index(ctx.layout, ctx.rank) * shape[axis]
+    return tuple(offsets)
 
 
 def _group(decl: Group, ctx: InputContext) -> Any:

@@ -19,7 +19,7 @@ import torch
 from pkb_env.contract.cost import Cost, CostModel
 from pkb_env.contract.expr import ExprError
 from pkb_env.contract.families import FAMILIES
-from pkb_env.contract.inputs import InputContext, RankSeeds, make_inputs, size_env
+from pkb_env.contract.inputs import InputContext, RankSeeds, conditioned, make_inputs, size_env
 from pkb_env.contract.io import (DTYPES, Group, Input, Output, PerRank, Replicated, Scalar, Sharded, Tensor,
                                  mesh_dims, resolve_dtype)
 from pkb_env.contract.mesh import FLAT, Mesh, MeshError, MeshLayout
@@ -121,6 +121,32 @@ class TaskSpec:
                 if dim not in self.mesh.names:
                     raise TaskError(f"{where}: {decl.name} refers to mesh dimension {dim!r}; the mesh has "
                                     f"{', '.join(self.mesh.names)}")
+        self._check_conditioning(where)
+
+    def _check_conditioning(self, where: str) -> None:
+        """A conditioned input may read only plain inputs that every rank sharing its stream holds alike."""
+        by_name = {d.name: d for d in self.inputs}
+        for decl in self.inputs:
+            if not conditioned(decl):
+                continue
+            mine = set(self._scope(decl))
+            for name in decl.dist.given:
+                other = by_name.get(name)
+                if other is None or other is decl or isinstance(other, Group) or conditioned(other):
+                    raise TaskError(f"{where}: input {decl.name} is conditioned on {name!r}, which must be "
+                                    f"another input that is not itself conditioned (a Tensor, Scalar or Const)")
+                extra = set(self._scope(other)) - mine
+                if extra:
+                    raise TaskError(f"{where}: input {decl.name} is conditioned on {name}, which varies over "
+                                    f"{', '.join(sorted(extra))} where {decl.name} does not: replicas of "
+                                    f"{decl.name} would differ; condition only on inputs at least as shared")
+
+    def _scope(self, decl: Input) -> tuple[str, ...]:
+        """The mesh dims an input's values vary over (a Const varies over none)."""
+        placement = getattr(decl, "layout", Replicated())
+        if isinstance(placement, Replicated):
+            return ()
+        return mesh_dims(placement.over) or self.mesh.names
 
     # -- sizes and world sizes ------------------------------------------------------------------------
     @property
