@@ -10,7 +10,7 @@ import torch
 from pkb_env.contract import (Bernoulli, Comm, Const, Cost, Custom, Exact, Expr, ExprError, Fixed, Group, Integers,
                               Mesh, Normal, OneHot, Output, PerRank, Permutation, Positive, Preset, Replicated,
                               Rounded, Scalar, Sharded, Sum, TaskError, TaskSpec, Tensor, Tolerance, Uniform,
-                              UnitRows, rank_seeds)
+                              UnitRows, WorldSizes, rank_seeds)
 from pkb_env.contract.io import show_shape
 from pkb_env.contract.mesh import SHARED, MeshError
 from pkb_env.judge.seeds import SeedPlan
@@ -179,6 +179,21 @@ def test_world_sizes_follow_from_the_mesh_and_the_shapes():
         spec.check_world_size(3, "tiny")
     with pytest.raises(TaskError, match=r"world size 6: input x: dim 1 \(K = 1024\) does not split into 3"):
         spec.check_world_size(6, "bench")
+
+
+def test_world_sizes_must_split_what_the_reference_shares_out():
+    """`WorldSizes(splits=...)`: sizes no declared shape shows but the ranks share evenly (tokens)."""
+    spec = make_spec(mesh=Mesh(("world", "W")), inputs=(Tensor("x", ("N", "K"), layout=Sharded(1)),),
+                     outputs=(Output("y", ("N", "K"), layout=Sharded(1)),),
+                     world_sizes=WorldSizes(splits=("N * 3",), reason="rows are redistributed by rank"))
+    assert spec.allowed_world_sizes("tiny") == [1, 2, 3, 4, 6]      # K = 12 allows 1-4, 6; 3N = 12 the same
+    assert spec.allowed_world_sizes("bench") == [1, 2, 4, 8]         # K = 1024: 1, 2, 4, 8; 3N = 192 too
+    with pytest.raises(TaskError, match=r"N \* 3 = 12 does not split evenly over 8 ranks \(rows are redistributed"):
+        spec.check_world_size(8, replace_dims(spec, "tiny", K=24))
+
+
+def replace_dims(spec: TaskSpec, preset: str, **dims) -> Preset:
+    return Preset({**spec.preset(preset).dims, **dims}, spec.preset(preset).dtype)
 
 
 def test_inputs_follow_the_declaration():

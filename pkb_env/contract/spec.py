@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from pkb_env.contract.cost import Cost, CostModel
-from pkb_env.contract.expr import ExprError
+from pkb_env.contract.expr import ExprError, Size, as_expr
 from pkb_env.contract.families import FAMILIES
 from pkb_env.contract.inputs import InputContext, RankSeeds, conditioned, make_inputs, size_env
 from pkb_env.contract.io import (DTYPES, Group, Input, Output, PerRank, Replicated, Scalar, Sharded, Tensor,
@@ -42,12 +42,20 @@ class Preset:
 
 @dataclass(frozen=True)
 class WorldSizes:
-    """Limits on the world size beyond what the shapes and the mesh already imply, with the reason."""
+    """Limits on the world size beyond what the shapes and the mesh already imply, with the reason.
+
+    `splits` are sizes the ranks share out evenly although no declared shape shows it (the B*S tokens
+    of vocabulary-sharded logits that the reference redistributes by token): W must divide each.
+    """
 
     minimum: int = 1
     maximum: int | None = None
     multiple_of: int = 1
     reason: str = ""
+    splits: tuple[Size, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "splits", tuple(as_expr(s) for s in self.splits))
 
     def problem(self, world_size: int) -> str | None:
         why = f" ({self.reason})" if self.reason else ""
@@ -57,6 +65,15 @@ class WorldSizes:
             return f"takes at most {self.maximum} ranks{why}"
         if world_size % self.multiple_of:
             return f"needs a multiple of {self.multiple_of} ranks{why}"
+        return None
+
+    def split_problem(self, world_size: int, env: Mapping[str, float]) -> str | None:
+        """Which of `splits` the ranks cannot share evenly at these sizes, or None."""
+        for size in self.splits:
+            value = size.integer(env)
+            if value % world_size:
+                why = f" ({self.reason})" if self.reason else ""
+                return f"{size} = {value} does not split evenly over {world_size} ranks{why}"
         return None
 
 
@@ -195,6 +212,9 @@ class TaskSpec:
         except MeshError as exc:
             return str(exc)
         env = size_env(self.preset(preset).dims, world_size, layout)
+        problem = self.world_sizes.split_problem(world_size, env)
+        if problem:
+            return problem
         for decl in (*self.inputs, *self.outputs):
             if isinstance(decl, (Tensor, Output)) and decl.shape is not None:
                 try:
