@@ -63,6 +63,16 @@ WRONG_VOCAB = {
         "shifts by its own maximum (skips the MAX all-reduce)": [
             ("    dist.all_reduce(logits_max, op=dist.ReduceOp.MAX, group=group)\n", "")],
     },
+    "vocab_parallel_log_prob_topk": {
+        "picks the next rank's block of targets": [(
+            "target.reshape(tokens)[rank * mine:(rank + 1) * mine]",
+            "target.reshape(tokens).roll(-mine)[rank * mine:(rank + 1) * mine]")],
+        "skips the nucleus (top-k only)": [("    if top_p is not None and top_p < 1.0:", "    if False:")],
+    },
+    "vocab_parallel_log_prob_topk_chunked_backward": {
+        "takes probabilities over the unfiltered logits": [("grad = -filtered.softmax(dim=-1)",
+                                                            "grad = -rows.float().softmax(dim=-1)")],
+    },
 }
 
 
