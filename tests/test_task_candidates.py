@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from conftest import make_env
 
 from pkb_env.task import load_task
 
@@ -79,6 +80,23 @@ WRONG_VOCAB = {
 @pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_VOCAB.items() for n in wrongs])
 def test_wrong_vocab_parallel_candidates_are_judged_wrong(env4, task, name):
     assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_VOCAB[task][name])))
+
+
+@pytest.fixture(scope="module")
+def muon_bf16():
+    env = make_env(task="tp_muon_orthogonalization", world_size=2, dtype="bfloat16")
+    yield env
+    env.close()
+
+
+def test_muon_iterating_in_bf16_is_correct_and_a_local_gram_is_wrong(muon_bf16):
+    """The Muon tolerance admits Newton-Schulz in bf16 (as Muon runs it: x's dtype throughout), and still
+    rejects a Gram of the rank's own columns only."""
+    in_bf16 = variant("tp_muon_orthogonalization", ("    work = x.float()\n", "    work = x.clone()\n"))
+    info = judge(muon_bf16, "tp_muon_orthogonalization", in_bf16)
+    assert info["correct"], info["feedback"]
+    local = variant("tp_muon_orthogonalization", ("        dist.all_reduce(gram, group=group)\n", ""))
+    assert_wrong_with_a_location(judge(muon_bf16, "tp_muon_orthogonalization", local))
 
 
 @pytest.mark.parametrize("name", WRONG_GEMM)
