@@ -45,6 +45,26 @@ WRONG_GEMM = {
         "    out = A @ peer\n")],
 }
 
+WRONG_CONTEXT = {
+    "gated_deltanet_cp": {
+        "runs its own block from a zero state (no all-to-all)": [
+            ("    heads = a_log.shape[0] // world\n    mine = slice(rank * heads, (rank + 1) * heads)\n",
+             "    mine = slice(None)\n"),
+            ("    q, k, v, gate, beta = (_all_to_all(x, group, scatter_dim=2, gather_dim=1) for x in (q, k, v, gate, "
+             "beta))\n", ""),
+            ("    return _all_to_all(out.to(v.dtype), group, scatter_dim=1, gather_dim=2)", "    return out.to(v.dtype)")],
+        "decays its heads with the next rank's parameters": [
+            ("mine = slice(rank * heads, (rank + 1) * heads)",
+             "mine = slice((rank + 1) % world * heads, ((rank + 1) % world + 1) * heads)")],
+    },
+}
+
+
+@pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_CONTEXT.items() for n in wrongs])
+def test_wrong_context_parallel_candidates_are_judged_wrong(env4, task, name):
+    assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_CONTEXT[task][name])))
+
+
 WRONG_RING = {
     "off-by-one rank in the ring": [("source = (me - step) % cp", "source = (me - step - 1) % cp")],
     "skips the tensor-parallel all-reduce": [("    dist.all_reduce(result, group=tp_group)\n", "")],
