@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from pkb_env.contract import (Comm, Compute, Cost, Custom, Group, Output, Preset, Replicated, Rounded, Sharded, Sum,
-                              TaskSpec, Tensor, Uniform)
+                              TaskSpec, Tensor, Uniform, WorldSizes)
 
 A_LOG_RANGE = (0.0, math.log(16.0))     # A = exp(a_log) in [1, 16): fla's initialisation of A
 DT_BIAS_RANGE = (-6.9, -2.25)           # softplus^-1 of dt in [1e-3, 1e-1): fla's (Mamba's) dt_bias
@@ -116,6 +116,7 @@ SPEC = TaskSpec(
                         "one state per head decides"),
     },
     dtypes=("float32", "bfloat16", "float16"),
+    world_sizes=WorldSizes(splits=("H",), reason="the all-to-all gives every rank H/W whole heads"),
     departures=(
         "inputs come from secret per-trial seeds; the decay parameters follow fla's initialisation (A in [1, 16), "
         "dt_bias = softplus^-1 of dt in [1e-3, 1e-1]), so that states carry over hundreds of positions; PKB's "
