@@ -57,6 +57,12 @@ WRONG_CONTEXT = {
             ("mine = slice(rank * heads, (rank + 1) * heads)",
              "mine = slice((rank + 1) % world * heads, ((rank + 1) % world + 1) * heads)")],
     },
+    "kimi_delta_attention_cp_tp": {
+        "starts every block from a zero state (skips the fold)": [
+            ("pairs.view((cp,) + mine_pair.shape)[:cp_rank]", "pairs.view((cp,) + mine_pair.shape)[:0]")],
+        "folds its own block into its entering state (off by one)": [
+            ("pairs.view((cp,) + mine_pair.shape)[:cp_rank]", "pairs.view((cp,) + mine_pair.shape)[:cp_rank + 1]")],
+    },
 }
 
 
