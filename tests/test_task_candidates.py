@@ -63,6 +63,10 @@ WRONG_CONTEXT = {
         "folds its own block into its entering state (off by one)": [
             ("pairs.view((cp,) + mine_pair.shape)[:cp_rank]", "pairs.view((cp,) + mine_pair.shape)[:cp_rank + 1]")],
     },
+    "magi1_cso_async_attention": {
+        "hard-codes PKB's key ranges (each range its own chunk)": [
+            ("        start, end = bounds[r]\n", "        start, end = r * world * tokens, (r + 1) * world * tokens\n")],
+    },
 }
 
 
