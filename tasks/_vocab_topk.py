@@ -20,8 +20,8 @@ import math
 
 import torch
 
-from pkb_env.contract import (Comm, Compute, Const, Cost, CostContext, Custom, Group, Integers, Normal, Preset,
-                              Replicated, Sharded, Sum, Tensor, WorldSizes)
+from pkb_env.contract import (Comm, Compute, Const, Cost, CostContext, Custom, Group, Integers, Normal, Output,
+                              Preset, Replicated, Sharded, Sum, TaskSpec, Tensor, WorldSizes)
 
 FILTER_RULE = ("the filter keeps the top_k largest logits of each row (ties at the k-th value all kept), then "
                "keeps a survivor when the softmax probability (over the survivors) of the survivors strictly "
@@ -56,6 +56,8 @@ TOP_P_INPUT = Const("top_p", TOP_P, doc="then keep the nucleus of probability to
 CHUNK = Const("chunk_size", dim="min(S, ceil_div(max(W, S // 4), W) * W)",
               doc="sequence positions per chunk: chunks of B*chunk_size tokens of the flattened (B*S) tokens")
 
+CHUNK_RULE = ("chunk_size is PKB's rule (max(W, S/4) rounded up to a multiple of W, at most S) written as a size "
+              "expression, so chunks of B*chunk_size tokens always split evenly over the ranks")
 SPLIT_TOKENS = WorldSizes(splits=("B * S",), reason="the reference redistributes the B*S tokens evenly by rank")
 
 # The survivors' normaliser: at most ~K exponentials that, scaled by it, are probabilities summing to 1; its
@@ -114,6 +116,19 @@ def cost(c: CostContext, vector_per_logit: int) -> Cost:
                 memory_bytes=c.io_bytes())
 
 
+def forward_cost(c: CostContext) -> Cost:
+    """The log-probabilities: a top-k selection (compare) per logit and the exponent of the survivors."""
+    return cost(c, vector_per_logit=2)
+
+
+FORWARD = ("Every rank holds the logits (B, S, V/W) of its block of the vocabulary (rank r: token ids r*V/W "
+           "to (r+1)*V/W - 1) and the targets (B, S). Every rank must return, as float32 (B, S), each target's "
+           "log-probability under the softmax over the whole vocabulary of the filtered logits (-inf where the "
+           f"filter removes the target): {FILTER_RULE}.")
+LOG_PROBS = Output("log_probs", ("B", "S"), dtype="float32", layout=Replicated(),
+                   doc="log softmax(filtered logits)[target], per token")
+
+
 def presets() -> dict[str, Preset]:
     """tiny for CPU ranks; bench PKB's (2, 8) tokens over 256 ids; large NeMo-RL's 32000-id vocabulary
     over 8192 tokens (the published case study's shape), where the logits' bytes dominate. A fresh dict."""
@@ -138,3 +153,13 @@ DEPARTURES = (
     "the process group is declared (the whole world) and passed in; PKB passes None",
     "a `large` preset (NeMo-RL's 32000-token vocabulary over 8192 tokens) where moving the logits dominates",
 )
+
+
+def task(*, name: str, title: str, description: str, pkb_id: int, origin: str, parallelism: str,
+         inputs: tuple, outputs: tuple, golden, cost, tolerance, departures: tuple[str, ...] = ()) -> TaskSpec:
+    """One of the three tasks' TaskSpec: family, presets, dtypes, the token split and the shared departures
+    filled in."""
+    return TaskSpec(name=name, title=title, description=description, family="vocab", parallelism=parallelism,
+                    pkb_id=pkb_id, origin=origin, inputs=inputs, outputs=outputs, golden=golden, cost=cost,
+                    tolerance_rule=tolerance, presets=presets(), dtypes=("float32", "bfloat16", "float16"),
+                    world_sizes=SPLIT_TOKENS, departures=DEPARTURES + departures)

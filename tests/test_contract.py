@@ -256,7 +256,8 @@ def test_conditioned_inputs_see_the_values_they_name_and_their_block():
                                   Tensor("target", ("N",), dtype="int64", dist=Integers(0, "K"),
                                          layout=Replicated())),
                           outputs=(Output("y", ("N", "K"), layout=Sharded(1, over="tp")),))
-    plain = unplanted.make_inputs(unplanted.input_context(0, 4, "tiny", "float32", "cpu", rank_seeds(7, layout, 0, "t")))
+    seeds = rank_seeds(7, layout, 0, "t")
+    plain = unplanted.make_inputs(unplanted.input_context(0, 4, "tiny", "float32", "cpu", seeds))
     assert torch.equal(plain[1], target), "conditioning changes no other input's stream"
 
 

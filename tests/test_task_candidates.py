@@ -52,7 +52,8 @@ WRONG_CONTEXT = {
              "    mine = slice(None)\n"),
             ("    q, k, v, gate, beta = (_all_to_all(x, group, scatter_dim=2, gather_dim=1) for x in (q, k, v, gate, "
              "beta))\n", ""),
-            ("    return _all_to_all(out.to(v.dtype), group, scatter_dim=1, gather_dim=2)", "    return out.to(v.dtype)")],
+            ("    return _all_to_all(out.to(v.dtype), group, scatter_dim=1, gather_dim=2)",
+             "    return out.to(v.dtype)")],
         "decays its heads with the next rank's parameters": [
             ("mine = slice(rank * heads, (rank + 1) * heads)",
              "mine = slice((rank + 1) % world * heads, ((rank + 1) % world + 1) * heads)")],
@@ -65,7 +66,8 @@ WRONG_CONTEXT = {
     },
     "magi1_cso_async_attention": {
         "hard-codes PKB's key ranges (each range its own chunk)": [
-            ("        start, end = bounds[r]\n", "        start, end = r * world * tokens, (r + 1) * world * tokens\n")],
+            ("        start, end = bounds[r]\n",
+             "        start, end = r * world * tokens, (r + 1) * world * tokens\n")],
     },
 }
 

@@ -26,8 +26,8 @@ from pkb_env.contract.tolerance import EXACT, Check, Exact, Fixed, Rounded, Rule
 
 __all__ = [
     "COLLECTIVES", "Comm", "Compute", "Cost", "CostModel", "Peaks",
-    "Bernoulli", "Custom", "Distribution", "Given", "Integers", "Normal", "OneHot", "Permutation", "Positive", "Uniform",
-    "UnitRows", "Expr", "ExprError", "FAMILIES", "InputContext", "derive_seed", "rank_seeds",
+    "Bernoulli", "Custom", "Distribution", "Given", "Integers", "Normal", "OneHot", "Permutation", "Positive",
+    "Uniform", "UnitRows", "Expr", "ExprError", "FAMILIES", "InputContext", "derive_seed", "rank_seeds",
     "DTYPES", "TASK_DTYPE", "Const", "Group", "Input", "Output", "PerRank", "Replicated", "Scalar", "Sharded", "Tensor",
     "FLAT", "GroupCache", "GroupInfo", "Mesh", "MeshLayout", "build_groups",
     "CostContext", "Preset", "TaskError", "TaskSpec", "World", "WorldSizes",

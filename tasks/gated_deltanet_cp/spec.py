@@ -9,34 +9,15 @@ The reference runs the recurrence in its chunked (WY) form, as fla's kernels do;
 token-by-token recurrence in float64. Levers: fuse the all-to-alls with the chunk kernels, overlap them
 head group by head group, or pass states between ranks instead of moving q, k, v (fla's KCP).
 """
-import math
-
 import torch
 import torch.nn.functional as F
 
-from pkb_env.contract import (Comm, Compute, Cost, Custom, Group, Output, Preset, Replicated, Rounded, Sharded, Sum,
-                              TaskSpec, Tensor, Uniform, WorldSizes)
-
-A_LOG_RANGE = (0.0, math.log(16.0))     # A = exp(a_log) in [1, 16): fla's initialisation of A
-DT_BIAS_RANGE = (-6.9, -2.25)           # softplus^-1 of dt in [1e-3, 1e-1): fla's (Mamba's) dt_bias
-
+from pkb_env.contract import (Comm, Compute, Cost, Custom, Group, Output, Preset, Replicated, Sharded, TaskSpec,
+                              Tensor, WorldSizes)
+from pkb_env.tasks import _delta_rule as delta
 
 def _sigmoid_normal(gen, shape, dtype, env):
     return torch.randn(shape, generator=gen, device=gen.device).sigmoid().to(dtype)
-
-
-def recurrence(q, k, v, log_decay, beta):
-    """The gated delta rule token by token in float64: S_t = a_t S_{t-1}; S_t += b_t k_t (v_t - S_t^T k_t)^T;
-    o_t = S_t^T q_t, per batch and head. q, k (B, S, H, K); v (B, S, H, V); log_decay, beta (B, S, H)."""
-    batch, seq, heads, key_dim = q.shape
-    state = q.new_zeros(batch, heads, key_dim, v.shape[-1])
-    out = []
-    for t in range(seq):
-        state = state * log_decay[:, t].exp()[..., None, None]
-        error = v[:, t] - (k[:, t].unsqueeze(-2) @ state).squeeze(-2)
-        state = state + k[:, t].unsqueeze(-1) * (beta[:, t].unsqueeze(-1) * error).unsqueeze(-2)
-        out.append((q[:, t].unsqueeze(-2) @ state).squeeze(-2))
-    return torch.stack(out, dim=1)
 
 
 def golden(inputs, world):
@@ -47,7 +28,7 @@ def golden(inputs, world):
     q = F.normalize(full["q"], dim=-1, eps=1e-6) * key_dim ** -0.5
     k = F.normalize(full["k"], dim=-1, eps=1e-6)
     log_decay = -full["a_log"].exp() * F.softplus(full["gate"] + full["dt_bias"])
-    out = recurrence(q, k, full["v"], log_decay, full["beta"])
+    out = delta.recurrence(q, k, full["v"], log_decay.unsqueeze(-1).expand_as(k), full["beta"])
     return world.distribute(out.to(inputs[0]["v"].dtype), "out")
 
 
@@ -65,16 +46,10 @@ def cost(c):
     )
 
 
-# The recurrence runs in float32 (or on tensor cores with fp32 accumulation); a chunked kernel stores its
-# intermediates in the dtype (corrected values, WY factors, chunk states, masked scores). Outputs have RMS
-# ~1.6/K (q has norm K^-1/2; the state holds a few unit keys). Measured against this rule at bench and tiny,
-# W = 2-8: an emulated fla-like kernel (bf16 or fp16 corrected values, WY factors, chunk states and scores;
-# fp32 accumulation) uses 0.31-0.49 of the allowed, the float32 reference 0.1-0.15 (its output rounding).
-# In float32 the arithmetic itself shows: each output sums K state entries of size ~1 times q's entries.
-TOLERANCE = (Rounded(8, "2 / K", what="the intermediates a chunked kernel stores in the dtype (corrected "
-                                      "values, WY factors, chunk states, masked scores), on outputs of RMS ~2/K")
-             + Sum("K", "1 / sqrt(K)", "float32", what="S^T q: K state entries (~1) times q (norm K^-1/2), "
-                                                       "in fp32"))
+# Outputs have RMS ~1.6/K (q has norm K^-1/2; the state holds a few unit keys). Measured against this rule at
+# bench and tiny, W = 2-8: an emulated fla-like kernel (bf16 or fp16 corrected values, WY factors, chunk
+# states and scores; fp32 accumulation) uses 0.31-0.49 of the allowed, the float32 reference 0.1-0.15.
+TOLERANCE = delta.tolerance("2 / K")
 
 SPEC = TaskSpec(
     name="gated_deltanet_cp",
@@ -96,9 +71,9 @@ SPEC = TaskSpec(
         Tensor("gate", ("B", "W * L", "H"), layout=Sharded(1), doc="decay gate before softplus"),
         Tensor("beta", ("B", "W * L", "H"), dist=Custom(_sigmoid_normal, "sigmoid of a standard normal"),
                layout=Sharded(1), doc="delta-rule write strength in (0, 1)"),
-        Tensor("a_log", ("H",), dist=Uniform(*A_LOG_RANGE), layout=Replicated(),
+        Tensor("a_log", ("H",), dist=delta.A_LOG, layout=Replicated(),
                doc="log of the per-head decay rate A (fla's A_log)"),
-        Tensor("dt_bias", ("H",), dist=Uniform(*DT_BIAS_RANGE), layout=Replicated(),
+        Tensor("dt_bias", ("H",), dist=delta.DT_BIAS, layout=Replicated(),
                doc="per-head bias inside the softplus"),
         Group("group", "world", doc="the context-parallel group the sequence is split over"),
     ),

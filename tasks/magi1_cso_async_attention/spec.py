@@ -20,8 +20,9 @@ def _key_ranges(gen, shape, dtype, env):
     """Range r attends its own chunk whole and a random stretch of the earlier ones: [start_r, (r+1)*N) with
     start_r uniform in [0, r*N]."""
     ranges, tokens = shape[0], int(env["N"])
-    ends = torch.arange(1, ranges + 1) * tokens
-    starts = (torch.rand(ranges, generator=gen, device=gen.device) * (ends - tokens + 1)).long().clamp_max(ends - tokens)
+    ends = torch.arange(1, ranges + 1, device=gen.device) * tokens
+    draws = torch.rand(ranges, generator=gen, device=gen.device)
+    starts = (draws * (ends - tokens + 1)).long().clamp_max(ends - tokens)
     return torch.stack([starts, ends], dim=1).to(dtype)
 
 

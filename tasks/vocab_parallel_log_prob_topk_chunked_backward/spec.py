@@ -9,7 +9,7 @@ cross a link at all.
 """
 import torch
 
-from pkb_env.contract import Output, Sharded, Sum, TaskSpec
+from pkb_env.contract import Output, Sharded, Sum
 from pkb_env.tasks import _vocab_topk as vocab
 
 
@@ -33,7 +33,7 @@ TOLERANCE = Sum("K", "4 / K", "float32", what="probabilities over the <= K survi
                                                "|grad_output| (up to ~4)") \
     + Sum(3, 1, "float32", what="the exponent x - max, exp and 1 - p, in fp32")
 
-SPEC = TaskSpec(
+SPEC = vocab.task(
     name="vocab_parallel_log_prob_topk_chunked_backward",
     title="Backward of vocab-parallel log-probabilities under top-k / top-p, in chunks",
     description="Every rank holds the logits (B, S, V/W) of its block of the vocabulary (rank r: token ids "
@@ -42,7 +42,6 @@ SPEC = TaskSpec(
                 "float32 of grad_output * (onehot(target) - p), zero where the filter drops the logit: "
                 f"{vocab.FILTER_RULE}. The reference works through the flattened tokens in chunks of "
                 "B*chunk_size; the result does not depend on the chunking.",
-    family="vocab",
     parallelism="tensor parallel: vocabulary-parallel output layer, backward of filtered log-probs",
     pkb_id=84,
     origin="NeMo-RL GRPO: backward of the top-k / top-p filtered log-probabilities, chunked over tokens",
@@ -52,13 +51,7 @@ SPEC = TaskSpec(
                     doc="this rank's vocabulary block of d loss / d logits"),),
     golden=golden,
     cost=cost,
-    tolerance_rule=TOLERANCE,
-    presets=vocab.presets(),
-    dtypes=("float32", "bfloat16", "float16"),
-    world_sizes=vocab.SPLIT_TOKENS,
-    departures=vocab.DEPARTURES + (
-        "grad_output is random (PKB's is a fixed linspace from -1 to 1 in bf16) and in the task dtype",
-        "chunk_size is PKB's rule (max(W, S/4) rounded up to a multiple of W, at most S) written as a size "
-        "expression, so chunks of B*chunk_size tokens always split evenly over the ranks",
-    ),
+    tolerance=TOLERANCE,
+    departures=("grad_output is random (PKB's is a fixed linspace from -1 to 1 in bf16) and in the task dtype",
+                vocab.CHUNK_RULE),
 )
