@@ -3,15 +3,16 @@
 The repository keeps `tasks/`, `rewards/`, `agents/` and `configs/` at the top level (one folder per
 concern), but installs them under the `pkb_env` namespace (`pkb_env.tasks`, `pkb_env.rewards`, ...)
 so that they can never collide with PyPI's `agents`, `rewards` or `tasks` packages. pyproject.toml
-cannot express a renamed folder that grows a subpackage per task, so the mapping lives here.
+cannot express a renamed folder that grows a subpackage per task, so the mapping is applied here; the
+table itself is pkb_env/layout.py, which the cells read too (run as a script: no package import here).
 """
+import runpy
 from pathlib import Path
 
 from setuptools import setup
 
 ROOT = Path(__file__).parent
-MAPPED = {"pkb_env.tasks": "tasks", "pkb_env.rewards": "rewards", "pkb_env.agents": "agents",
-          "pkb_env.configs": "configs"}
+MAPPED = runpy.run_path(str(ROOT / "pkb_env" / "layout.py"))["MAPPED"]
 
 
 def subpackages(prefix: str, folder: Path) -> list[str]:

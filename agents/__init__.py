@@ -3,7 +3,7 @@
 An agent maps an observation to an action string: `agent.act(obs) -> str`.
 
 Model-backed agents load on first use, so importing this package never imports transformers:
-  TransformersAgent  a Hugging Face causal LM (pkb_env.agents.transformers_agent; needs `pip install pkb-env[llm]`)
+  TransformersAgent  a Hugging Face causal LM (pkb_env.agents.transformers_agent; needs `pip install 'pkb-env[llm]'`)
   OpenAIAgent        an OpenAI-compatible chat-completions server (pkb_env.agents.openai_agent; standard library)
 """
 from importlib import import_module

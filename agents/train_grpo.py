@@ -2,6 +2,7 @@
 environment, normalise the rewards within each group, take a clipped policy-gradient step on the
 completion tokens. Read it top to bottom: arguments, helpers, setup, loop.
 
+    pip install 'pkb-env[train]'                                            # transformers and TRL
     python -m pkb_env.agents.train_grpo --tiny --sanity                     # the sanity task: 1-3 min on 2 CPU cores
     python -m pkb_env.agents.train_grpo --model-name PATH_OR_HUB_ID --tasks all_reduce all_gather \\
         --executor cuda --world-size 8 --group-size 8 --prompts-per-batch 2 --track
@@ -45,6 +46,7 @@ import numpy as np
 import torch
 
 import pkb_env  # noqa: F401  (registers pkb_env/ParallelKernel-v0)
+from pkb_env.extras import MissingExtra, require
 from pkb_env.judge.pipeline import JudgeSettings
 from pkb_env.judge.timing import TimingProtocol
 from pkb_env.task import load_task, task_names
@@ -210,6 +212,12 @@ def masked_mean_per_row(x, mask):
 
 if __name__ == "__main__":
     args = parse_args()
+    try:  # before anything starts: a missing extra says which one, not a traceback minutes in
+        require("transformers", "train", "the GRPO example (python -m pkb_env.agents.train_grpo)")
+        if args.track:
+            require("wandb", "wandb", "--track (logging to Weights & Biases)")
+    except MissingExtra as exc:
+        raise SystemExit(f"train_grpo: {exc}") from None
     run_name = f"{pkb_env.ENV_ID.replace('/', '_')}__{args.exp_name}{'_sanity' if args.sanity else ''}__{args.seed}__{int(time.time())}"
     log_dir = Path(args.log_dir) / run_name
     log_dir.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import torch
 
 from pkb_env.agents.messages import SYSTEM_PROMPT, build_messages, render_prompt
+from pkb_env.extras import require
 
 
 class TransformersAgent:
@@ -57,6 +58,7 @@ class TransformersAgent:
         ("bfloat16"), "auto" (the checkpoint's), or None (transformers' default: the checkpoint's since
         transformers 5). gen_kwargs go to the constructor.
         """
+        require("transformers", "llm", "TransformersAgent")
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if isinstance(dtype, str) and dtype != "auto":

@@ -3,10 +3,12 @@ direct NCCL measurement; repeatability of the times a policy is rewarded on.
 
     python benchmarks/multi_gpu.py --presets bench large --steps 3 --markdown docs/multi_gpu.md
 
-For each preset and task: one step of the reference, then `--steps` steps of the expert
-(agents/experts/<task>.py), each in a fresh candidate generation as in training. Reported per row: the
-reference's time per call, the expert's median over steps and its max/min (repeatability), the speedup,
-the expert's bus bandwidth (nccl-tests' definition) and its fraction of the calibrated roofline.
+For each preset and task (tasks without that preset are skipped): one step of the reference (unless
+`--skip-reference-step`), then `--steps` steps of the expert (agents/experts/<task>.py), each in a fresh
+candidate generation as in training. Reported per row: the reference's time per call, the expert's median over steps and its
+max/min (repeatability), the speedup, the expert's bus bandwidth (nccl-tests' definition), its fraction of
+the calibrated roofline and of the datasheet roofline, the dominant term of the bound, and the reference's
+own fraction of the calibrated roofline (the cost model's sanity: both must stay at or below 1).
 
 The calibration (`judge.calibrate()`: NCCL all_reduce through the judge's own timing loop) is compared with
 a measurement that shares no code with the judge: `--world-size` processes started by torch.multiprocessing,
@@ -29,6 +31,7 @@ from tqdm import tqdm
 
 import pkb_env  # noqa: F401
 from pkb_env.report import table
+from pkb_env.task import load_task
 
 EXPERTS = Path(__file__).resolve().parents[1] / "agents" / "experts"
 DIRECT_BYTES = 256 << 20
@@ -41,6 +44,9 @@ def main() -> int:
     parser.add_argument("--tasks", nargs="+", default=sorted(p.stem for p in EXPERTS.glob("*.py")),
                         help="default: the tasks with an expert in agents/experts")
     parser.add_argument("--steps", type=int, default=3, help="expert steps per task and preset")
+    parser.add_argument("--skip-reference-step", action="store_true",
+                        help="no step of the reference itself (the expert's step still times the reference and "
+                             "checks against its outputs; saves a generation per task and preset)")
     parser.add_argument("--json", default=None)
     parser.add_argument("--markdown", default=None)
     args = parser.parse_args()
@@ -56,15 +62,18 @@ def main() -> int:
         try:
             env.reset(seed=0)
             isolation = env.unwrapped.executor.isolation()
-            for task in tqdm(args.tasks, desc=f"{preset} x{args.world_size}", unit="task"):
-                rows.append(measure(env, task, preset, args.steps))
+            for task in tqdm([t for t in args.tasks if preset in load_task(t).presets],
+                             desc=f"{preset} x{args.world_size}", unit="task"):
+                rows.append(measure(env, task, preset, args.steps, not args.skip_reference_step))
             calibration = env.unwrapped.judge.calibration()
         finally:
             env.close()
 
-    headers = ["task", "preset", "ref us", "expert us", "max/min", "speedup", "busbw GB/s", "roofline"]
+    headers = ["task", "preset", "ref us", "expert us", "max/min", "speedup", "busbw GB/s", "roofline",
+               "datasheet roofline", "bound", "ref roofline"]
     body = [[r["task"], r["preset"], r["reference_us"], r["expert_us"], r["max_over_min"], r["speedup"],
-             r["busbw_gbps"], r["roofline"]] for r in rows]
+             r["busbw_gbps"], r["roofline"], r["spec_fraction"], r["dominant"], r["reference_roofline"]]
+            for r in rows]
     summary = (f"world size {args.world_size} on {torch.cuda.get_device_name(0)}; calibration: NCCL bus bandwidth "
                f"{calibration.bandwidth_gbps:.1f} GB/s, latency {calibration.alpha_s * 1e6:.1f} us; direct NCCL "
                f"all_reduce of {DIRECT_BYTES >> 20} MiB outside the judge: {direct:.1f} GB/s busbw")
@@ -81,10 +90,11 @@ def main() -> int:
     return 0
 
 
-def measure(env, task: str, preset: str, steps: int) -> dict:
+def measure(env, task: str, preset: str, steps: int, reference_step: bool = True) -> dict:
     obs, _ = env.reset(options={"task": task})
-    _, _, _, _, info = env.step(obs["reference"])
-    assert info["correct"], f"{task} reference: {info['feedback']}"
+    if reference_step:
+        _, _, _, _, info = env.step(obs["reference"])
+        assert info["correct"], f"{task} reference: {info['feedback']}"
     expert = (EXPERTS / f"{task}.py").read_text()
     times, records = [], []
     for _ in range(steps):
@@ -93,11 +103,14 @@ def measure(env, task: str, preset: str, steps: int) -> dict:
         times.append(info["record"].timing.time_s)
         records.append(info["record"])
     middle = records[sorted(range(steps), key=lambda i: times[i])[steps // 2]]
+    roofline = middle.roofline
     return {"task": task, "preset": preset, "reference_us": middle.timing.reference_s * 1e6,
             "expert_us": statistics.median(times) * 1e6, "max_over_min": max(times) / min(times),
             "expert_times_us": [t * 1e6 for t in times], "speedup": middle.timing.reference_s / statistics.median(times),
-            "busbw_gbps": middle.roofline.busbw_gbps, "roofline": middle.roofline.fraction,
-            "spec_fraction": middle.roofline.spec_fraction}
+            "busbw_gbps": roofline.busbw_gbps, "roofline": roofline.fraction, "spec_fraction": roofline.spec_fraction,
+            "dominant": roofline.bound.dominant, "bound_us": roofline.bound_s * 1e6,
+            "reference_roofline": roofline.bound_s / middle.timing.reference_s,
+            "suspect": [r.timing.suspect for r in records if r.timing.suspect]}
 
 
 def direct_nccl_busbw(world_size: int) -> float:

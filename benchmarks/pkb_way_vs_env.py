@@ -1,4 +1,5 @@
-"""PKB's way of judging a CUDA candidate vs pkb-env's, side by side on one GPU (DESIGN §11).
+"""PKB's way of judging a CUDA candidate vs pkb-env's, side by side on one GPU (docs/architecture.md,
+"Performance of the env itself").
 
     python benchmarks/pkb_way_vs_env.py                # the full run, about 7-8 minutes on an H200
     python benchmarks/pkb_way_vs_env.py --quick        # 2 PKB trials per phase instead of 5 (smoke test)
@@ -697,7 +698,7 @@ def main(argv: list[str] | None = None) -> int:
             "PKB way: speedup = reference mean / candidate mean per trial, each the max over ranks of the per-rank "
             "mean of 100 back-to-back calls timed with CUDA events (no host sync, no barrier in the loop).",
             "pkb-env: time_s = median over barrier-aligned calls, each timed on the host with a full device "
-            "synchronize (DESIGN §5); the two per-call figures measure different things and are not "
+            "synchronize (docs/architecture.md, 'Timing and roofline'); the two per-call figures measure different things and are not "
             "interchangeable.",
             "Seeds: 42 + rank + trial*1_000_003 (shared: 42 + trial*1_000_003); inputs from the task contract "
             f"({TASK} {PRESET}: 1024x1024 {dtype} standard-normal), tolerance atol {tol.atol} rtol {tol.rtol}.",

@@ -6,6 +6,9 @@ EvaluationRecord into (observation, reward, terminated, truncated, info). The ju
 """
 from __future__ import annotations
 
+import signal
+import threading
+from contextlib import contextmanager
 from typing import Any, Sequence
 
 import gymnasium
@@ -46,6 +49,9 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
     ## Episode end
     terminated: a correct action reached `target_speedup` (or was correct where speed is not measured).
     truncated: `max_turns` actions were taken without that.
+    After `terminated`, call `reset()`. A further `step()` is still judged (the record is real) but warns
+    once per episode, as Gymnasium's own environments do: what it returns belongs to no episode. After
+    `max_turns` actions `step()` raises until `reset()` (the observation's turn cannot go past max_turns).
 
     ## Arguments
     task: a task name, a list of names to draw from at reset, or None for the whole suite.
@@ -82,6 +88,8 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
         self._best_reward: float | None = None
         self._best_speedup = 0.0
         self._last: dict[str, Any] = {}
+        self._ended = False          # terminated: a further step() warns (once per episode)
+        self._warned_after_end = False
 
     @staticmethod
     def _task_pool(task: str | Sequence[str]) -> list[str]:
@@ -107,6 +115,7 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
         self._dtype = task.resolve_dtype(self.preset, self.dtype)
         self._task, self._turn, self._best_reward, self._best_speedup = task, 0, None, 0.0
         self._last = {}
+        self._ended = self._warned_after_end = False
         info = self.executor.info
         calibration = load_calibration(info.hardware, self.world_size, self.judge.protocol.statistic)
         self._topology_text = self.judge.topology.describe(self.world_size, info.name, calibration)
@@ -130,7 +139,13 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
         if self._task is None:
             raise RuntimeError("step() called before reset(); call env.reset() to start an episode")
         if self._turn >= self.max_turns:
-            raise RuntimeError("the episode is over (max_turns reached); call env.reset()")
+            raise RuntimeError(f"the episode is over ({self.max_turns} actions taken, truncated=True was returned); "
+                               f"call env.reset() to start the next one")
+        if self._ended and not self._warned_after_end:
+            self._warned_after_end = True
+            gymnasium.logger.warn("You are calling 'step()' even though this episode already returned terminated=True. "
+                                  "You should call 'reset()' once you receive 'terminated=True': this step is "
+                                  "judged, but its reward and observation belong to no episode.")
         record = self.judge.evaluate(self._task, action, self.preset, self._dtype)
         result = self.reward_fn(record)
         reward = result.value
@@ -143,6 +158,7 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
         terminated = record.correct and (not record.performance_available or
                                          (record.speedup is not None and record.speedup >= self.target_speedup))
         truncated = not terminated and self._turn >= self.max_turns
+        self._ended = self._ended or terminated
         info = _info(record, result)
         info["turn_reward"] = result.value
         self._last = {"record": record, "reward": reward}
@@ -160,7 +176,10 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
         return f"{head} verdict={record.verdict.value} reward={self._last['reward']:+.3f}\n{record.feedback}\n"
 
     def close(self) -> None:
-        self.executor.close()
+        """Stop every rank process and remove the executor's files. Ctrl-C and SIGTERM arriving meanwhile are
+        held until it is done (then raised as usual), so an impatient second Ctrl-C cannot leave half of it."""
+        with _signals_held():
+            self.executor.close()
 
     # -- helpers ---------------------------------------------------------------------------------
     def _observation(self, feedback: str) -> dict[str, Any]:
@@ -178,6 +197,31 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
             "world_size": self.world_size,
             "best_speedup": np.array(min(self._best_speedup, S.MAX_SPEEDUP), dtype=np.float32),
         }
+
+
+@contextmanager
+def _signals_held():
+    """Hold SIGINT and SIGTERM for the block: note them, then hand them to the previous handlers afterwards.
+
+    Python runs signal handlers in the main thread whichever thread the kernel picked, so blocking the
+    signals in this thread would not hold them; swapping the handlers does. Off the main thread (where
+    handlers cannot be set) this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: handler for sig, handler in previous.items() if handler is not None}  # None: set outside Python
+    for sig in previous:
+        signal.signal(sig, lambda signum, _frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(caught):
+            signal.raise_signal(sig)
 
 
 def _info(record: EvaluationRecord, result) -> dict[str, Any]:

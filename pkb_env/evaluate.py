@@ -27,6 +27,7 @@ from typing import Any, Iterable, Sequence
 
 from tqdm import tqdm
 
+from pkb_env.extras import require
 from pkb_env.record import jsonable
 from pkb_env.task import TaskError, load_task, runnable_tasks, task_names
 
@@ -203,12 +204,10 @@ class EvaluationReport:
 
     def plot(self, path: str | Path) -> Path:
         """A PNG scatter: speedup (x, log) against roofline fraction (y) of the correct samples, a colour per task."""
-        try:
-            from matplotlib.backends.backend_agg import FigureCanvasAgg
-            from matplotlib.figure import Figure
-            from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-        except ImportError as exc:  # matplotlib is not a dependency of the env itself
-            raise ImportError("the speedup/roofline plot needs matplotlib: pip install matplotlib") from exc
+        require("matplotlib", "plot", "the speedup-vs-roofline plot")  # not a dependency of the env itself
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
         path = Path(path)
         fig = Figure(figsize=(9.0, 5.0), dpi=120)
         FigureCanvasAgg(fig)  # the Agg backend, without touching pyplot's global state
@@ -259,8 +258,11 @@ class EvaluationReport:
 # -- running -----------------------------------------------------------------------------------------
 def evaluate(agent, tasks: Sequence[str] | None = None, world_size: int = 4, executor: str = "auto",
              preset: str = "tiny", dtype: str | None = None, samples: int = 1, ks: Sequence[int] = (1,),
-             ps: Sequence[float] = (0, 1, 1.5, 2), judge_settings=None, progress: bool = True) -> EvaluationReport:
-    """Judge `samples` single-turn answers of `agent` on each task in one env; see the module docstring."""
+             ps: Sequence[float] = (0, 1, 1.5, 2), judge_settings=None, progress: bool = True,
+             reward: str = "default") -> EvaluationReport:
+    """Judge `samples` single-turn answers of `agent` on each task in one env; see the module docstring.
+
+    `reward` is the env's reward setting (a configs/rewards/ name or a YAML path): it sets each row's reward."""
     import time
 
     import gymnasium
@@ -289,7 +291,7 @@ def evaluate(agent, tasks: Sequence[str] | None = None, world_size: int = 4, exe
 
     start = time.perf_counter()
     env = gymnasium.make("pkb_env/ParallelKernel-v0", task=names, world_size=world_size, executor=executor,
-                         preset=preset, dtype=dtype, max_turns=1, judge_settings=judge_settings)
+                         preset=preset, dtype=dtype, max_turns=1, judge_settings=judge_settings, reward=reward)
     rows: list[SampleResult] = []
     try:
         info = env.unwrapped.executor.info
@@ -298,10 +300,10 @@ def evaluate(agent, tasks: Sequence[str] | None = None, world_size: int = 4, exe
                 for i in range(samples):
                     bar.set_description(f"{name} [{i + 1}/{samples}]")
                     obs, _ = env.reset(options={"task": name})
-                    _, reward, _, _, step = env.step(agent.act(obs))
+                    _, value, _, _, step = env.step(agent.act(obs))
                     rows.append(SampleResult(
                         task=name, sample=i, verdict=step["verdict"], correct=_counts_as_correct(step),
-                        speedup=step["speedup"], roofline_fraction=step["roofline_fraction"], reward=float(reward),
+                        speedup=step["speedup"], roofline_fraction=step["roofline_fraction"], reward=float(value),
                         stage_seconds=dict(step["stage_seconds"]), error=step["error"]))
                     bar.update()
     finally:

@@ -54,7 +54,8 @@ def detect() -> MachineInfo:
     try:
         import pynvml
     except ImportError:
-        return MachineInfo(error="the nvidia-ml-py package (pynvml) is not installed")
+        return MachineInfo(error="the nvidia-ml-py package (pynvml) is not installed: "
+                                 "pip install 'pkb-env[cuda13]' (or [cuda12])")
     try:
         pynvml.nvmlInit()
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...

@@ -55,7 +55,8 @@ def solution(tensor):
     buf.barrier()                     # no rank overwrites its buffer while a peer still reads it
     return out
 ```
-Also available: `buf.peer(r)` (rank r's buffer as a tensor; `copy_` to or from it uses the copy engine),
+Scalars go through `i32`, `i64`, `u64`, `f32`, `f64` (the C type the kernel declares). Also available:
+`buf.peer(r)` (rank r's buffer as a tensor; `copy_` to or from it uses the copy engine),
 `buf.signal_pad_ptrs` with `pkb_env.runtime.SIGNAL_PAD_CUDA` (barriers inside kernels),
 `compile_cuda(src, backend="nvcc")`, `pkb_env.runtime.load_inline(...)` (torch extensions, built once),
 and Triton kernels.'''

@@ -27,7 +27,7 @@ class Stage(str, enum.Enum):
 
 
 class Verdict(str, enum.Enum):
-    """What happened to the candidate, worst first: the order rewards must respect (DESIGN §8)."""
+    """What happened to the candidate, worst first: the order rewards must respect (docs/architecture.md, "One step")."""
 
     FLAGGED = "flagged"            # a static or runtime exploit flag
     UNPARSABLE = "unparsable"      # no code, syntax error, no `solution` with the right signature
@@ -62,6 +62,7 @@ class ParseResult:
     action_chars: int
     from_fence: bool
     error: str | None = None
+    note: str | None = None        # worth telling the agent, not an error (e.g. replacement characters)
 
 
 @dataclass
@@ -227,6 +228,9 @@ class EvaluationRecord:
     flags: list[Flag] = field(default_factory=list)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     feedback: str = ""
+    # What protected the judge while the candidate ran (the executor's isolation(), in words): pid, network,
+    # filesystem, privileges (and user where a user namespace was needed). Empty when nothing ran.
+    containment: dict[str, str] = field(default_factory=dict)
 
     @property
     def correct(self) -> bool:

@@ -11,7 +11,6 @@ several probes), so that the bound stays a lower bound on any code's time; CPU r
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from pkb_env.cache import cache_root
 from pkb_env.contract import Peaks
 
 
@@ -117,8 +117,7 @@ class Calibration:
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("PKB_ENV_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "pkb_env")
-    return Path(base) / "calibration"
+    return cache_root() / "calibration"
 
 
 def calibration_path(hardware: str, world_size: int, statistic: str) -> Path:

@@ -1,5 +1,7 @@
 """pkb-env as a reward function for TRL's GRPOTrainer (`reward_funcs=[make_trl_reward({...})]`).
 
+This module needs only the env; TRL itself comes with `pip install 'pkb-env[train]'`.
+
     from trl import GRPOConfig, GRPOTrainer
     from pkb_env.trl_reward import make_trl_reward
 
@@ -48,8 +50,11 @@ class PkbEnvReward:
     """A TRL reward function backed by one `pkb_env/ParallelKernel-v0` env. See the module docstring.
 
     Call signature (TRL's): reward(prompts, completions, **kwargs) -> list[float]. The task of completion i
-    is kwargs[task_column][i] (TRL repeats every dataset column per completion); without that column the
-    env draws a task from its pool. After a call, `last_infos` holds each step's info (minus the record).
+    is kwargs[task_column][i] (TRL repeats every dataset column per completion), else kwargs["task_id"][i]
+    (the observation's key, for datasets built from observations). Without either column every completion
+    is judged on env_kwargs["task"] when that names one task; otherwise the call is refused (a batch
+    judged on the wrong task would look like a bad policy, not a missing column).
+    After a call, `last_infos` holds each step's info (minus the record).
     If TRL passes `log_metric`, the batch's fraction correct and mean speedup are logged through it.
     """
 
@@ -62,17 +67,13 @@ class PkbEnvReward:
         self.last_infos: list[dict[str, Any]] = []
 
     def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (), **kwargs) -> list[float]:
-        tasks = kwargs.get(self.task_column)
-        if tasks is not None and len(tasks) != len(completions):
-            raise ValueError(f"column {self.task_column!r} has {len(tasks)} values for {len(completions)} completions; "
-                             f"TRL passes one per completion: check the dataset's {self.task_column!r} column")
+        tasks = self._tasks(kwargs, len(completions))
         if self.env is None:
             self.env = gymnasium.make(ENV_ID, **self.env_kwargs)
             self.env.reset()
         rewards, infos = [], []
         for i, completion in enumerate(completions):
-            options = {"task": tasks[i]} if tasks is not None else None
-            self.env.reset(options=options)
+            self.env.reset(options={"task": tasks[i]})
             _, reward, _, _, info = self.env.step(completion_text(completion))
             rewards.append(float(reward))
             infos.append({k: v for k, v in info.items() if k != "record"})
@@ -84,6 +85,25 @@ class PkbEnvReward:
             if speedups:
                 log_metric("pkb_env/mean_speedup", sum(speedups) / len(speedups))
         return rewards
+
+    def _tasks(self, columns: Mapping[str, Any], count: int) -> list[str]:
+        """The task of each completion: from the task column, the task_id column, or the env's one task."""
+        for column in dict.fromkeys((self.task_column, "task_id")):
+            tasks = columns.get(column)
+            if tasks is None:
+                continue
+            if len(tasks) != count:
+                raise ValueError(f"column {column!r} has {len(tasks)} values for {count} completions; TRL passes one "
+                                 f"per completion: check the dataset's {column!r} column")
+            return [str(task) for task in tasks]
+        fixed = self.env_kwargs.get("task")
+        if isinstance(fixed, str):
+            return [fixed] * count
+        raise ValueError(f"no task for the completions: the batch has no {self.task_column!r} or 'task_id' column "
+                         f"(columns here: {sorted(k for k, v in columns.items() if not callable(v))}) "
+                         f"and env_kwargs names no single task. Add a {self.task_column!r} column with each row's "
+                         f"task name to the dataset, or pass make_trl_reward({{'task': 'all_reduce', ...}}) to judge "
+                         f"every completion on one task")
 
     def close(self) -> None:
         """Stop the env and its rank processes (a later call makes a new env)."""

@@ -47,9 +47,10 @@ last records reach the file (tests/test_wandb_logging.py reads it, waiting for t
 ## Secrets
 The wrapper never reads an API key's value into anything it logs: the config is built from the env's own
 attributes, never from environment variables; and every string it logs (code, feedback, verdict, your
-config) has the values of secret-looking environment variables (names with KEY, TOKEN, SECRET, PASSWORD,
-CREDENTIAL or AUTH, the rank environment's rule) replaced by "[redacted]". The candidate processes never
-see WANDB_API_KEY at all: pkb_env.executors.environment gives rank processes an allowlist.
+config) has the judge user's secrets (secret-looking environment variables, ~/.netrc passwords, a Hugging
+Face token file: pkb_env/redaction.py) replaced by "[redacted]". The candidate processes never see
+WANDB_API_KEY at all: pkb_env.executors.environment gives rank processes an allowlist, and their
+allowlisted root (executors/rootfs.py) holds no home and so no ~/.netrc.
 """
 from __future__ import annotations
 
@@ -66,8 +67,9 @@ from urllib.parse import urlparse
 
 import gymnasium
 
-from pkb_env.executors.environment import SECRET
+from pkb_env.extras import require
 from pkb_env.record import Verdict, jsonable
+from pkb_env.redaction import Redactor
 
 TABLE_COLUMNS = ("global_step", "episode", "turn", "task", "verdict", "reward", "speedup", "roofline_fraction",
                  "feedback", "code")
@@ -75,17 +77,10 @@ RESERVED_CONFIG_KEYS = ("env", "reward", "judge", "versions")
 # metrics plotted against global_step (a run passed in keeps its own `_step` for everything else)
 STEP_METRICS = ("reward", "reward/*", "time/*", "verdict", "verdict/*", "flags/*", "correct", "speedup",
                 "roofline_fraction", "turn", "episode", "episode/*")
-REDACTED = "[redacted]"
-MIN_SECRET_CHARS = 6   # shorter values ("1", "true") would redact ordinary text
 
 
 def _import_wandb():
-    try:
-        import wandb
-    except ImportError as exc:
-        raise ImportError("WandbLogger needs the wandb package; install it with `pip install 'pkb-env[wandb]'` "
-                          "(or `pip install wandb`)") from exc
-    return wandb
+    return require("wandb", "wandb", "WandbLogger")
 
 
 class WandbLogger(gymnasium.Wrapper):
@@ -122,7 +117,8 @@ class WandbLogger(gymnasium.Wrapper):
                 raise ValueError(f"config key {key!r} is reserved by WandbLogger for the env's own settings "
                                  f"({', '.join(RESERVED_CONFIG_KEYS)}); rename it, e.g. 'user_{key}'")
             full_config[key] = value
-        full_config = _redact(full_config)
+        self._redactor = Redactor.of_judge()
+        full_config = self._redactor.redact(full_config)
         self._owns_run = run is None
         if run is None:
             if dir is not None:
@@ -226,7 +222,7 @@ class WandbLogger(gymnasium.Wrapper):
             if value is not None:
                 metrics[key] = value
         verdict = info.get("verdict")
-        metrics["verdict"] = _redact(str(verdict))
+        metrics["verdict"] = self._redactor.redact(str(verdict))
         for v in Verdict:
             metrics[f"verdict/{v.value}"] = int(verdict == v.value)
         record = info.get("record")
@@ -253,8 +249,8 @@ class WandbLogger(gymnasium.Wrapper):
         self._rows.append([
             self.global_step, self.episode, self._length, self._task, str(info.get("verdict")), reward,
             _number(info.get("speedup")), _number(info.get("roofline_fraction")),
-            _redact(_trim(str(info.get("feedback") or ""), self.max_feedback_chars)),
-            _redact(_trim(code, self.max_code_chars)),
+            self._redactor.redact(_trim(str(info.get("feedback") or ""), self.max_feedback_chars)),
+            self._redactor.redact(_trim(code, self.max_code_chars)),
         ])
         self._rows_added += 1
 
@@ -354,27 +350,6 @@ def _trim(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return text[:limit] + f"\n... [{len(text) - limit} more characters trimmed]"
-
-
-def _secret_values() -> list[str]:
-    return sorted({v for k, v in os.environ.items() if SECRET.search(k) and len(v) >= MIN_SECRET_CHARS},
-                  key=len, reverse=True)
-
-
-def _redact(value: Any, secrets: list[str] | None = None) -> Any:
-    """`value` with every secret environment value inside its strings replaced by "[redacted]"."""
-    secrets = _secret_values() if secrets is None else secrets
-    if not secrets:
-        return value
-    if isinstance(value, str):
-        for secret in secrets:
-            value = value.replace(secret, REDACTED)
-        return value
-    if isinstance(value, Mapping):
-        return {k: _redact(v, secrets) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_redact(v, secrets) for v in value]
-    return value
 
 
 __all__ = ["WandbLogger", "run_config", "package_versions", "resolve_mode", "credentials_configured",

@@ -1,4 +1,5 @@
-"""Rewards: pure, bounded functions of an EvaluationRecord (DESIGN §8), selected by configs/rewards/*.yaml.
+"""Rewards: pure, bounded functions of an EvaluationRecord (docs/architecture.md, "Rewards"), selected by
+configs/rewards/*.yaml.
 
     from pkb_env.rewards import load_reward
     reward = load_reward("default")          # ShapedReward; "fast_1" for the binary fast_p metric

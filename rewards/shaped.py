@@ -1,8 +1,8 @@
 """The default reward: fixed values for failures in verdict order, a graded bonus for fast correct code.
 
-Why this shape (DESIGN §8): a policy must always prefer "runs" to "crashes", "correct" to "wrong", and
-among correct answers prefer faster ones, without any failure ever outscoring a correct answer. Failures
-therefore get constants in strict verdict order; correct answers get
+Why this shape (docs/architecture.md, "Rewards"): a policy must always prefer "runs" to "crashes",
+"correct" to "wrong", and among correct answers prefer faster ones, without any failure ever outscoring a
+correct answer. Failures therefore get constants in strict verdict order; correct answers get
 
     value = correct_base + w_speedup * s + w_roofline * f
 

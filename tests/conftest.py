@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import os
+import time
 
 import gymnasium
+import psutil
 import pytest
 
 import pkb_env  # noqa: F401  (registers the env)
@@ -28,8 +30,32 @@ def make_env(task="all_reduce", world_size=4, **kwargs):
 
 
 @pytest.fixture(scope="module")
+def env2():
+    env = make_env(world_size=2)
+    env.reset(seed=0)
+    yield env
+    env.close()
+
+
+@pytest.fixture(scope="module")
 def env4():
     env = make_env(world_size=4)
     env.reset(seed=0)
     yield env
     env.close()
+
+
+def still_alive(pids: list[int], wait_s: float) -> list[int]:
+    """The processes among `pids` still running (zombies count as gone) after waiting up to wait_s for them."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        alive = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.2)

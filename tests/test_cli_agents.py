@@ -10,6 +10,8 @@ from pkb_env.agents import Agent, FileAgent, ReferenceAgent
 from pkb_env.cli import main
 from pkb_env.task import task_names
 
+RING = resources.files("pkb_env.agents").joinpath("candidates/all_reduce_ring.py").read_text()
+
 
 def test_tasks_lists_every_task(capsys):
     assert main(["tasks"]) == 0
@@ -38,7 +40,7 @@ def test_eval_folder_prints_stage_tables(tmp_path, capsys):
     ring = resources.files("pkb_env.agents").joinpath("candidates/all_reduce_ring.py").read_text()
     (tmp_path / "a_ring.py").write_text(ring)
     (tmp_path / "b_broken.py").write_text("def solution(tensor):\n    raise RuntimeError('nope')\n")
-    assert main(["eval", "all_reduce", str(tmp_path), "--executor", "cpu", "--world-size", "2"]) == 0
+    assert main(["eval", "all_reduce", str(tmp_path), "--executor", "cpu", "--world-size", "2"]) == 3  # runtime_error
     out = capsys.readouterr().out
     assert "== " in out and "stage" in out and "verify" in out
     assert "verdict correct" in out and "verdict runtime_error" in out
@@ -48,10 +50,20 @@ def test_eval_folder_prints_stage_tables(tmp_path, capsys):
 def test_eval_json_lines(tmp_path, capsys):
     path = tmp_path / "c.py"
     path.write_text("def solution(tensor):\n    return tensor.clone()\n")
-    assert main(["eval", "all_reduce", str(path), "--executor", "cpu", "--world-size", "2", "--json"]) == 0
+    assert main(["eval", "all_reduce", str(path), "--executor", "cpu", "--world-size", "2", "--json"]) == 1  # wrong
     line = [l for l in capsys.readouterr().out.splitlines() if l.startswith("{")][0]
     record = json.loads(line)
     assert record["verdict"] == "wrong" and record["verify"]["mismatches"]
+
+
+def test_eval_notes_bytes_that_were_not_utf8(tmp_path, capsys):
+    """A Latin-1 file is judged as read (its bad byte replaced), and the feedback says so."""
+    path = tmp_path / "latin1.py"
+    path.write_bytes("# résumé of the ring\n".encode("latin-1") + RING.encode())
+    assert main(["eval", "all_reduce", str(path), "--executor", "cpu", "--world-size", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "verdict correct" in out
+    assert "Notes: the code holds 2 U+FFFD replacement character(s), the first on line 1" in out
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")

@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from pkb_env.contract import (Bernoulli, Comm, Const, Cost, Custom, Exact, Expr, ExprError, Fixed, Group, Integers,
-                              Mesh, Normal, OneHot, Output, PerRank, Permutation, Positive, Preset, Replicated,
-                              Rounded, Scalar, Sharded, Sum, TaskError, TaskSpec, Tensor, Tolerance, Uniform,
-                              UnitRows, WorldSizes, rank_seeds)
+from pkb_env.contract import (Bernoulli, Comm, Const, Cost, CostContext, Custom, Exact, Expr, ExprError, Fixed,
+                              Group, Integers, Mesh, Normal, OneHot, Output, PerRank, Permutation, Positive, Preset,
+                              Propagated, Replicated, Rounded, Scalar, Sharded, Sum, TaskError, TaskSpec, Tensor,
+                              Tolerance, Ulps, Uniform, UnitRows, WorldSizes, rank_seeds)
 from pkb_env.contract.io import show_shape
 from pkb_env.contract.mesh import SHARED, MeshError
 from pkb_env.judge.seeds import SeedPlan
@@ -217,6 +217,36 @@ def test_inputs_follow_the_declaration():
     assert [t.shape for t in world.distribute(torch.zeros(4, 12), "y")] == [(4, 6)] * 4
 
 
+def test_a_const_can_carry_the_task_dtype():
+    """A reference whose tensor inputs do not imply its output dtype (fp8 in, the task dtype out) is told
+    the dtype by a Const; the prompt shows it."""
+    spec = make_spec(inputs=(Tensor("x", ("N", "K"), dtype="float8_e4m3fn", dist=Uniform(-1, 1)),
+                             Const("out_dtype", task_dtype=True)),
+                     mesh=Mesh(("world", "W")), outputs=(Output("y", ("N", "K")),))
+    for dtype in ("float32", "bfloat16"):
+        x, out_dtype = spec.make_inputs(spec.input_context(0, 2, "tiny", dtype, "cpu",
+                                                           rank_seeds(1, spec.layout(2), 0)))
+        assert x.dtype == torch.float8_e4m3fn and out_dtype == getattr(torch, dtype)
+    from pkb_env.contract.describe import input_lines
+    assert "- out_dtype: torch.bfloat16 (the task dtype), fixed" in input_lines(spec, "bench", "bfloat16", 2)
+    with pytest.raises(ValueError, match="give only one of"):
+        Const("out_dtype", value=1, task_dtype=True)
+    with pytest.raises(ValueError, match="resolve it with the trial's dtype"):
+        Const("out_dtype", task_dtype=True).resolve({})
+
+
+def test_tolerance_lines_name_their_outputs_when_outputs_differ():
+    from pkb_env.contract.describe import tolerance_lines
+    two = make_spec(mesh=Mesh(("world", "W")), inputs=(Tensor("x", ("N", "K")),),
+                    outputs=(Output("a", ("N",), tolerance=Sum("K", 1, "float32")), Output("b", ("N",))),
+                    tolerance_rule=Rounded(2, 1))
+    lines = tolerance_lines(two, "tiny", "float32", 2)
+    assert lines[0].startswith("Tolerance of a: ") and lines[1].startswith("Tolerance of b: ")
+    same = make_spec(mesh=Mesh(("world", "W")), inputs=(Tensor("x", ("N", "K")),),
+                     outputs=(Output("a", ("N",)), Output("b", ("N",))), tolerance_rule=Rounded(2, 1))
+    assert tolerance_lines(same, "tiny", "float32", 2)[0].startswith("Tolerance: ")
+
+
 def test_custom_distributions_are_checked():
     bad = Custom(lambda gen, shape, dtype, env: torch.zeros(3), "three zeros")
     spec = make_spec(inputs=(Tensor("x", ("N", "K"), dist=bad),), mesh=Mesh(("world", "W")),
@@ -292,6 +322,22 @@ def test_cost_context_counts_declared_bytes():
     assert model.hbm_bytes == (64 * 512 * 2) + 64 * 8 + 64 * 512 * 2  # x + idx + y; `ids` has no fixed shape
 
 
+def test_cheapest_picks_the_option_that_moves_the_fewest_bus_bytes():
+    """Moving data or moving work: which is cheaper depends on the sizes and on each collective's bus
+    factor (an all-reduce moves twice what an all-gather of the same S moves)."""
+    spec = make_spec()
+    c = CostContext(spec, {"N": 64, "K": 1024}, 8, "bfloat16", spec.layout(8))   # tp = 4, dp = 2
+    reduce = (Comm("all_reduce", 1000, "tp"),)                                  # 2 * 3/4 * 1000 = 1500
+    gather = (Comm("all_gather", 1200, "tp"), Comm("all_gather", 800, "dp"))   # 3/4 * 1200 + 1/2 * 800 = 1300
+    assert c.bus_bytes(reduce) == 1500 and c.bus_bytes(gather) == 1300
+    assert c.cheapest(reduce, gather) == gather and c.cheapest(gather, reduce) == gather
+    assert c.cheapest((Comm("all_reduce", 800, "tp"),), gather) == (Comm("all_reduce", 800, "tp"),)
+    alone = CostContext(spec, {"N": 64, "K": 1024}, 2, "bfloat16", spec.layout(2))  # tp = 1: nothing moves
+    assert alone.bus_bytes(reduce) == 0
+    with pytest.raises(ValueError, match="at least one option"):
+        c.cheapest()
+
+
 # -- tolerance rules ----------------------------------------------------------------------------------
 
 def test_sum_rule_grows_with_the_number_of_terms_and_the_precision():
@@ -306,6 +352,40 @@ def test_sum_rule_grows_with_the_number_of_terms_and_the_precision():
     fp32 = rule(torch.float32, {"K": 4096, "W": 8})
     assert fp32.atol < big.atol / 500 and fp32.rtol == 4 * 2 ** -24
     assert rule(torch.int64, {"K": 4, "W": 2}).exact
+
+
+def test_propagated_rule_adds_rounding_errors_in_quadrature():
+    """An operand rounded to bf16 and fed to a dot product with random weights: the measured error of the
+    product stays inside the rule, and the rule is far tighter than the coherent worst case (Rounded)."""
+    gen = torch.Generator().manual_seed(0)
+    n, s = 2048, 3.0
+    h = torch.randn(4096, n, generator=gen, dtype=torch.float64) * s
+    w = torch.randn(n, 64, generator=gen, dtype=torch.float64)
+    error = ((h.to(torch.bfloat16).double() - h) @ w).abs().max().item()
+    rule = Propagated(n, s)(torch.bfloat16, {})
+    assert error < rule.atol < Rounded(n, s)(torch.bfloat16, {}).atol / 10
+    assert error > rule.atol / 4, "the rule should sit near the measured error, not far above it"
+    assert "2048 values of RMS 3 rounded to bfloat16" in rule.reason
+
+
+def test_ulps_rule_allows_steps_of_a_fixed_dtype_whatever_the_task_dtype():
+    fp8 = Ulps(1, "float8_e4m3fn")
+    for task_dtype in (torch.float32, torch.bfloat16):
+        tol = fp8(task_dtype, {})
+        assert tol.rtol == 2 ** -3 and tol.atol == 2 ** -9
+    values = torch.tensor([0.0, 2 ** -9, 1.0, 1.125, 240.0, 448.0]).to(torch.float8_e4m3fn).double()
+    up_one = torch.tensor([2 ** -9, 2 ** -8, 1.125, 1.25, 256.0, 448.0]).to(torch.float8_e4m3fn).double()
+    tol = fp8(torch.bfloat16, {})
+    assert bool(((up_one - values).abs() <= tol.atol + tol.rtol * values.abs()).all())       # one step passes
+    two = torch.tensor([1.0, 240.0]).double(), torch.tensor([1.25, 288.0]).double()
+    assert not bool(((two[1] - two[0]).abs() <= tol.atol + tol.rtol * two[0].abs()).any())   # two steps fail
+    assert Ulps(2)(torch.float32, {}).rtol == 4 * 2 ** -24                                      # the task dtype
+    assert Ulps(1, "float8_e4m3fn")(torch.int64, {}).rtol == 2 ** -3                           # fixed dtype
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="positive integer"):
+            Ulps(bad)
+    with pytest.raises(ValueError, match="torch floating dtype"):
+        Ulps(1, "fp8")
 
 
 def test_rtol_follows_the_outputs_dtype_and_atol_the_tasks():

@@ -1,12 +1,18 @@
-"""The public Gymnasium contract: registration, spaces, check_env, reset options, render, bad input."""
+"""The public Gymnasium contract: registration, spaces, check_env, reset options, render, bad input, the
+episode's end, executor="auto", and a close() that an impatient Ctrl-C cannot cut short."""
+import os
+import signal
+import warnings
+
 import gymnasium
 import numpy as np
+import psutil
 import pytest
 from gymnasium.utils.env_checker import check_env
 
 import pkb_env
-from conftest import make_env
-from pkb_env.task import TaskError
+from conftest import FAST, make_env
+from pkb_env.task import TaskError, load_task
 
 
 def test_registered():
@@ -49,7 +55,7 @@ def test_multi_turn_termination_and_truncation():
         assert not terminated and not truncated
         _, _, terminated, truncated, _ = env.step(obs["reference"])
         assert not terminated and truncated  # correct, but the target speedup is out of reach
-        with pytest.raises(RuntimeError, match="reset"):
+        with pytest.raises(RuntimeError, match="truncated=True was returned.*reset"):
             env.step(obs["reference"])
         obs, _ = env.reset(seed=0)
         env.unwrapped.target_speedup = 0.0
@@ -58,6 +64,64 @@ def test_multi_turn_termination_and_truncation():
         assert obs["best_speedup"] == np.float32(0.0)
     finally:
         env.close()
+
+
+def test_step_after_terminated_warns_once_and_is_still_judged():
+    env = make_env(world_size=2, max_turns=4, target_speedup=0.0)
+    try:
+        obs, _ = env.reset(seed=0)
+        _, _, terminated, _, _ = env.step(obs["reference"])
+        assert terminated
+        with pytest.warns(UserWarning, match="already returned terminated=True.*reset"):
+            obs, _, _, _, info = env.step(obs["reference"])
+        assert info["correct"] and obs["turn"] == 2
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # once per episode: the next step says nothing
+            env.step("garbage ((")
+            env.reset(seed=0)
+            env.step("garbage ((")  # a new episode that has not ended: no warning
+    finally:
+        env.close()
+
+
+def test_executor_auto_resolves_to_what_the_machine_has(monkeypatch):
+    import pkb_env.executors as executors
+
+    for gpus, want in ((0, "cpu"), (2, "cuda"), (1, "cuda-emulated")):
+        monkeypatch.setattr(executors, "gpu_count", lambda gpus=gpus: gpus)
+        assert executors.resolve_executor("auto", 2) == want
+    monkeypatch.undo()
+    env = gymnasium.make("pkb_env/ParallelKernel-v0", task="all_reduce", world_size=2, executor="auto",
+                         judge_settings=FAST)
+    try:
+        _, info = env.reset(seed=0)
+        assert info["executor"] == executors.resolve_executor("auto", 2)
+        if info["executor"] == "cpu":
+            _, _, _, _, step = env.step(load_task("all_reduce").reference_source)
+            assert step["correct"], step["feedback"]
+    finally:
+        env.close()
+
+
+def test_close_holds_ctrl_c_until_the_processes_are_gone():
+    """A Ctrl-C during close() is raised after it, when nothing is left running, not half-way through."""
+    env = make_env(world_size=2)
+    env.reset(seed=0)
+    executor = env.unwrapped.executor
+    close = executor.close
+    pids = executor.process_ids()
+    assert pids
+
+    def close_interrupted():
+        signal.raise_signal(signal.SIGINT)  # arrives while closing
+        close()
+
+    executor.close = close_interrupted
+    with pytest.raises(KeyboardInterrupt):
+        env.close()
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not os.path.exists(executor.root)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 @pytest.mark.parametrize("kwargs, match", [

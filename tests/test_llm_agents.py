@@ -103,7 +103,6 @@ def _train_tokenizer():
 
 @pytest.fixture(scope="module")
 def _tokenizer_json():
-    pytest.importorskip("transformers")
     return _train_tokenizer().to_str()
 
 

@@ -1,20 +1,23 @@
-"""The namespaces a cell enters, exercised directly in a forked child: as root, and as an unprivileged user
-through a user namespace (the path most users' machines take; the executor tests here run as root).
+"""A cell's namespaces and allowlisted root, built directly in a forked child: as root, and as an unprivileged
+user through a user namespace (the path most users' machines take; the executor tests here run as root).
 
-The child reports what it could do over a pipe; the parent asserts. Skipped where namespaces are
-unavailable (the executor then reports them unavailable and falls back; test_isolation covers that).
+The child plays the cell (cell.contain: namespaces, the allowlisted root, PID 1, pivot_root) and forks a
+"rank" that drops its privileges and reports what it can see and do; the parent asserts. Skipped where
+namespaces are unavailable (the executor then reports them unavailable and falls back; test_isolation
+covers that).
 """
 import ctypes
 import json
 import os
 import shutil
+import socket
+import sys
 import tempfile
 import traceback
 
 import pytest
 
-from pkb_env.executors import namespaces
-from pkb_env.executors.cell import needed_paths
+from pkb_env.executors import cell, namespaces, rootfs
 from pkb_env.executors.isolation import NOBODY, drop_privileges
 
 MISSING = namespaces.probe()
@@ -22,7 +25,30 @@ pytestmark = pytest.mark.skipif(MISSING is not None or os.geteuid() != 0,
                                 reason=f"needs root to play both parts here, and namespaces ({MISSING})")
 
 
-def _in_child(as_user: bool, workdir: str, checkout: str) -> dict:
+def _as_rank(uid: int | None, paths: dict) -> dict:
+    """What a rank of the cell sees (run in a grandchild that dropped its privileges like a rank)."""
+    drop_privileges(uid)
+    seen = {"uid": os.getuid(), "root": sorted(os.listdir("/")), "pids": sorted(p for p in os.listdir("/proc")
+                                                                                if p.isdigit())}
+    with open("/proc/self/status") as f:
+        seen["capabilities"] = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff"))
+    for name, path in paths["read"].items():
+        try:
+            with open(path) as f:
+                seen[name] = "READ " + f.read()
+        except OSError as exc:
+            seen[name] = f"errno {exc.errno}"
+    for name, path in paths["write"].items():
+        try:
+            with open(path, "w") as f:
+                f.write("x")
+            seen[name] = "WROTE"
+        except OSError as exc:
+            seen[name] = f"errno {exc.errno}"
+    return seen
+
+
+def _in_child(as_user: bool, workdir: str, plan: rootfs.Plan, paths: dict) -> dict:
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -36,79 +62,111 @@ def _in_child(as_user: bool, workdir: str, checkout: str) -> dict:
                 # A process that changed uid is not dumpable, so its /proc/self files stay root's; a user who
                 # was never root (the case this stands for) is dumpable and may write its own uid_map.
                 ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
-            namespaces.unshare(user=as_user)
-            report["refused"] = namespaces.private_filesystem(workdir, [("/tmp", 16 << 20), ("/dev/shm", 16 << 20)],
-                                                              [checkout, os.path.join(checkout, "inner"),
-                                                               *needed_paths()])
-            with open(os.path.join(checkout, "inner", "module.py")) as f:
-                report["checkout"] = f.read()
-            namespaces.loopback_up()
-            report["tmp"] = sorted(os.listdir("/tmp"))
-            with open(os.path.join(workdir, "mine"), "w") as f:
-                f.write("ok")
-            report["workdir_writable"] = True
-            for path in ("/etc/pkb-namespace-probe", os.path.join(os.path.dirname(namespaces.__file__), "x.py"),
-                         os.path.join(checkout, "inner", "module.py")):
-                try:
-                    open(path, "w").close()
-                    report.setdefault("wrote", []).append(path)
-                except OSError as exc:
-                    report.setdefault("errors", []).append(exc.errno)
-            child = os.fork()  # PID 1 of the new namespace, as in a cell
-            if child == 0:
-                namespaces.mount_proc()
-                if os.getpid() != 1 or sorted(p for p in os.listdir("/proc") if p.isdigit()) != ["1"]:
-                    os._exit(3)
-                drop_privileges(None)  # what a rank does where it keeps its uid
-                with open("/proc/self/status") as f:
-                    capabilities = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff"))
-                os._exit(4 if capabilities else 0)
-            report["pid1_status"] = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+            cell.PLAN = plan
+            ours, theirs = socket.socketpair()
+            isolation, init = cell.contain({"namespaces": True, "kind": "ranks", "workdir": workdir,
+                                            "owner": (os.geteuid(), os.getegid())}, ours)
+            report["isolation"] = isolation
+            inner_read, inner_write = os.pipe()
+            rank = os.fork()
+            if rank == 0:
+                seen = _as_rank(None if as_user else NOBODY, paths)
+                os.write(inner_write, json.dumps(seen).encode())
+                os._exit(0)
+            os.close(inner_write)
+            data = _read_all(inner_read)
+            report["rank"] = json.loads(data) if data else {"error": "the rank died"}
+            os.kill(init, 9)
         except BaseException:
             report["error"] = traceback.format_exc()
         os.write(write_end, json.dumps(report).encode())
         os._exit(0)
     os.close(write_end)
-    data = b""
-    while chunk := os.read(read_end, 65536):
-        data += chunk
-    os.close(read_end)
+    data = _read_all(read_end)
     os.waitpid(pid, 0)
     return json.loads(data)
 
 
-@pytest.mark.parametrize("as_user", [False, True], ids=["root", "user-namespace"])
-def test_a_cell_filesystem_and_pid_namespace(as_user, tmp_path):
-    host_tmp = set(os.listdir("/tmp"))
+def _read_all(fd: int) -> bytes:
+    data = b""
+    while chunk := os.read(fd, 65536):
+        data += chunk
+    os.close(fd)
+    return data
+
+
+@pytest.fixture
+def layout(tmp_path):
+    """A generation directory, code in a checkout under /tmp (bound back), and secrets the root must hide."""
     root = tempfile.mkdtemp(prefix="pkb-ns-test-")
     workdir = os.path.join(root, "gen")
     os.mkdir(workdir, 0o700)
+    os.chmod(root, 0o711)
     checkout = tempfile.mkdtemp(prefix="pkb-ns-checkout-")  # code under /tmp, as a CI checkout may be
-    os.mkdir(os.path.join(checkout, "inner"))
-    with open(os.path.join(checkout, "inner", "module.py"), "w") as f:
-        f.write("X = 1\n")
     os.chmod(checkout, 0o755)
-    if as_user:
-        os.chown(workdir, NOBODY, NOBODY)
-        os.chmod(root, 0o711)
-    try:
-        report = _in_child(as_user, workdir, checkout)
-        assert "error" not in report, report.get("error")
-        assert report["refused"] == [], report
-        kept = {os.path.basename(root), os.path.basename(checkout)}
-        kept |= {p.split(os.sep)[2] for p in needed_paths() if p.startswith("/tmp/") and os.path.exists(p)}
-        assert set(report["tmp"]) == kept, "the private /tmp holds only the generation's path and the code bound back in"
-        assert report["checkout"] == "X = 1\n", "code kept from under /tmp must stay readable"
-        assert report["workdir_writable"] and "wrote" not in report, report
-        assert set(report["errors"]) <= {30, 13}, report  # EROFS (or EACCES as nobody)
-        assert report["pid1_status"] != 3, "PID 1 of the new namespace must see only itself in its /proc"
-        assert report["pid1_status"] == 0, "no capability may survive drop_privileges(None)"
-        with open(os.path.join(workdir, "mine")) as f:
-            assert f.read() == "ok", "the bound directory is the judge's, not a copy"
-        assert set(os.listdir("/tmp")) - host_tmp <= {os.path.basename(root), os.path.basename(checkout)}, \
-            "nothing leaked into the host's /tmp"
-        with open(os.path.join(checkout, "inner", "module.py")) as f:
-            assert f.read() == "X = 1\n"
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-        shutil.rmtree(checkout, ignore_errors=True)
+    with open(os.path.join(checkout, "module.py"), "w") as f:
+        f.write("X = 1\n")
+    os.chmod(os.path.join(checkout, "module.py"), 0o644)
+    private = tempfile.mkdtemp(prefix=".pkb-ns-secret-", dir=os.path.expanduser("~"))  # 0700, in root's home
+    public = tempfile.mkdtemp(prefix="pkb-ns-public-", dir="/srv" if os.path.isdir("/srv") else "/var")
+    os.chmod(public, 0o755)
+    for folder, mode in ((private, 0o600), (public, 0o644)):
+        with open(os.path.join(folder, "secret"), "w") as f:
+            f.write("hunter2-secret")
+        os.chmod(os.path.join(folder, "secret"), mode)
+    yield {"root": root, "workdir": workdir, "checkout": checkout, "private": private, "public": public}
+    for path in (root, checkout, private, public):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.parametrize("as_user", [False, True], ids=["root", "user-namespace"])
+def test_a_cell_shows_only_its_allowlist(as_user, layout):
+    host_tmp = set(os.listdir("/tmp"))
+    os.chown(layout["workdir"], NOBODY, NOBODY)  # the ranks' (nobody's) directory, as the executor makes it
+    base = rootfs.plan()
+    plan = rootfs.Plan(paths=(*base.paths, layout["checkout"]), refused=())
+    package = os.path.dirname(rootfs.__file__)
+    paths = {"read": {"checkout": os.path.join(layout["checkout"], "module.py"), "shadow": "/etc/shadow",
+                      "private": os.path.join(layout["private"], "secret"),
+                      "public": os.path.join(layout["public"], "secret"), "passwd": "/etc/passwd"},
+             "write": {"workdir": os.path.join(layout["workdir"], "mine"), "package": os.path.join(package, "x.py"),
+                       "checkout_write": os.path.join(layout["checkout"], "module.py"), "etc": "/etc/pkb-probe",
+                       "root_dir": "/pkb-probe", "tmp": "/tmp/pkb-ns-probe"}}
+    report = _in_child(as_user, layout["workdir"], plan, paths)
+    assert "error" not in report, report.get("error")
+    assert report["isolation"]["filesystem"].startswith("allowlisted root"), report["isolation"]
+    assert "could not make read-only" not in report["isolation"]["filesystem"], report["isolation"]
+    seen = report["rank"]
+    assert "error" not in seen, seen
+    assert seen["uid"] == NOBODY, seen  # a root judge's ranks drop to nobody; the user-namespace judge is nobody
+    assert seen["capabilities"] == 0, "no capability may survive drop_privileges"
+    assert seen["pids"] == sorted(seen["pids"]) and len(seen["pids"]) <= 3, \
+        f"the rank sees processes beyond its namespace: {seen['pids']}"
+    assert "home" not in seen["root"] and "srv" not in seen["root"] and "boot" not in seen["root"], seen["root"]
+    for hidden in ("shadow", "private", "public"):
+        assert seen[hidden] == "errno 2", f"{hidden}: {seen[hidden]} (the root must not hold it at all)"
+    assert seen["checkout"] == "READ X = 1\n", "code bound from under /tmp must stay readable"
+    assert seen["passwd"].startswith("READ root:"), "public /etc files are copied in"
+    assert seen["workdir"] == "WROTE", seen
+    for refused in ("package", "checkout_write", "etc", "root_dir"):
+        assert seen[refused] in ("errno 30", "errno 13"), f"{refused}: {seen[refused]}"  # EROFS, or EACCES as nobody
+    assert seen["tmp"] == "WROTE", "the private /tmp is writable"
+    with open(os.path.join(layout["workdir"], "mine")) as f:
+        assert f.read() == "x", "the bound directory is the judge's, not a copy"
+    assert set(os.listdir("/tmp")) - host_tmp <= {os.path.basename(layout["root"]), os.path.basename(layout["checkout"])}, \
+        "nothing leaked into the host's /tmp"
+    with open(os.path.join(layout["checkout"], "module.py")) as f:
+        assert f.read() == "X = 1\n"
+
+
+def test_the_plan_never_binds_the_working_directory_a_home_or_the_cache(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.chdir("/")
+    monkeypatch.setattr(sys, "path", ["", "/", "/tmp", os.path.expanduser("~"), str(cache / "x"), *sys.path])
+    plan = rootfs.plan(cache=str(cache))
+    assert {"", "/", "/tmp", os.path.expanduser("~"), str(cache / "x")} <= {entry for entry, _ in plan.refused}
+    for path in plan.paths:
+        assert path not in rootfs.NEVER_WHOLE and path != os.path.expanduser("~"), path
+        assert not path.startswith(str(cache)), path
+    package = os.path.dirname(os.path.dirname(rootfs.__file__))
+    assert any(package == p or package.startswith(p + "/") for p in plan.paths), "pkb_env itself must be bound"

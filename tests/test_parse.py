@@ -118,6 +118,16 @@ def test_non_utf8_bytes_are_an_error():
     assert r.code is None and "UTF-8" in r.error and "byte" in r.error
 
 
+def test_replacement_characters_are_noted_not_refused():
+    """A file read with errors="replace" (the CLI's FileAgent) reaches the judge with U+FFFD in it: say so."""
+    r = parse_action(b"# caf\xe9\n".decode("utf-8", errors="replace") + MODULE)
+    assert r.error is None and r.code.startswith("# caf\ufffd")
+    assert "1 U+FFFD replacement character(s), the first on line 1" in r.note and "UTF-8" in r.note
+    fenced = parse_action(f"Here:\n```python\n{MODULE}x = '\ufffd\ufffd'\n```\n")
+    assert "2 U+FFFD" in fenced.note and "line 9" in fenced.note
+    assert parse_action(MODULE).note is None
+
+
 @pytest.mark.parametrize("action", [None, 42, ["def solution(x): pass"], {"code": MODULE}])
 def test_non_text_actions_are_errors(action):
     r = parse_action(action)

@@ -28,7 +28,7 @@ def judge(env, task: str, source: str) -> dict:
 def assert_wrong_with_a_location(info: dict) -> None:
     assert info["verdict"] == "wrong", info["feedback"]
     first = info["feedback"].splitlines()[1]
-    assert re.match(r"rank \d, trial \d, output: \d+/\d+ elements differ \(beyond atol", first), first
+    assert re.match(r"rank \d, trial \d, output(\[\d+\])?: \d+/\d+ elements differ \((beyond atol|exact)", first), first
     assert "first at [" in first and "expected" in first and "got" in first
 
 
@@ -86,6 +86,50 @@ WRONG_RING = {
 }
 
 
+# Tensor-parallel GEMMs and norms (PKB 9-20, 45, 46): (task, edits) per wrong candidate.
+WRONG_TENSOR_PARALLEL = {
+    "all-gather GEMM: blocks concatenated in reverse rank order": (
+        "allgather_gemm", [("torch.cat(blocks, dim=1)", "torch.cat(blocks[::-1], dim=1)")]),
+    "GEMM reduce-scatter: keeps the next rank's row block": (
+        "gemm_reducescatter", [(
+            "    dist.reduce_scatter_tensor(out, partial, op=dist.ReduceOp.SUM)\n",
+            "    dist.all_reduce(partial)\n"
+            "    w, r = dist.get_world_size(), dist.get_rank()\n"
+            "    out = partial.chunk(w)[(r + 1) % w].clone()\n")]),
+    "TP RMSNorm: statistics of the local columns only (skips the all-reduce)": (
+        "tp_rms_norm", [("    dist.all_reduce(sum_sq, op=dist.ReduceOp.SUM)\n", "")]),
+    "MLP block: keeps its own partial rows instead of reduce-scattering them": (
+        "sequence_parallel_mlp", [("dist.reduce_scatter_tensor(out, partial, op=dist.ReduceOp.SUM)",
+                                   "out.copy_(partial.chunk(world)[dist.get_rank()])")]),
+    "embedding lookup: rows left grouped by owner rank (PKB's order)": (
+        "sharded_embedding_lookup", [("    out = torch.empty_like(grouped)\n    out[order] = grouped\n"
+                                      "    return out\n", "    return grouped\n")]),
+    "RoPE all-gather: the keys' gather sends the queries": (
+        "rope_allgather", [("dist.all_gather(k_blocks, k_rot.contiguous())",
+                            "dist.all_gather(k_blocks, q_rot.contiguous())")]),
+    "FP8 quantize: scales for int8's range (127) instead of float8_e4m3fn's (448)": (
+        "blocked_fp8_quantize", [("amax(dim=-1) / 448.0", "amax(dim=-1) / 127.0")]),
+    "FP8 dequantize: skips the all-to-all (returns its own chunks)": (
+        "blocked_fp8_dequantize", [("    out = torch.empty_like(x)\n    dist.all_to_all_single(out, x)\n"
+                                    "    return out\n", "    return x\n")]),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_TENSOR_PARALLEL)
+def test_wrong_tensor_parallel_candidates_are_judged_wrong(env4, name):
+    task, edits = WRONG_TENSOR_PARALLEL[name]
+    assert_wrong_with_a_location(judge(env4, task, variant(task, *edits)))
+
+
+WRONG_CAUSAL_RING = {
+    "passes the ring the wrong way": [("nxt, prv = dist.get_global_rank(group, (me + 1) % world), "
+                                       "dist.get_global_rank(group, (me - 1) % world)",
+                                       "prv, nxt = dist.get_global_rank(group, (me + 1) % world), "
+                                       "dist.get_global_rank(group, (me - 1) % world)")],
+    "attends to the first two blocks only": [("    for step in range(world):\n", "    for step in range(min(world, 2)):\n")],
+}
+
+
 WRONG_VOCAB = {
     "vocab_parallel_cross_entropy": {
         "skips the all-reduce of the target's logit": [
@@ -139,6 +183,11 @@ def test_wrong_gemm_allreduce_is_judged_wrong(env4, name):
 @pytest.mark.parametrize("name", WRONG_RING)
 def test_wrong_ring_attention_is_judged_wrong(env4, name):
     assert_wrong_with_a_location(judge(env4, "ring_attention_tp", variant("ring_attention_tp", *WRONG_RING[name])))
+
+
+@pytest.mark.parametrize("name", WRONG_CAUSAL_RING)
+def test_wrong_causal_ring_is_judged_wrong(env4, name):
+    assert_wrong_with_a_location(judge(env4, "ring_attention", variant("ring_attention", *WRONG_CAUSAL_RING[name])))
 
 
 def test_a_candidate_that_builds_its_own_groups_in_every_call_is_correct(env4):

@@ -99,6 +99,31 @@ def test_trl_reward_function_returns_env_rewards():
     assert reward.env is None
 
 
+def test_trl_reward_refuses_rows_without_a_task():
+    """Without a task column and without one task in env_kwargs, nothing is judged (it used to judge all_reduce)."""
+    reward = make_trl_reward({"world_size": 2, "executor": "cpu", "judge_settings": FAST})
+    try:
+        broadcast = load_task("broadcast").reference_source
+        with pytest.raises(ValueError, match="no task for the completions.*'task' column.*make_trl_reward"):
+            reward(prompts=["p"], completions=[broadcast], problem=["broadcast"])
+        assert reward.env is None  # refused before any rank process started
+    finally:
+        reward.close()
+
+
+def test_trl_reward_takes_task_id_and_a_single_task():
+    reward = make_trl_reward({"world_size": 2, "executor": "cpu", "judge_settings": FAST})
+    fixed = make_trl_reward({"task": "broadcast", "world_size": 2, "executor": "cpu", "judge_settings": FAST})
+    broadcast = load_task("broadcast").reference_source
+    try:
+        assert reward(prompts=["p"], completions=[broadcast], task_id=["broadcast"])[0] > 0
+        assert reward.last_infos[0]["correct"] and reward.last_infos[0]["verdict"] == "correct"
+        assert fixed(prompts=["p"], completions=[broadcast])[0] > 0 and fixed.last_infos[0]["correct"]
+    finally:
+        reward.close()
+        fixed.close()
+
+
 def test_completion_text_shapes():
     assert completion_text("abc") == "abc"
     assert completion_text([{"role": "assistant", "content": "abc"}]) == "abc"
@@ -109,8 +134,9 @@ def test_completion_text_shapes():
 
 # ---- (c) a tiny TRL GRPOTrainer run ------------------------------------------------------------------------
 def test_trl_grpo_trainer_two_steps(tmp_path):
-    datasets = pytest.importorskip("datasets", reason="TRL's trainer needs `datasets`, which is not installed")
-    trl = pytest.importorskip("trl", reason="trl is not installed")
+    import datasets  # installed with trl (the dev and train extras)
+    import trl
+
     from pkb_env.agents.train_grpo import make_tiny_model, make_tiny_tokenizer
 
     tokenizer = make_tiny_tokenizer()

@@ -20,14 +20,12 @@ from pathlib import Path
 
 import gymnasium
 import pytest
+from wandb.proto import wandb_internal_pb2 as pb
 
-pytest.importorskip("wandb")
-
-import pkb_env  # noqa: F401,E402  (registers the env)
-from pkb_env.judge.pipeline import JudgeSettings  # noqa: E402
-from pkb_env.record import Verdict  # noqa: E402
-from pkb_env.wandb_logging import TABLE_COLUMNS, WandbLogger, resolve_mode  # noqa: E402
-from wandb.proto import wandb_internal_pb2 as pb  # noqa: E402
+import pkb_env  # noqa: F401  (registers the env)
+from pkb_env.judge.pipeline import JudgeSettings
+from pkb_env.record import Verdict
+from pkb_env.wandb_logging import TABLE_COLUMNS, WandbLogger, resolve_mode
 
 FAKE_KEY = "pkbtestfakekey_0123456789abcdef0123456789abcdef"
 

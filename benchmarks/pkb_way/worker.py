@@ -1,8 +1,7 @@
 """One job of ParallelKernelBench's harness, re-implemented for one pkb-env task (our own code).
 
 PKB judges a candidate by launching, for every trial, a fresh `torchrun` job for the reference and then
-one for the candidate; each rank of a job runs this flow (after PKB's scripts/worker.py, as described in
-shared/reference/pkb_problems.md §2-§3):
+one for the candidate; each rank of a job runs this flow (after PKB's own scripts/worker.py):
 
   1. TORCH_CUDA_ARCH_LIST=9.0 unless set, and a per-rank TORCH_EXTENSIONS_DIR=<base>/pkb_rank_<rank>
      (so every rank compiles its own copy of a load_inline extension; the cache survives across jobs);

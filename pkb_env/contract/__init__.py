@@ -4,7 +4,7 @@ A task writer imports from here only:
 
     from pkb_env.contract import (TaskSpec, Preset, WorldSizes, Mesh, Tensor, Scalar, Const, Group, Output,
                                   Replicated, Sharded, PerRank, Normal, Uniform, Integers, ..., Sum, Rounded,
-                                  Exact, Cost, Comm, Compute)
+                                  Propagated, Ulps, Exact, Cost, Comm, Compute)
 
 `pkb_env.task` loads the suite (`load_task`, `task_names`); the modules here say what a task is.
 
@@ -22,7 +22,8 @@ from pkb_env.contract.io import (DTYPES, TASK_DTYPE, Const, Group, Input, Output
                                  Tensor)
 from pkb_env.contract.mesh import FLAT, GroupCache, GroupInfo, Mesh, MeshLayout, build_groups
 from pkb_env.contract.spec import CostContext, Preset, TaskError, TaskSpec, World, WorldSizes
-from pkb_env.contract.tolerance import EXACT, Check, Exact, Fixed, Rounded, Rule, Sum, Tolerance
+from pkb_env.contract.tolerance import (EXACT, Check, Exact, Fixed, Propagated, Rounded, Rule, Sum, Tolerance,
+                                       Ulps)
 
 __all__ = [
     "COLLECTIVES", "Comm", "Compute", "Cost", "CostModel", "Peaks",
@@ -31,5 +32,5 @@ __all__ = [
     "DTYPES", "TASK_DTYPE", "Const", "Group", "Input", "Output", "PerRank", "Replicated", "Scalar", "Sharded", "Tensor",
     "FLAT", "GroupCache", "GroupInfo", "Mesh", "MeshLayout", "build_groups",
     "CostContext", "Preset", "TaskError", "TaskSpec", "World", "WorldSizes",
-    "EXACT", "Check", "Exact", "Fixed", "Rounded", "Rule", "Sum", "Tolerance",
+    "EXACT", "Check", "Exact", "Fixed", "Propagated", "Rounded", "Rule", "Sum", "Tolerance", "Ulps",
 ]

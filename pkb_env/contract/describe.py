@@ -37,8 +37,8 @@ def input_lines(task: TaskSpec, preset: str, dtype: str, world_size: int) -> lis
             lines.append(f"- {decl.name}: Python number, {decl.dist.describe()}, drawn per call; "
                          f"{decl.layout.describe(layout)}{doc}")
         elif isinstance(decl, Const):
-            value = decl.resolve(env)
-            source = f" (= {decl.dim})" if decl.dim is not None else ""
+            value = decl.resolve(env, dtype)
+            source = f" (= {decl.dim})" if decl.dim is not None else " (the task dtype)" if decl.task_dtype else ""
             lines.append(f"- {decl.name}: {value!r}{source}, fixed{doc}")
         elif isinstance(decl, Group):
             size = layout.size(decl.dim)
@@ -74,9 +74,14 @@ def output_lines(task: TaskSpec, preset: str, dtype: str, world_size: int) -> li
 
 def tolerance_lines(task: TaskSpec, preset: str, dtype: str, world_size: int) -> list[str]:
     dims = task.preset(preset).dims
-    reasons = dict.fromkeys(task.tolerance(dtype, dims, world_size, o.name).reason for o in task.outputs
-                            if o.compare == "close" and _is_float(o, dtype))
-    lines = [f"Tolerance: {reason}." for reason in reasons]
+    outputs_by_reason: dict[str, list[str]] = {}
+    for out in task.outputs:
+        if out.compare == "close" and _is_float(out, dtype):
+            reason = task.tolerance(dtype, dims, world_size, out.name).reason
+            outputs_by_reason.setdefault(reason, []).append(out.name)
+    several = len(outputs_by_reason) > 1  # then each line names the outputs it applies to
+    lines = [f"Tolerance{' of ' + ', '.join(names) if several else ''}: {reason}."
+             for reason, names in outputs_by_reason.items()]
     return lines + ["Integer and boolean outputs are compared exactly. NaN where the reference has NaN, else "
                     "NaN or Inf is wrong. Dtypes and shapes must match exactly."]
 

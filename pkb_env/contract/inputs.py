@@ -92,7 +92,7 @@ def make_inputs(declared: Sequence[Input], ctx: InputContext) -> tuple:
         elif isinstance(decl, Scalar):
             values[decl.name] = decl.dist.scalar(ctx.generator(decl.layout.scope(ctx.layout), decl.name), env)
         elif isinstance(decl, Const):
-            values[decl.name] = decl.resolve(env)
+            values[decl.name] = decl.resolve(env, ctx.dtype)
         elif isinstance(decl, Group):
             values[decl.name] = _group(decl, ctx)
         else:

@@ -165,18 +165,29 @@ class Scalar:
 
 @dataclass(frozen=True)
 class Const:
-    """A fixed argument: a literal (`1e-5`, `True`, `None`, `"quintic"`) or a preset dim (`dim="H"`)."""
+    """A fixed argument: a literal (`1e-5`, `True`, `None`, `"quintic"`), a preset dim (`dim="H"`), or the
+    trial's task dtype as a torch.dtype (`task_dtype=True`), for a reference whose tensor inputs do not
+    imply the dtype of its output (a dequantisation from fp8)."""
 
     name: str
     value: Any = None
     dim: Size | None = None
     doc: str = ""
+    task_dtype: bool = False
 
     def __post_init__(self) -> None:
         if self.dim is not None:
             object.__setattr__(self, "dim", as_expr(self.dim))
+        if self.task_dtype and (self.dim is not None or self.value is not None):
+            raise ValueError(f"input {self.name}: a Const is a literal value, a dim, or the task dtype; "
+                             f"give only one of value=, dim= and task_dtype=True")
 
-    def resolve(self, env: Mapping[str, float]) -> Any:
+    def resolve(self, env: Mapping[str, float], dtype: str | None = None) -> Any:
+        """The argument's value; `dtype` (the trial's task dtype name) is needed for `task_dtype=True`."""
+        if self.task_dtype:
+            if dtype is None:
+                raise ValueError(f"input {self.name} is the task dtype: resolve it with the trial's dtype name")
+            return DTYPES[dtype]
         return self.dim.integer(env) if self.dim is not None else self.value
 
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from pkb_env.contract.cost import Cost, CostModel
+from pkb_env.contract.cost import COLLECTIVES, Comm, Cost, CostModel
 from pkb_env.contract.expr import ExprError, Size, as_expr
 from pkb_env.contract.families import FAMILIES
 from pkb_env.contract.inputs import InputContext, RankSeeds, conditioned, make_inputs, size_env
@@ -373,6 +373,24 @@ class CostContext(Sized):
         names = [d.name for d in (*self.spec.inputs, *self.spec.outputs)
                  if isinstance(d, (Tensor, Output)) and d.shape is not None]
         return sum(self.nbytes(n) for n in names)
+
+    def bus_bytes(self, comms: Sequence[Comm]) -> float:
+        """Bytes the busiest rank moves one way for `comms` at this size (S times each bus factor)."""
+        total = 0.0
+        for comm in comms:
+            n = self[comm.group]
+            total += comm.size_bytes * COLLECTIVES[comm.collective].bus_factor(n) if n > 1 else 0.0
+        return total
+
+    def cheapest(self, *options: Sequence[Comm]) -> tuple[Comm, ...]:
+        """The option, a sequence of Comm terms, that moves the fewest bytes at this size.
+
+        Where a task can be done by moving data or by moving work (gather the operands, or exchange
+        partial results), the lower bound is the cheaper one, whichever the reference does; which one is
+        cheaper depends on the sizes, so the cost function declares both and this picks."""
+        if not options:
+            raise ValueError("cheapest() needs at least one option (a tuple of Comm terms)")
+        return tuple(min(options, key=self.bus_bytes))
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,19 @@ The model (u = unit roundoff of the precision, 2^-8 for bf16, 2^-11 fp16, 2^-24 
   combined (partial GEMM results stored in bf16 before an all-reduce): each error is below u times its
   value; their sum stays below u*s*(n + 5*sqrt(n)) for all but a few-in-a-million elements.
   atol += u * s * (n + 5 * sqrt(n)).
+* `Propagated(terms=n, magnitude=s)`: n values of RMS s, each rounded once to the task dtype, that reach
+  an output element through a dot product with independent unit-RMS weights (an MLP's activations
+  stored in the dtype before the second GEMM). The rounding errors are independent and meet weights of
+  random sign, so they add in quadrature to RMS u*s*sqrt(n/3); atol += 4*u*s*sqrt(n), about seven
+  standard deviations. (`Rounded` is the coherent worst case, n*u*s, too loose once n is in the
+  thousands: it would pass a result missing a rank's share.)
 * Every float rule keeps rtol = 4u of the OUTPUT's dtype: both algorithms round the final value to it
   once (one ulp each, and an ulp is at most 2u relative). An fp32 loss computed from bf16 logits gets
   the fp32 rtol; the atol terms keep the task dtype (or the precision they name).
+* `Ulps(n, dtype)` for outputs stored in a fixed precision that is not the task's (fp8 quantised values,
+  fp32 scales): two correct algorithms may land up to n representable steps apart (a rounding
+  midpoint crossed by the last bit of the input to the rounding). atol = n subnormal steps of that
+  dtype, rtol = n * 2u (a step is at most 2u of the value).
 * `Fixed({dtype: Tolerance})` for error that has no such model (iterative methods), with the measured
   reason; `Exact(reason)` for data movement, integer and boolean outputs.
 Rules add: `Sum(...) + Rounded(...)` sums the atols and keeps the larger rtol.
@@ -156,6 +166,52 @@ class Rounded(_Float):
 
     def describe(self) -> str:
         return f"{self.what or 'intermediates'}: {show(self.terms)} values of RMS {show(self.magnitude)} rounded once"
+
+
+class Propagated(_Float):
+    """`terms` values of RMS `magnitude`, each rounded once to the task dtype, combined with independent
+    random-sign weights of RMS 1 (an operand of a later GEMM): the errors add in quadrature."""
+
+    def __init__(self, terms: Size, magnitude: Size = 1, what: str = ""):
+        self.terms, self.magnitude, self.what = as_expr(terms), as_expr(magnitude), what
+
+    def atol(self, dtype, env):
+        u = unit_roundoff(dtype)
+        n, s = self.terms.real(env), self.magnitude.real(env)
+        value = 4 * u * s * math.sqrt(n)
+        return value, (f"{self.what or 'rounded operands'}: {n:g} values of RMS {s:.3g} rounded to {_name(dtype)} "
+                       f"and mixed by random-sign weights -> 4*u*s*sqrt(n) = {value:.3g}")
+
+    def describe(self) -> str:
+        return (f"{self.what or 'operands'}: {show(self.terms)} values of RMS {show(self.magnitude)} rounded once, "
+                f"mixed by random-sign weights")
+
+
+class Ulps(Rule):
+    """Up to `steps` representable steps of a fixed `dtype` (a dtype name; None: the task dtype) apart:
+    for outputs whose precision is not the task's, such as fp8 quantised values and fp32 scales."""
+
+    def __init__(self, steps: int, dtype: str | None = None, what: str = ""):
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"Ulps(steps=...) must be a positive integer, got {steps!r}")
+        if dtype is not None and not isinstance(getattr(torch, dtype, None), torch.dtype):
+            raise ValueError(f"Ulps(dtype=...) must name a torch floating dtype such as 'float8_e4m3fn', "
+                             f"got {dtype!r}")
+        self.steps, self.dtype, self.what = steps, dtype, what
+
+    def __call__(self, dtype, env, output_dtype=None):
+        target = getattr(torch, self.dtype) if self.dtype is not None else (output_dtype or dtype)
+        if not target.is_floating_point:
+            return Tolerance(0.0, 0.0, "integer outputs are compared exactly")
+        info = torch.finfo(target)
+        atol, rtol = self.steps * info.tiny * info.eps, self.steps * 2 * unit_roundoff(target)
+        return Tolerance(atol, rtol, f"{self.what or 'values'} stored in {_name(target)}: up to {self.steps} "
+                                     f"representable step{'s' if self.steps > 1 else ''} apart -> atol "
+                                     f"{atol:.3g} (subnormal steps), rtol {rtol:.3g} ({self.steps} x 2u)")
+
+    def describe(self) -> str:
+        where = self.dtype or "the task dtype"
+        return f"{self.what or 'values'}: within {self.steps} step(s) of {where}"
 
 
 @dataclass(frozen=True)

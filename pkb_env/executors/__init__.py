@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import platform
 
+from pkb_env.executors.capacity import world_size_limit
 from pkb_env.executors.generation import Placement
 from pkb_env.executors.limits import ResourceLimits
 from pkb_env.executors.process import ExecutorInfo, ProcessExecutor
@@ -22,7 +23,14 @@ class ExecutorError(ValueError):
     """An executor that cannot be made here; the message says the fix."""
 
 
+# Device nodes of a GPU driver (NVIDIA, WSL's, ROCm's): without any, no GPU is visible and torch (a second
+# to import) need not be asked, so a bad world size is refused at once on CPU machines.
+GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/dxg", "/dev/kfd")
+
+
 def gpu_count() -> int:
+    if not any(os.path.exists(node) for node in GPU_DEVICE_NODES):
+        return 0
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -50,24 +58,29 @@ def cpu_fingerprint() -> str:
     return f"cpu/{model}/{os.cpu_count()}cores"
 
 
-def make_executor(name: str, world_size: int) -> ProcessExecutor:
-    if not isinstance(world_size, int) or world_size < 1:
+def check_world_size(name: str, world_size: int) -> str:
+    """The resolved executor name, once `world_size` is known to fit this machine (capacity.py), else ExecutorError."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ExecutorError(f"world_size must be a positive integer, got {world_size!r}")
     name = resolve_executor(name, world_size)
+    gpus = gpu_count() if name != "cpu" else 0
+    if name != "cpu" and gpus == 0:
+        raise ExecutorError(f"executor {name!r} needs a CUDA GPU and torch sees none; use executor='cpu'")
+    world_size_limit(name, gpus).check(world_size)
+    return name
+
+
+def make_executor(name: str, world_size: int) -> ProcessExecutor:
+    name = check_world_size(name, world_size)
     if name == "cpu":
         return ProcessExecutor(ExecutorInfo("cpu", cpu_fingerprint(), True, "cpu"), cpu_placement(world_size))
     gpus = gpu_count()
-    if gpus == 0:
-        raise ExecutorError(f"executor {name!r} needs a CUDA GPU and torch sees none; use executor='cpu'")
     from pkb_env.hardware import detect
 
     machine = detect()  # NVML: no CUDA context in the judge's process
     model = machine.gpus[0].name if machine.gpus else "unknown GPU"
     topology = machine.topology_name if machine.gpus else "unknown_gpu"
     if name == "cuda":
-        if gpus < world_size:
-            raise ExecutorError(f"executor 'cuda' needs {world_size} GPUs and this machine has {gpus}; "
-                                f"use executor='cuda-emulated' to run {world_size} ranks on fewer GPUs")
         placement = Placement(tuple(f"cuda:{r}" for r in range(world_size)), "nccl", ResourceLimits())
         info = ExecutorInfo("cuda", f"cuda/{model}/x{world_size}", True, topology)
     else:

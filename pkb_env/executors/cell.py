@@ -1,27 +1,28 @@
-"""A cell: the process that holds one generation's namespaces and forks that generation's ranks.
+"""A cell: the process that holds one generation's (or one build's) namespaces and forks its processes.
 
-The zygote forks one cell per generation. The cell enters new PID, mount and network namespaces
-(namespaces.py), makes the filesystem read-only but for the generation's directory and private
-scratch space, starts the namespace's PID 1 (which mounts a fresh /proc and reaps orphans), then serves
-`spawn` requests from the judge like the zygote serves `cell` requests. Ending the cell kills its PID 1,
-and the kernel then kills everything in the namespace: no process of the generation survives it,
-however it forked, and nothing it wrote to /tmp or /dev/shm either.
+The zygote forks one cell per generation of ranks and one per build of a candidate's kernels. The cell
+enters new PID, mount and network namespaces (namespaces.py), builds the allowlisted root (rootfs.py:
+only what the ranks need, read-only; private scratch space; the generation's own directory), starts
+the namespace's PID 1 (which mounts a fresh /proc and reaps orphans), pivots into the new root, then
+serves `spawn` requests from the judge like the zygote serves `cell` requests: a rank (rank.py) or a
+build (builder.py), as the spec's role says. Ending the cell kills its PID 1, and the kernel then kills
+everything in the namespace: no process survives it, however it forked, and nothing it wrote to /tmp or
+/dev/shm either.
 
 Where namespaces cannot be had (no root and no unprivileged user namespaces, or PKB_ENV_NAMESPACES=0),
-the cell still forks the ranks and, when it ends, kills its process tree; the executor's sweep catches
-what escaped that. The cell says which in its ready message, and refuses to start when the executor
-requires containment.
+the cell still forks its processes and, when it ends, kills its process tree; the executor's sweep
+catches what escaped that. The cell says which in its ready message, and refuses to start when the
+executor requires containment.
 """
 from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from multiprocessing.connection import Connection
 from typing import NoReturn
 
-from pkb_env.executors import channel, namespaces
+from pkb_env.executors import channel, namespaces, rootfs
 from pkb_env.executors.forking import serve
 from pkb_env.executors.limits import become_subreaper, kill_tree, set_parent_death_signal
 from pkb_env.executors.zygote import NAMESPACES_OFF
@@ -29,16 +30,15 @@ from pkb_env.executors.zygote import NAMESPACES_OFF
 # Private scratch space per generation, in memory (tmpfs), capped so that a candidate cannot fill the RAM
 # with it: /dev/shm gets the most (NCCL's shared-memory transport lives there where GPUs lack P2P).
 SCRATCH_CAPS = {"/tmp": (2 << 30, 8), "/var/tmp": (256 << 20, 32), "/dev/shm": (8 << 30, 4)}  # bytes, 1/x of RAM
-# Folders setup.py installs under the pkb_env name from elsewhere in the checkout (editable installs).
-MAPPED_PACKAGES = ("tasks", "rewards", "agents", "configs")
+BUILD_DIR_CAP = (4 << 30, 6)  # a build's own directory (a tmpfs: objects, the .so), bytes and 1/x of RAM
 CONTAINED = {"pid": "private PID namespace (the generation dies as one)",
              "network": "private network namespace (loopback only)"}
+UNCONTAINED_FILES = "the host's (no mount namespace): candidates read and write whatever their uid may"
+PLAN: rootfs.Plan | None = None  # what cells show of the host: set once by the zygote (zygote_server.py)
 
 
 def run_cell(spec: dict, fd: int) -> NoReturn:
     """Entry point in the forked cell; never returns."""
-    from pkb_env.executors import rank  # already imported by the zygote: free
-
     conn = Connection(fd)
     init = None
     try:
@@ -48,15 +48,17 @@ def run_cell(spec: dict, fd: int) -> NoReturn:
         try:
             isolation, init = contain(spec, conn)
         except Exception as exc:  # noqa: BLE001  (any failure here is reported, then the cell ends)
-            channel.send(conn, {"event": "failed", "message": f"could not contain the generation: {exc!r}"})
+            channel.send(conn, {"event": "failed", "cause": "setup", "root": os.geteuid() == 0,
+                                "message": f"could not contain the {spec['kind']}: {exc!r}"})
             return_code = 1
         else:
             if spec["required"] and init is None:
-                channel.send(conn, {"event": "failed", "message": f"containment is required and {isolation['pid']}"})
+                channel.send(conn, {"event": "failed", "cause": "required", "root": os.geteuid() == 0,
+                                    "message": f"containment is required and namespaces are {isolation['pid']}"})
                 return_code = 1
             else:
                 channel.send(conn, {"event": "ready", "isolation": isolation, "contained": init is not None})
-                serve(conn, "spawn", rank.run_forked)
+                serve(conn, "spawn", start)
                 return_code = 0
     except BaseException:
         return_code = 70
@@ -65,42 +67,49 @@ def run_cell(spec: dict, fd: int) -> NoReturn:
     os._exit(return_code)
 
 
+def start(spec: dict, fd: int) -> NoReturn:
+    """A process of the cell, by the spec's role: a build (builder.py) or, by default, a rank (rank.py)."""
+    from pkb_env.executors import builder, rank  # already imported by the zygote: free
+
+    (builder if spec.get("role") == "build" else rank).run_forked(spec, fd)
+
+
 def contain(spec: dict, conn: Connection) -> tuple[dict[str, str], int | None]:
-    """Enter the namespaces and start their PID 1; returns what was applied and PID 1's pid."""
+    """Enter the namespaces, build the root and start PID 1; returns what was applied and PID 1's pid."""
     if not spec["namespaces"]:
-        return {"pid": NAMESPACES_OFF, "filesystem": NAMESPACES_OFF, "network": NAMESPACES_OFF}, None
+        return {"pid": NAMESPACES_OFF, "network": NAMESPACES_OFF, "filesystem": UNCONTAINED_FILES}, None
     user = os.geteuid() != 0
     try:
         namespaces.unshare(user=user)
     except OSError as exc:
         reason = f"unavailable ({exc})"
-        return {"pid": reason, "filesystem": reason, "network": reason}, None
-    # From here a failure leaves half-made namespaces: the cell fails rather than run candidates in them.
+        return {"pid": reason, "network": reason, "filesystem": UNCONTAINED_FILES}, None
+    # From here a failure leaves half-made namespaces: the cell fails rather than run anything in them.
     memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     scratch = [(path, min(cap, memory // share)) for path, (cap, share) in SCRATCH_CAPS.items()]
-    scratch.append((spec["root"], 64 << 20))
-    refused = namespaces.private_filesystem(spec["workdir"], scratch, needed_paths())
+    private_dir = None
+    if spec["kind"] == "build":
+        private_dir = (min(BUILD_DIR_CAP[0], memory // BUILD_DIR_CAP[1]), *spec["owner"])
+    root = rootfs.build(PLAN or rootfs.plan(), scratch, spec["workdir"], private_dir)
     namespaces.loopback_up()
     init = start_init(conn)
-    filesystem = "read-only except the generation's directory; private /tmp, /var/tmp, /dev/shm and /proc"
-    if refused:
-        filesystem += f"; could not make read-only: {', '.join(refused[:5])}"
-    isolation = {**CONTAINED, "filesystem": filesystem}
+    rootfs.enter()
+    isolation = {**CONTAINED, "filesystem": describe(root, spec["kind"]), "visible": ", ".join(root.bound)}
     if user:
         isolation["user"] = "user namespace (ids mapped to themselves)"
     return isolation, init
 
 
-def needed_paths() -> list[str]:
-    """Where this Python and the judge's code live: ranks must still see them when /tmp is covered."""
-    import importlib.util
-
-    paths = [sys.prefix, sys.exec_prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-             *sys.path]
-    for name in ("pkb_env", *(f"pkb_env.{sub}" for sub in MAPPED_PACKAGES)):
-        spec = importlib.util.find_spec(name)
-        paths += list(spec.submodule_search_locations or []) if spec else []
-    return paths
+def describe(root: rootfs.Root, kind: str) -> str:
+    """The filesystem line of `isolation()`: what the root holds, in words."""
+    own = "the build's own directory (a private tmpfs)" if kind == "build" else "the generation's directory"
+    text = (f"allowlisted root (pivot_root): {len(root.bound)} host paths read-only (the Python install, pkb_env, "
+            f"system libraries and binaries, the toolchain, CUDA and the driver, /sys), {len(root.etc)} public "
+            f"files of /etc, /dev with {', '.join(root.devices)}; writable: {own} and private /tmp, /var/tmp, "
+            f"/dev/shm; a fresh /proc; nothing else of the host (no home, no judge cache, no /etc/shadow)")
+    if root.refused:
+        text += f"; could not make read-only: {', '.join(root.refused[:5])}"
+    return text
 
 
 def start_init(conn: Connection) -> int:
@@ -124,7 +133,7 @@ def init(answer_fd: int) -> NoReturn:
     """PID 1: reap whatever the generation orphans, until the cell kills it (which ends the namespace)."""
     try:
         set_parent_death_signal()
-        namespaces.mount_proc()
+        namespaces.mount_proc(at=rootfs.NEW + "/proc")  # the new root's /proc, mounted before the cell enters it
         os.write(answer_fd, b"ok")
     except BaseException as exc:
         os.write(answer_fd, str(exc).encode()[:4000] or b"error")

@@ -16,7 +16,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, Callable
 
 from pkb_env.executors import channel
 from pkb_env.executors.limits import ResourceLimits, describe_status, kill_tree, running
@@ -56,15 +56,17 @@ class Delivery:
 
 class Generation:
     def __init__(self, zygote: Zygote, placement: Placement, env: dict[str, str], role: str, root: str,
-                 uid: int | None = None, containment: Containment = Containment()):
+                 uid: int | None = None, containment: Containment = Containment(),
+                 progress: Callable[[str, str, int, int], None] | None = None):
         self.placement = placement
         self.role = role
+        self.progress = progress  # progress(role, phase, ranks_done, world_size) as each rank completes a phase
         self.workdir = tempfile.mkdtemp(prefix=f"pkb-{role}-", dir=root)
         os.chmod(self.workdir, 0o700)
         if uid is not None:  # the ranks will run as `uid`: the directory is theirs, nothing else of ours is
             os.chown(self.workdir, uid, uid)
         try:
-            self.cell = zygote.cell(self.workdir, root, containment)
+            self.cell = zygote.cell(self.workdir, containment)
         except BaseException:
             shutil.rmtree(self.workdir, ignore_errors=True)
             raise
@@ -148,6 +150,8 @@ class Generation:
                     got[rank].append(Delivery(header, payload))
                     if len(got[rank]) == count:
                         del pending[conn]
+                        if self.progress is not None:
+                            self.progress(self.role, phase, self.world_size - len(pending), self.world_size)
                 else:
                     failures[rank] = RankFailure(rank, "protocol", f"rank {rank} sent {kind!r} during {phase} "
                                                  f"(expected {event!r})", phase)

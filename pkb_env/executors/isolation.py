@@ -1,9 +1,12 @@
 """Privileges of candidate processes: no root, no capabilities, no way to regain either.
 
-* When the judge runs as root, candidate ranks switch to an unprivileged uid/gid (nobody) after setting
-  up, so they cannot signal the judge, read its memory or environment through /proc, or write its
-  files and caches. That needs the Python installation to be readable by that uid; where it is not
-  (e.g. a venv whose interpreter lives under a 0700 /root) they stay root but lose every capability.
+* When the judge runs as root, candidate ranks and builds switch to an unprivileged uid/gid (nobody)
+  after setting up, so they cannot signal the judge, read its memory or environment through /proc, or
+  read or write its files and caches. That needs the Python installation to be readable by that uid. In
+  an allowlisted root (rootfs.py) the directories above the install are 0755 skeletons, so a pyenv under
+  a 0700 /root works; without namespaces the host's modes count, and a Python under /root keeps the
+  ranks root, without capabilities (which still lets them read files root owns: say so, never hide it).
+* A judge that is not root has no other uid to give: in a user namespace it can map only its own.
 * Either way no rank can gain privileges again (PR_SET_NO_NEW_PRIVS: setuid binaries do nothing).
 Namespaces (own PIDs, read-only filesystem, no network) are the cell's business: namespaces.py.
 What was applied is reported in the executor's `isolation` description.
@@ -15,7 +18,6 @@ import os
 import resource
 import stat
 import sys
-import sysconfig
 
 from pkb_env.executors.limits import prctl
 
@@ -24,17 +26,32 @@ PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL =
 CAPABILITY_VERSION_3 = 0x20080522
 
 
-def unprivileged_uid() -> tuple[int | None, str]:
-    """The uid candidates should run as, or None with the reason."""
+def unprivileged_uid(allowlisted_root: bool) -> tuple[int | None, str]:
+    """The uid candidates should run as, or None, with what protects the judge's files, in words.
+
+    allowlisted_root: cells show only an allowlisted root (rootfs.py), where the directories above the
+    bound install paths are skeletons of mode 0755, so only the install paths' own modes matter.
+    """
     if os.environ.get("PKB_ENV_DROP_PRIVILEGES", "1") == "0":
         return None, "off (PKB_ENV_DROP_PRIVILEGES=0)"
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        return None, "the judge's own uid (not root), no capabilities"
-    for path in _python_paths():
-        blocked = _first_closed_directory(path)
+        if allowlisted_root:
+            return None, ("the judge's own uid in a user namespace (an unprivileged user may map only its own id; "
+                          "another needs newuidmap and /etc/subuid), without capabilities: the allowlisted root is "
+                          "what keeps the judge's files out of reach")
+        return None, ("the judge's own uid, without capabilities and without namespaces: candidates can read and "
+                      "write whatever the judge's user can")
+    from pkb_env.executors.rootfs import SYSTEM, python_paths
+
+    paths = [os.path.realpath(p) for p in python_paths()]
+    tops = sorted({*paths, *SYSTEM}, key=len) if allowlisted_root else ["/"]
+    for path in paths:
+        top = next(t for t in [*tops, "/"] if t == "/" or path == t or path.startswith(t + "/"))
+        blocked = _first_closed_directory(path, top)
         if blocked:
-            return None, (f"root without capabilities (no uid change: {blocked} is not readable by other users "
-                          f"and Python lives under it)")
+            exposed = "" if allowlisted_root else "; candidates can read every file root owns"
+            return None, (f"root without capabilities (no uid change: {blocked} is not readable by other users and "
+                          f"Python lives under it{exposed})")
     return NOBODY, f"candidates run as uid {NOBODY} (nobody)"
 
 
@@ -87,17 +104,10 @@ def remove_files_of(uid: int, directories: tuple[str, ...]) -> None:
                 pass
 
 
-def _python_paths() -> list[str]:
-    paths = {sys.executable, os.path.realpath(sys.executable), sys.prefix, sys.base_prefix}
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        paths.add(sysconfig.get_paths()[key])
-    return sorted(p for p in paths if p)
-
-
-def _first_closed_directory(path: str) -> str | None:
-    """The first directory on the way to `path` that others cannot enter, if any."""
-    current = "/"
-    for part in os.path.realpath(path).split(os.sep)[1:]:
+def _first_closed_directory(path: str, top: str = "/") -> str | None:
+    """The first directory from `top` down to `path` (inside it) that others cannot enter, if any."""
+    current = os.path.dirname(top) if top != "/" else "/"
+    for part in os.path.relpath(path, current).split(os.sep):
         current = os.path.join(current, part)
         try:
             mode = os.stat(current).st_mode

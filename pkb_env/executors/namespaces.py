@@ -5,10 +5,9 @@ A cell (cell.py) calls these between its fork from the zygote and the first rank
 * PID namespace: the cell's first child is PID 1 of a new namespace and every rank (and everything a
   rank starts) lives inside it. Killing that PID 1 makes the kernel kill the whole namespace, so a
   process that forks and exits faster than any tree walk still dies with its generation.
-* Mount namespace: private, size-capped tmpfs over /tmp, /var/tmp and /dev/shm (nothing a candidate
-  writes there outlives the generation or is seen by another one), the generation's own directory
-  bound back in at its usual path, every other mount read-only (the judge's sources, the Python
-  installation, the user's files), and a fresh /proc that shows only the generation's processes.
+* Mount namespace: the cell builds an allowlisted root in it (rootfs.py: only what the ranks need,
+  read-only; private tmpfs scratch space; the generation's own directory) and pivots into it; a fresh
+  /proc shows only the generation's processes.
 * Network namespace: loopback only; ranks still talk to each other over it.
 * User namespace, only where the judge is not root: it is what lets an unprivileged user create the
   others. The uid and gid map to themselves, so files keep their owners.
@@ -21,6 +20,8 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import os
+import platform
+import re
 import socket
 import struct
 
@@ -31,6 +32,9 @@ MS_RELATIME, MS_STRICTATIME = 1 << 21, 1 << 24
 # Per-mount options that a read-only remount must keep (in a user namespace, dropping one is refused).
 KEPT_OPTIONS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
                 "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME}
+OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
+MNT_DETACH = 2
+PIVOT_ROOT_SYSCALL = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 # Parts of /proc that configure the machine rather than describe a process: read-only, as containers do.
 PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
@@ -65,74 +69,27 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
            f"mount {fstype or source or ''} on {target}")
 
 
-def private_filesystem(workdir: str, scratch: list[tuple[str, int]], keep: list[str]) -> list[str]:
-    """Cover each (path, bytes) of `scratch` with a fresh tmpfs, keep `workdir`, make the rest read-only.
-
-    `keep` lists what the ranks need that may live under a covered path (the Python install, the judge's
-    code: a checkout in /tmp is common); each is bound back, read-only, at its own path.
-    Returns the mount points that could not be made read-only (normally none).
-    """
-    mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing done here reaches the host's mount table
-    existing = mount_points()
-    covering = [path for path, _ in scratch if os.path.isdir(path)]
-    held = {path: os.open(path, os.O_PATH) for path in _outermost(keep) if _under(path, covering)}
-    workdir_fd = os.open(workdir, os.O_PATH | os.O_DIRECTORY)
-    covered = []
-    for path, size in scratch:
-        if not os.path.isdir(path) or _under(path, covered):
-            continue
-        mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777")
-        covered.append(path)
-        for kept in [k for k in held if _under(k, [path])]:
-            _bind(held.pop(kept), kept, MS_RDONLY | _options_at(kept, existing))
-    _bind(workdir_fd, workdir, 0)  # its own mount: stays writable below
-    refused = []
-    for point, flags in existing:
-        if _under(point, covered) or _under(point, ["/proc"]):
-            continue  # hidden under a tmpfs now, or replaced with the new /proc
-        try:
-            mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
-        except OSError:
-            refused.append(point)
-    return refused
-
-
-def _bind(fd: int, path: str, flags: int) -> None:
-    """Mount what `fd` holds at `path` (created in the new tmpfs when missing), with `flags` if any."""
-    directory = os.path.isdir(f"/proc/self/fd/{fd}")
-    if not os.path.exists(path):
-        old = os.umask(0o022)
-        try:
-            os.makedirs(path if directory else os.path.dirname(path), exist_ok=True)
-            if not directory:
-                open(path, "a").close()
-        finally:
-            os.umask(old)
-    mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-    os.close(fd)
-    if flags:
-        mount(None, path, None, MS_REMOUNT | MS_BIND | flags)
-
-
-def _options_at(path: str, points: list[tuple[str, int]]) -> int:
-    """The kept options of the mount that holds `path` (the longest mount point above it)."""
-    best = max((p for p in points if _under(path, [p[0]])), key=lambda p: len(p[0]), default=("/", 0))
-    return best[1]
-
-
-def _outermost(paths: list[str]) -> list[str]:
-    """Existing absolute paths, without those inside another one of them."""
-    found = sorted({os.path.normpath(p) for p in paths if p and os.path.isabs(p) and os.path.exists(p)})
-    return [p for i, p in enumerate(found) if not _under(p, found[:i])]
-
-
-def mount_proc() -> None:
-    """A /proc for the new PID namespace (call from its PID 1), with the machine's knobs read-only."""
-    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+def mount_proc(at: str = "/proc") -> None:
+    """A /proc for the new PID namespace at `at` (call from its PID 1), with the machine's knobs read-only."""
+    mount("proc", at, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     for path in PROC_READ_ONLY:
+        path = at + path.removeprefix("/proc")
         if os.path.exists(path):
             mount(path, path, None, MS_BIND | MS_REC)
             mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def pivot_root(new_root: str, put_old: str) -> None:
+    """pivot_root(2) (glibc has no wrapper): `new_root` becomes "/", the old root moves to `put_old`."""
+    number = PIVOT_ROOT_SYSCALL.get(platform.machine())
+    if number is None:
+        raise NamespaceError(0, f"pivot_root: no syscall number known for {platform.machine()}")
+    _check(_libc.syscall(ctypes.c_long(number), new_root.encode(), put_old.encode()), f"pivot_root {new_root}")
+
+
+def detach(target: str) -> None:
+    """Unmount `target` and everything below it, lazily (umount2 with MNT_DETACH)."""
+    _check(_libc.umount2(target.encode(), MNT_DETACH), f"umount {target}")
 
 
 def loopback_up() -> None:
@@ -142,10 +99,13 @@ def loopback_up() -> None:
         fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sh", b"lo", flags | IFF_UP))
 
 
-def mount_points() -> list[tuple[str, int]]:
-    """(mount point, options to keep) for every mount this process sees, parents before children."""
+def mount_points(proc: str = "/proc") -> list[tuple[str, int]]:
+    """(mount point, options to keep) for every mount this process sees, parents before children.
+
+    `proc`: where a procfs is mounted (a cell building its root finds the host's under the old root).
+    """
     points = []
-    with open("/proc/self/mountinfo") as f:
+    with open(f"{proc}/self/mountinfo") as f:
         for line in f:
             fields = line.split()
             point = _unescape(fields[4])
@@ -157,11 +117,15 @@ def mount_points() -> list[tuple[str, int]]:
 
 
 def _unescape(path: str) -> str:
-    """mountinfo writes space, tab, newline and backslash as octal escapes (\\040 ...)."""
-    return path.encode().decode("unicode_escape").encode("latin-1").decode(errors="surrogateescape")
+    """mountinfo writes space, tab, newline and backslash as octal escapes (\\040 ...).
+
+    No codec lookups here: a cell reads mountinfo while no Python install is mounted to import one from.
+    """
+    return OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), path)
 
 
-def _under(path: str, roots: list[str]) -> bool:
+def under(path: str, roots: list[str]) -> bool:
+    """`path` is one of `roots` or inside one of them (plain string paths, no symlinks resolved)."""
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 

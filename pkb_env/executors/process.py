@@ -6,22 +6,50 @@ code paths. It owns:
   * the zygote (torch imported once; each generation is a forked cell with its own namespaces, whose
     ranks are forks of it),
   * the trusted reference generation, reused across steps (it never runs candidate code),
-  * candidate generations, one per step, pre-started so that a step rarely waits for one.
+  * candidate generations, one per step, pre-started so that a step rarely waits for one,
+  * build cells, one per build of a candidate's kernels (the compile service's, judge/compiler.py).
 """
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import socket
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass
+import weakref
+from dataclasses import asdict, dataclass
+from multiprocessing.connection import Connection
+from typing import Callable
 
+from pkb_env.executors import channel
 from pkb_env.executors.environment import rank_environment
 from pkb_env.executors.generation import Generation, Placement
 from pkb_env.executors.isolation import remove_files_of, unprivileged_uid
-from pkb_env.executors.limits import kill_tree
+from pkb_env.executors.limits import ResourceLimits, describe_status, kill_tree
 from pkb_env.executors.zygote import Containment, Zygote
+
+
+# A build's process (builder.py): limits per compiler process; processes for the candidate uid (ninja's jobs);
+# the largest answer (a shared object) the judge reads.
+BUILD_LIMITS = ResourceLimits(file_size_bytes=512 << 20, open_files=1024, address_space_bytes=16 << 30,
+                              cpu_seconds=600)
+BUILD_PROCESSES = 256
+MAX_BUILD_BYTES = 256 << 20
+BUILD_SIGNALS = {"SIGXCPU": "its CPU-time limit", "SIGKILL": "out of memory or a limit",
+                 "SIGXFSZ": "a file over its size limit", "SIGSEGV": "a crash of the compiler or of the build's code"}
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    """What a build cell returned: the bytes, or the compiler's messages (unfiltered: the judge filters)."""
+
+    ok: bool
+    payload: bytes | None
+    log: str
+    workdir: str   # the build's directory, as it appears in the compiler's messages
+    contained: bool
 
 
 @dataclass(frozen=True)
@@ -33,20 +61,23 @@ class ExecutorInfo:
 
 
 class ProcessExecutor:
-    def __init__(self, info: ExecutorInfo, placement: Placement, preload: tuple[str, ...] = (),
-                 start_timeout: float = 120.0, extra_env: dict[str, str] | None = None,
-                 reference_placement: Placement | None = None):
+    def __init__(self, info: ExecutorInfo, placement: Placement, start_timeout: float = 120.0,
+                 extra_env: dict[str, str] | None = None, reference_placement: Placement | None = None):
         self.info = info
         self.placement = placement
         # The reference may run elsewhere (emulated ranks: on CPU over gloo, which every collective supports).
         self.reference_placement = reference_placement or placement
-        self.preload = preload
         self.start_timeout = start_timeout
         self.env = rank_environment(extra_env)
         self.root = tempfile.mkdtemp(prefix="pkb-env-")
         os.chmod(self.root, 0o711)  # unprivileged ranks may enter their own directories below it, not list it
-        self.candidate_uid, self.privileges = unprivileged_uid()
+        # Gone with the executor, or at exit when nobody closed it (a failed start must not litter /tmp).
+        self._remove_root = weakref.finalize(self, shutil.rmtree, self.root, ignore_errors=True)
+        # progress(role, phase, ranks_done, world_size) as ranks report (the CLI's progress line); None: silent
+        self.progress: Callable[[str, str, int, int], None] | None = None
         self.containment = Containment.from_environment()
+        self.namespaces_missing = self.containment.missing()
+        self.candidate_uid, self.privileges = unprivileged_uid(allowlisted_root=self.namespaces_missing is None)
         self._warned = False  # about running without namespaces: once per executor
         self._zygote: Zygote | None = None
         self._reference: Generation | None = None
@@ -59,7 +90,7 @@ class ProcessExecutor:
     @property
     def zygote(self) -> Zygote:
         if self._zygote is None or not self._zygote.alive():
-            self._zygote = Zygote(self.env, self.preload, self.start_timeout)
+            self._zygote = Zygote(self.env, self.start_timeout)
         return self._zygote
 
     def candidate_generation(self) -> Generation:
@@ -113,6 +144,54 @@ class ProcessExecutor:
         if self.candidate_uid is not None:
             remove_files_of(self.candidate_uid, ("/tmp", "/dev/shm", "/var/tmp"))
 
+    def build(self, job: dict, timeout: float) -> BuildOutcome:
+        """Run one build (builder.py) in a fresh build cell and return what it produced.
+
+        The cell is contained like a generation (namespaces, the allowlisted root with the toolchain, a
+        private tmpfs as the build's directory), the build runs as the candidate uid under BUILD_LIMITS,
+        and `timeout` seconds of wall-clock time; then the cell ends, with everything the build started.
+        """
+        workdir = tempfile.mkdtemp(prefix="pkb-build-", dir=self.root)
+        uid = self.candidate_uid
+        owner = (uid, uid) if uid is not None else (os.geteuid(), os.getegid())
+        os.chown(workdir, *owner)
+        cell = self.zygote.cell(workdir, self.containment, kind="build", owner=owner)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._warn_if_uncontained(cell.contained, cell.isolation)
+            env = {**self.env, "HOME": workdir, "TMPDIR": workdir, "TORCH_EXTENSIONS_DIR": workdir,
+                   "MAX_JOBS": str(min(4, os.cpu_count() or 1))}
+            spec = {"role": "build", "workdir": workdir, "env": env, "limits": asdict(BUILD_LIMITS), "uid": uid,
+                    "max_processes": BUILD_PROCESSES}
+            pid = cell.spawn(spec, theirs.fileno())
+            theirs.close()
+            conn = Connection(os.dup(ours.fileno()))
+            try:
+                channel.send(conn, job)
+                header, payload = channel.recv(conn, time.monotonic() + timeout, MAX_BUILD_BYTES)
+            except channel.ChannelTimeout:
+                return BuildOutcome(False, None, f"the build took longer than {timeout:.0f} s and was stopped",
+                                    workdir, cell.contained)
+            except (channel.ChannelClosed, OSError):
+                status = describe_status(cell.status_of(pid, wait=2.0))
+                why = next((f" ({text})" for name, text in BUILD_SIGNALS.items() if status.endswith(name)), "")
+                return BuildOutcome(False, None, f"the build process {status}{why}", workdir, cell.contained)
+            except channel.ChannelError as exc:
+                return BuildOutcome(False, None, f"the build answered unreadably ({exc})", workdir, cell.contained)
+            finally:
+                conn.close()
+            if header.get("event") != "built" or (header.get("ok") and not payload):
+                return BuildOutcome(False, None, "the build answered out of protocol", workdir, cell.contained)
+            return BuildOutcome(bool(header.get("ok")), payload if header.get("ok") else None,
+                                str(header.get("log", "")), workdir, cell.contained)
+        finally:
+            theirs.close()
+            ours.close()
+            cell.close()
+            if not cell.contained:
+                self.sweep()
+            shutil.rmtree(workdir, ignore_errors=True)
+
     def prestart(self) -> None:
         """Start the zygote and the next candidate generation now, so the first step need not wait."""
         if self._next is None or not self._next.alive():
@@ -123,7 +202,7 @@ class ProcessExecutor:
             if self._reference is not None:
                 self._reference.close()
             self._reference = Generation(self.zygote, self.reference_placement, self.env, "reference", root=self.root,
-                                         containment=self.containment)
+                                         containment=self.containment, progress=self._report_progress)
         return self._reference
 
     def discard_reference(self) -> None:
@@ -134,20 +213,35 @@ class ProcessExecutor:
 
     def _start(self, role: str) -> Generation:
         gen = Generation(self.zygote, self.placement, self.env, role, root=self.root, uid=self.candidate_uid,
-                         containment=self.containment)
-        if not gen.cell.contained and not self._warned:
-            self._warned = True
-            warnings.warn(f"candidate code runs without namespaces here ({gen.cell.isolation['pid']}): a "
-                          f"candidate's files in /tmp and "
-                          f"fast-forking processes can outlive its step, and the filesystem stays writable to it. "
-                          f"Set PKB_ENV_REQUIRE_CONTAINMENT=1 to refuse instead.", RuntimeWarning, stacklevel=3)
+                         containment=self.containment, progress=self._report_progress)
+        self._warn_if_uncontained(gen.cell.contained, gen.cell.isolation)
         return gen
 
+    def _report_progress(self, role: str, phase: str, done: int, total: int) -> None:
+        if self.progress is not None:
+            self.progress(role, phase, done, total)
+
+    def _warn_if_uncontained(self, contained: bool, isolation: dict[str, str]) -> None:
+        if not contained and not self._warned:
+            self._warned = True
+            warnings.warn(f"candidate code runs without namespaces here ({isolation['pid']}): a candidate's files "
+                          f"in /tmp and fast-forking processes can outlive its step, and it sees the host's files "
+                          f"(privileges: {self.privileges}). Set PKB_ENV_REQUIRE_CONTAINMENT=1 to refuse instead.",
+                          RuntimeWarning, stacklevel=4)
+
     def isolation(self) -> dict[str, str]:
-        """What containment candidate ranks get here (it depends on privileges and the platform)."""
+        """What containment candidate ranks get here (it depends on privileges and the platform).
+
+        Keys: pid, network, filesystem (in words), visible (the host paths a rank can see, where there is an
+        allowlisted root), user (where a user namespace was needed), privileges.
+        """
         if self._next is None or self._next.closed:
             self.prestart()
         return {**self._next.cell.isolation, "privileges": self.privileges}
+
+    def protection(self, gen: Generation) -> dict[str, str]:
+        """What protects the judge while `gen` runs: its cell's isolation and the privileges (for the record)."""
+        return {**{k: v for k, v in gen.cell.isolation.items() if k != "visible"}, "privileges": self.privileges}
 
     def directory_bytes(self) -> int:
         """Bytes in files under the executor's directory (for tests and leak checks)."""
@@ -177,10 +271,7 @@ class ProcessExecutor:
         if self._zygote is not None:
             self._zygote.close()
             self._zygote = None
-        if os.path.isdir(self.root):
-            import shutil
-
-            shutil.rmtree(self.root, ignore_errors=True)
+        self._remove_root()
 
     def __enter__(self) -> "ProcessExecutor":
         return self

@@ -1,16 +1,19 @@
 """A fork server for rank processes: torch is imported once, each generation is a fork that costs milliseconds.
 
 Starting a rank from scratch costs a torch import (1-1.5 s here, per rank); candidates must run in fresh
-processes every step (DESIGN §4), so the zygote imports torch and the rank code once and forks on
-request: a cell per generation (cell.py: the generation's namespaces), which forks that generation's
-ranks. The zygote is started with a scrubbed environment (no secrets reach a fork, not even through
-/proc/self/environ), never initialises CUDA or a process group itself, and dies with the judge
-(PR_SET_PDEATHSIG). Each fork server reaps its children and reports their exit status.
+processes every step (docs/architecture.md, "Processes"), so the zygote imports torch and the rank code
+once and forks on request: a cell per generation or per build (cell.py: its namespaces and allowlisted
+root), which forks that generation's ranks or the build. The zygote is started with a scrubbed
+environment (no secrets reach a fork, not even through /proc/self/environ) and without the working
+directory on its `sys.path` (a cell must never depend on where the judge was started), never
+initialises CUDA or a process group itself, and dies with the judge (PR_SET_PDEATHSIG). Each fork
+server reaps its children and reports their exit status.
 
 This module is the judge side (`Zygote`, `Cell`); the servers are zygote_server.py and cell.py.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -49,6 +52,21 @@ class Containment:
 
 class ContainmentError(RuntimeError):
     """A cell could not set up the containment asked of it; the message names the step and the fix."""
+
+
+def containment_advice(message: dict) -> str:
+    """The fix for a cell's failure, by its cause: no advice that cannot apply (a root judge is root already)."""
+    if message.get("cause") == "required":
+        if os.environ.get("PKB_ENV_NAMESPACES", "1") == "0":
+            return ("PKB_ENV_NAMESPACES=0 turns namespaces off while PKB_ENV_REQUIRE_CONTAINMENT=1 requires them: "
+                    "unset one of the two")
+        fix = ("allow unprivileged user namespaces (e.g. sysctl user.max_user_namespaces=15000, or on Ubuntu "
+               "kernel.apparmor_restrict_unprivileged_userns=0) or run the judge as root"
+               if not message.get("root") else "run the judge where it may create namespaces (a container "
+               "started with CAP_SYS_ADMIN, e.g. docker --privileged, or outside one)")
+        return f"{fix}; or, accepting weaker isolation, unset PKB_ENV_REQUIRE_CONTAINMENT"
+    return ("this machine refused a step of building the cell (a pkb-env bug or an unusual mount setup: please "
+            "report it with the message); to run anyway with the weaker fallback, set PKB_ENV_NAMESPACES=0")
 
 
 class ForkServer:
@@ -94,10 +112,18 @@ class ForkServer:
             self.exit_status[int(message["pid"])] = int(message["status"])
 
 
+# `python -c` puts "" (the working directory) first on sys.path; the zygote drops it before importing anything.
+BOOT = ("import sys; sys.path[:] = [p for p in sys.path if p]; "
+        "from pkb_env.executors.zygote_server import main; main()")
+
+
 class Zygote(ForkServer):
-    def __init__(self, env: dict[str, str], preload: tuple[str, ...] = (), start_timeout: float = 120.0):
+    def __init__(self, env: dict[str, str], start_timeout: float = 120.0):
+        from pkb_env.cache import cache_root
+
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        cmd = [sys.executable, "-m", "pkb_env.executors.zygote_server", str(theirs.fileno()), *preload]
+        judge = json.dumps({"home": os.path.expanduser("~"), "cache": str(cache_root())})
+        cmd = [sys.executable, "-c", BOOT, str(theirs.fileno()), judge]
         self.process = subprocess.Popen(cmd, env=env, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                                         start_new_session=True)
         theirs.close()
@@ -110,11 +136,17 @@ class Zygote(ForkServer):
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def cell(self, workdir: str, root: str, containment: Containment, timeout: float = 30.0) -> "Cell":
-        """Fork a cell for the generation living in `workdir` and wait until it is contained."""
+    def cell(self, workdir: str, containment: Containment, kind: str = "ranks", owner: tuple[int, int] | None = None,
+             timeout: float = 30.0) -> "Cell":
+        """Fork a cell for a generation (kind "ranks") or a build (kind "build") working in `workdir`.
+
+        A contained build gets a private tmpfs at `workdir` owned by `owner` (uid, gid) instead of the host's
+        directory: nothing it writes reaches the host. Waits until the cell is contained.
+        """
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            spec = {"workdir": workdir, "root": root, **asdict(containment)}
+            spec = {"workdir": workdir, "kind": kind, "owner": owner or (os.geteuid(), os.getegid()),
+                    **asdict(containment)}
             pid = self.fork("cell", spec, theirs.fileno())
         finally:
             theirs.close()
@@ -127,9 +159,7 @@ class Zygote(ForkServer):
             raise ContainmentError(f"the generation's cell did not start: {exc!r}") from None
         if message.get("event") != "ready":
             cell.close()
-            raise ContainmentError(f"{message.get('message', message)}. Run the judge as root or allow unprivileged "
-                                   f"user namespaces; or, accepting weaker isolation, unset PKB_ENV_REQUIRE_CONTAINMENT "
-                                   f"(and set PKB_ENV_NAMESPACES=0 if entering namespaces fails part-way)")
+            raise ContainmentError(f"{message.get('message', message)}. Fix: {containment_advice(message)}")
         cell.isolation = message["isolation"]
         cell.contained = message["contained"]
         return cell

@@ -1,8 +1,9 @@
 """Compare: one rank's outputs against the reference's, element by element, in the trusted judge.
 
-Outputs may be a tensor, None, or tuples/lists/dicts of them (DESIGN §9). The comparison walks both
-structures together and reports every place they differ as a `Mismatch` with enough numbers for the agent
-to act on: where (the path), how many elements, how far off, and the first bad element's values.
+Outputs may be a tensor, None, or tuples/lists/dicts of them (docs/architecture.md, "The task contract").
+The comparison walks both structures together and reports every place they differ as a `Mismatch` with
+enough numbers for the agent to act on: where (the path), how many elements, how far off, and the first
+bad element's values.
 
 The rules, chosen so that nothing passes by accident:
 * dtype must match exactly (a bf16 answer to an fp32 task is a different answer, not a rounding);

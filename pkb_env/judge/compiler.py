@@ -1,166 +1,58 @@
-"""The judge's compile service: CUDA source -> cubin (NVRTC or nvcc), torch extensions -> shared objects.
+"""The judge's compile service: ranks ask (pkb_env.runtime), a build cell compiles, the judge keeps the bytes.
 
-It runs in the judge, never in a candidate process, so the cache it keeps (keyed by a hash of the
-source, options, architecture and compiler) is written by trusted code only, and every rank of a step
-(and every later step) reuses one compile. NVRTC via CuPy's low-level bindings needs no CUDA context,
-so compiling works on a machine without a GPU too (it only cannot run the result).
+A candidate's kernels are candidate code too (docs/containment.md): nothing of a build runs in the
+judge's process or as the judge's user, and a built module is imported only in a cell. For each request
+(`KernelService.handle`, called while the judge waits on a step's ranks):
+  1. the request is checked as data (compile_checks.py): options against an allowlist per compiler,
+     includes (no absolute paths, no ".."), no `.incbin`; a refusal names the option and what is allowed;
+  2. the cache (keyed by a hash of the sources, options, architecture and compiler) answers, or the
+     executor runs the build in a build cell (executors/builder.py: namespaces, the allowlisted root with
+     the toolchain, an unprivileged uid, CPU, memory, process and file-size limits, a wall-clock deadline);
+  3. this process writes the cache entry itself, from the bytes the cell returned, and the rank gets
+     bytes (a cubin, a shared object), never a path. A failed build answers with the compiler's
+     diagnostics about the candidate's own sources only, capped, the judge's secrets redacted.
+The cache stays trusted: only this process writes it, only with what a contained build produced.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
-from pkb_env.executors.environment import rank_environment
+from pkb_env.cache import cache_root
+from pkb_env.judge.compile_checks import (CompileRefused, check_cuda_options, check_host_options, check_sources,
+                                          diagnostics)
+from pkb_env.redaction import Redactor
+from pkb_env.runtime.toolchain import SOURCE_NAME, nvcc_path
 
-MAX_LOG_CHARS = 3000
-
-
-class CompileError(RuntimeError):
-    pass
-
-
-def cache_root() -> Path:
-    base = os.environ.get("PKB_ENV_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "pkb_env")
-    return Path(base)
+COMPILE_TIMEOUT_S = 300.0     # wall clock for one NVRTC or nvcc build
+EXTENSION_TIMEOUT_S = 900.0   # and for one torch extension (torch's headers are slow to compile)
 
 
 def _key(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:40]
 
 
-def compile_to_cubin(source: str, options: list[str], backend: str, arch: str) -> bytes:
-    if backend not in ("nvrtc", "nvcc"):
-        raise CompileError(f"unknown compiler backend {backend!r}; use 'nvrtc' or 'nvcc'")
-    if not str(arch).isdigit():
-        raise CompileError(f"bad architecture {arch!r}")
-    path = cache_root() / "kernels" / f"{_key(source, options, backend, arch, _compiler_version(backend))}.cubin"
-    if path.is_file():
-        return path.read_bytes()
-    cubin = (_nvrtc if backend == "nvrtc" else _nvcc)(source, options, arch)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_bytes(cubin)
-    tmp.replace(path)
-    return cubin
-
-
-def _compiler_version(backend: str) -> str:
+def compiler_version(backend: str) -> str:
+    """Part of a cubin's cache key: the NVRTC version, or which nvcc."""
     if backend == "nvrtc":
-        from cupy.cuda import nvrtc
-
+        try:
+            from cupy.cuda import nvrtc
+        except ImportError:
+            raise CompileRefused("NVRTC needs CuPy in the judge's environment (pip install 'pkb-env[cuda13]' or "
+                                 "[cuda12]); or compile with backend='nvcc'") from None
         return "nvrtc-%d.%d" % nvrtc.getVersion()
-    return _nvcc_path() or "nvcc-missing"
-
-
-def _include_dirs() -> list[str]:
-    found = []
-    candidates = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]
-    for root in candidates:
-        if root and os.path.isfile(os.path.join(root, "include", "cuda_fp16.h")):
-            found.append(os.path.join(root, "include"))
-            break
-    for entry in sys.path:
-        for sub in ("nvidia/cuda_runtime/include", "nvidia/cu13/include", "nvidia/cuda_nvrtc/include"):
-            p = os.path.join(entry, sub)
-            if os.path.isfile(os.path.join(p, "cuda_fp16.h")) and p not in found:
-                found.append(p)
-    return found
-
-
-def _nvrtc(source: str, options: list[str], arch: str) -> bytes:
-    from cupy.cuda import nvrtc
-
-    prog = nvrtc.createProgram(source, "candidate.cu", [], [])
-    opts = [f"-arch=sm_{arch}", "-std=c++17", *[f"-I{d}" for d in _include_dirs()], *options]
-    try:
-        try:
-            nvrtc.compileProgram(prog, opts)
-        except nvrtc.NVRTCError:
-            raise CompileError("NVRTC: " + _trim(nvrtc.getProgramLog(prog))) from None
-        return bytes(nvrtc.getCUBIN(prog))
-    finally:
-        nvrtc.destroyProgram(prog)
-
-
-def _nvcc_path() -> str | None:
-    for root in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"):
-        path = os.path.join(root, "bin", "nvcc")
-        if root and os.access(path, os.X_OK):
-            return path
-    return shutil.which("nvcc")
-
-
-def _nvcc(source: str, options: list[str], arch: str) -> bytes:
-    nvcc = _nvcc_path()
-    if nvcc is None:
-        raise CompileError("nvcc is not installed here; use backend='nvrtc'")
-    with tempfile.TemporaryDirectory(prefix="pkb-nvcc-") as tmp:
-        src, out = os.path.join(tmp, "candidate.cu"), os.path.join(tmp, "candidate.cubin")
-        Path(src).write_text(source)
-        cmd = [nvcc, "-cubin", f"-arch=sm_{arch}", "-O3", "-std=c++17", *options, "-o", out, src]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        except subprocess.TimeoutExpired:
-            raise CompileError("nvcc took longer than 300 s") from None
-        if proc.returncode != 0:
-            raise CompileError("nvcc: " + _trim(proc.stderr or proc.stdout))
-        return Path(out).read_bytes()
-
-
-BUILD_SCRIPT = r"""
-import json, sys
-from torch.utils.cpp_extension import load_inline
-spec = json.load(sys.stdin)
-load_inline(spec["name"], spec["cpp_sources"], spec["cuda_sources"] or None, functions=spec["functions"],
-            extra_cflags=spec["extra_cflags"], extra_cuda_cflags=spec["extra_cuda_cflags"],
-            build_directory=spec["build_directory"], with_cuda=bool(spec["cuda_sources"]), verbose=False)
-"""
-
-
-def build_extension(name: str, cpp_sources: list[str], cuda_sources: list[str], functions: list[str] | None,
-                    extra_cuda_cflags: list[str], extra_cflags: list[str], timeout: float = 900.0) -> str:
-    """Build a torch extension once (in a throwaway process: its initialisers are candidate code)."""
-    if not name.isidentifier():
-        raise CompileError(f"extension name {name!r} must be a Python identifier")
-    key = _key(name, cpp_sources, cuda_sources, functions, extra_cuda_cflags, extra_cflags)
-    build = cache_root() / "extensions" / key
-    so = build / f"{name}.so"
-    if so.is_file():
-        return str(so)
-    build.mkdir(parents=True, exist_ok=True)
-    spec = {"name": name, "cpp_sources": cpp_sources, "cuda_sources": cuda_sources, "functions": functions,
-            "extra_cflags": extra_cflags, "extra_cuda_cflags": extra_cuda_cflags, "build_directory": str(build)}
-    env = rank_environment({"HOME": str(build), "TMPDIR": str(build)})
-    try:
-        proc = subprocess.run([sys.executable, "-c", BUILD_SCRIPT], input=json.dumps(spec), capture_output=True,
-                              text=True, timeout=timeout, env=env, cwd=build, start_new_session=True)
-    except subprocess.TimeoutExpired:
-        raise CompileError(f"building extension {name!r} took longer than {timeout:.0f} s") from None
-    if proc.returncode != 0 or not so.is_file():
-        raise CompileError(f"building extension {name!r} failed: " + _trim(proc.stderr or proc.stdout))
-    return str(so)
-
-
-def _trim(log: str) -> str:
-    """The compiler's first errors: logs run long and the first error is the one that matters."""
-    lines = [l for l in log.splitlines() if l.strip()]
-    errors = [i for i, l in enumerate(lines) if "error" in l.lower()]
-    start = max(0, errors[0] - 2) if errors else 0
-    text = "\n".join(lines[start:start + 30])
-    return text[:MAX_LOG_CHARS]
+    return nvcc_path() or "nvcc-missing"
 
 
 class KernelService:
     """Answers rank requests ("compile", "load_inline") during a step; counts its own time."""
 
-    def __init__(self):
+    def __init__(self, executor, redactor: Redactor):
+        self.executor = executor    # runs builds in build cells (ProcessExecutor.build)
+        self.redactor = redactor
         self.seconds = 0.0
         self.requests = 0
 
@@ -170,19 +62,68 @@ class KernelService:
         try:
             kind = header.get("kind")
             if kind == "compile":
-                cubin = compile_to_cubin(str(header["source"]), [str(o) for o in header.get("options", [])],
-                                         str(header.get("backend", "nvrtc")), str(header["arch"]))
-                return {"op": "reply", "ok": True}, cubin
-            if kind == "load_inline":
-                path = build_extension(str(header["name"]), list(header["cpp_sources"]),
-                                       list(header["cuda_sources"]), header.get("functions"),
-                                       list(header.get("extra_cuda_cflags", [])), list(header.get("extra_cflags", [])))
-                # The bytes, not the path: unprivileged ranks cannot read the judge's cache.
-                return {"op": "reply", "ok": True}, Path(path).read_bytes()
-            return {"op": "reply", "ok": False, "error": f"unknown request {kind!r}"}, None
-        except CompileError as exc:
-            return {"op": "reply", "ok": False, "error": str(exc)}, None
-        except (KeyError, TypeError, ValueError, ImportError) as exc:
-            return {"op": "reply", "ok": False, "error": f"bad request: {type(exc).__name__}: {exc}"}, None
+                job, path, own, timeout = self._compile_job(header)
+            elif kind == "load_inline":
+                job, path, own, timeout = self._extension_job(header)
+            else:
+                return _error(f"unknown request {kind!r}")
+            if path.is_file():
+                return {"op": "reply", "ok": True}, path.read_bytes()
+            outcome = self.executor.build(job, timeout)
+            if not outcome.ok:
+                return _error(self.redactor.redact(f"{_label(job)} failed:\n" +
+                                                   diagnostics(outcome.log, own, outcome.workdir)))
+            _store(path, outcome.payload)
+            return {"op": "reply", "ok": True}, outcome.payload
+        except CompileRefused as exc:
+            return _error(self.redactor.redact(str(exc)))
+        except (KeyError, TypeError, ValueError) as exc:
+            return _error(f"bad request: {type(exc).__name__}: {exc}")
         finally:
             self.seconds += time.perf_counter() - start
+
+    def _compile_job(self, header: dict) -> tuple[dict, Path, set[str], float]:
+        backend, arch, source = header.get("backend", "nvrtc"), str(header["arch"]), header["source"]
+        if backend not in ("nvrtc", "nvcc"):
+            raise CompileRefused(f"unknown compiler backend {backend!r}; use 'nvrtc' or 'nvcc'")
+        if not arch.isdigit():
+            raise CompileRefused(f"bad architecture {arch!r}: digits such as '90'")
+        options = check_cuda_options(list(header.get("options", [])), backend, arch)
+        check_sources([("the CUDA source", source)])
+        key = _key(source, options, backend, arch, compiler_version(backend))
+        job = {"kind": backend, "source": source, "options": options, "arch": arch}
+        return job, cache_root() / "kernels" / f"{key}.cubin", {SOURCE_NAME}, COMPILE_TIMEOUT_S
+
+    def _extension_job(self, header: dict) -> tuple[dict, Path, set[str], float]:
+        name = header["name"]
+        if not isinstance(name, str) or not name.isidentifier() or len(name) > 64:
+            raise CompileRefused(f"extension name {name!r} must be a Python identifier of at most 64 characters")
+        functions = header.get("functions")
+        if functions is not None and not all(isinstance(f, str) and f.isidentifier() for f in functions):
+            raise CompileRefused(f"functions must be a list of C++ identifiers, got {functions!r}")
+        cpp, cuda = list(header["cpp_sources"]), list(header["cuda_sources"])
+        check_sources([(f"cpp_sources[{i}]", s) for i, s in enumerate(cpp)] +
+                      [(f"cuda_sources[{i}]", s) for i, s in enumerate(cuda)])
+        cflags = check_host_options(list(header.get("extra_cflags", [])))
+        cuda_cflags = check_cuda_options(list(header.get("extra_cuda_cflags", [])), "nvcc", None)
+        key = _key(name, cpp, cuda, functions, cuda_cflags, cflags)
+        job = {"kind": "extension", "name": name, "cpp_sources": cpp, "cuda_sources": cuda, "functions": functions,
+               "extra_cflags": cflags, "extra_cuda_cflags": cuda_cflags}
+        own = {f"{name}/main.cpp", f"{name}/cuda.cu", "main.cpp", "cuda.cu"}
+        return job, cache_root() / "extensions" / key / f"{name}.so", own, EXTENSION_TIMEOUT_S
+
+
+def _label(job: dict) -> str:
+    return {"nvrtc": "NVRTC", "nvcc": "nvcc"}.get(job["kind"], f"building extension {job.get('name')!r}")
+
+
+def _error(message: str) -> tuple[dict, None]:
+    return {"op": "reply", "ok": False, "error": message}, None
+
+
+def _store(path: Path, payload: bytes) -> None:
+    """Write a cache entry atomically (a reader never sees half of one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(payload)
+    tmp.replace(path)

@@ -42,7 +42,8 @@ def write_feedback(record: EvaluationRecord) -> str:
         lines.append(f"Roofline: {r.fraction:.1%} of the {b.source} bound {_us(b.bound_s)} ({b.dominant}-bound: "
                      f"comm {_us(b.comm_s)}, compute {_us(b.compute_s)}, memory {_us(b.memory_s)}; serial sum "
                      f"{_us(b.serial_s)}){spec}{bw}.")
-    notes = [f.message for f in record.flags if f.severity is Severity.INFO]
+    notes = [record.parse.note] if record.parse and record.parse.note else []
+    notes += [f.message for f in record.flags if f.severity is Severity.INFO]
     if notes:
         lines.append("Notes: " + "; ".join(notes[:5]))
     return "\n".join(lines)

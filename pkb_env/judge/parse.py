@@ -57,11 +57,12 @@ def parse_action(action: object, max_chars: int = MAX_ACTION_CHARS) -> ParseResu
         return _fail(chars, "action is empty: send a Python module that defines solution(...)")
 
     text = text.lstrip("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    note = _replacement_note(text)
     if _is_module(text):
-        return ParseResult(code=text, action_chars=chars, from_fence=False)
+        return ParseResult(code=text, action_chars=chars, from_fence=False, note=note)
     blocks = _fenced_blocks(text)
     if not blocks:
-        return ParseResult(code=text, action_chars=chars, from_fence=False)
+        return ParseResult(code=text, action_chars=chars, from_fence=False, note=note)
 
     python = [body for tag, body in blocks if tag in _PYTHON_TAGS]
     defining = [body for body in python if _DEFINES_SOLUTION.search(body)]
@@ -74,7 +75,18 @@ def parse_action(action: object, max_chars: int = MAX_ACTION_CHARS) -> ParseResu
                             f"Python: put the module in a ```python block")
     if not chosen.strip():
         return _fail(chars, "the ```python block is empty: put the module that defines solution(...) in it")
-    return ParseResult(code=chosen, action_chars=chars, from_fence=True)
+    return ParseResult(code=chosen, action_chars=chars, from_fence=True, note=_replacement_note(chosen))
+
+
+def _replacement_note(text: str) -> str | None:
+    """Say so when the text holds U+FFFD: bytes that were not UTF-8 were replaced on the way (a file read with
+    errors="replace", a decoder upstream), so the code judged is not byte for byte what was written."""
+    count = text.count("\ufffd")
+    if not count:
+        return None
+    line = text.count("\n", 0, text.index("\ufffd")) + 1
+    return (f"the code holds {count} U+FFFD replacement character(s), the first on line {line}: bytes that were "
+            f"not valid UTF-8 were replaced before judging; write the source as UTF-8")
 
 
 def _fail(chars: int, error: str) -> ParseResult:

@@ -1,4 +1,4 @@
-"""The judging pipeline: action text in, EvaluationRecord out (DESIGN §3).
+"""The judging pipeline: action text in, EvaluationRecord out (docs/architecture.md, "One step").
 
     parse -> screen -> build -> run trials -> verify -> time -> verify timed outputs -> roofline
 
@@ -30,6 +30,7 @@ from pkb_env.judge.timing import PROTOCOLS, TimingProtocol, summarize
 from pkb_env.record import (BuildResult, EvaluationRecord, Flag, Mismatch, RunResult, Severity, Stage,
                             TimingResult, Verdict, VerifyResult)
 from pkb_env.contract import Peaks
+from pkb_env.redaction import Redactor
 from pkb_env.task import TaskSpec, load_task
 from pkb_env.topology import (Calibration, calibration_from_measurement, load_calibration, load_topology,
                               save_calibration)
@@ -61,7 +62,8 @@ class Judge:
         self.settings = settings or JudgeSettings()
         self.protocol = self.settings.protocol or PROTOCOLS[executor.info.name]
         self.topology = load_topology(executor.info.topology)
-        self.kernels = KernelService()
+        self.redactor = Redactor.of_judge()  # the judge user's secrets: never in a record or the feedback
+        self.kernels = KernelService(executor, self.redactor)
         self._reference_times: dict[tuple, TimingResult] = {}
         self._calibration: Calibration | None = None
 
@@ -76,6 +78,7 @@ class Judge:
         try:
             self._judge(task, action, record)
         finally:
+            self.redactor.redact(record)  # every text a rank or build produced passes here
             record.feedback = write_feedback(record)
         return record
 
@@ -127,6 +130,7 @@ class Judge:
             with _stage(record, Stage.TIME):
                 self._reference_time(task, record.preset, record.dtype)
         gen = self.executor.candidate_generation()
+        record.containment = self.executor.protection(gen)
         gen.request_handler = self.kernels.handle
         try:
             self._run_candidate(task, record, gen, seeds, expected)

@@ -1,5 +1,6 @@
-"""The roofline stage: a task's cost model at the judged size, bounded at the machine's peaks (DESIGN of
-pkb_env/contract/cost.py), and the fraction of the bound the measured time reaches.
+"""The roofline stage: a task's cost model at the judged size, bounded at the machine's peaks
+(pkb_env/contract/cost.py; docs/architecture.md, "Timing and roofline"), and the fraction of the bound the
+measured time reaches.
 
 fraction = bound / measured, NOT clipped. The bound is a lower bound on any code's time by construction
 (best-observed calibrated figures, datasheet ceilings), so a fraction above 1 means the cost model or the

@@ -1,4 +1,5 @@
-"""Screen: a static look at the candidate module before anything of it runs (DESIGN §7).
+"""Screen: a static look at the candidate module before anything of it runs (docs/architecture.md,
+"What a candidate cannot do, and why").
 
 Two jobs. First, reject modules that cannot be judged, with the fix in the message: syntax errors, no
 top-level `solution`, `async def`, a signature the judge cannot call the way it calls the reference.

@@ -1,6 +1,6 @@
 """The kernel runtime candidate code may import: fast CUDA compiles and symmetric-memory helpers.
 
-    from pkb_env.runtime import compile_cuda, symmetric_buffer, i32, i64, u64
+    from pkb_env.runtime import compile_cuda, symmetric_buffer, i32, i64, u64, f32, f64
 
     mod = compile_cuda(SRC)                       # NVRTC; compiled once per step for all ranks, cached
     kernel = mod.function("my_kernel")
@@ -9,13 +9,15 @@
     kernel((blocks,), (threads,), buf.ptrs, out, i32(buf.rank), i32(buf.world_size), i64(n))
     buf.barrier()                                  # nobody may overwrite buffers a peer still reads
 
-Compiles are done by the judge's compile service (a candidate never writes the shared kernel cache) when
-running inside pkb-env, and by CuPy locally otherwise. `SIGNAL_PAD_CUDA` is CUDA source for in-kernel
+Compiles are done by the judge's compile service in a contained build cell (a candidate never writes the
+shared kernel cache; options and includes are checked: docs/containment.md) when running inside pkb-env,
+and in your own process otherwise. `SIGNAL_PAD_CUDA` is CUDA source for in-kernel
 barriers on the buffer's signal pads. NVLink multicast is not available (NVLS is off on our machines).
 """
-from pkb_env.runtime.kernels import CompileError, CudaModule, Kernel, compile_cuda, i32, i64, load_inline, u64
+from pkb_env.runtime.kernels import (CompileError, CudaModule, Kernel, compile_cubin, compile_cuda, f32, f64, i32,
+                                     i64, load_inline, u64)
 from pkb_env.runtime.signal_pads import SIGNAL_PAD_CUDA
 from pkb_env.runtime.symmetric import SymmetricBuffer, symmetric_buffer
 
-__all__ = ["CompileError", "CudaModule", "Kernel", "SIGNAL_PAD_CUDA", "SymmetricBuffer", "compile_cuda", "i32",
-           "i64", "load_inline", "symmetric_buffer", "u64"]
+__all__ = ["CompileError", "CudaModule", "Kernel", "SIGNAL_PAD_CUDA", "SymmetricBuffer", "compile_cubin",
+           "compile_cuda", "f32", "f64", "i32", "i64", "load_inline", "symmetric_buffer", "u64"]

@@ -1,13 +1,15 @@
 """Compiling and launching CUDA kernels from candidate code.
 
-`compile_cuda` turns CUDA C++ source into a loaded module. Inside a judged rank the judge compiles it
-(NVRTC, or nvcc with backend="nvcc") once per distinct source, options and architecture, caches the cubin
-in its own directory and hands the bytes to every rank: all ranks of a step share one compile, and later
-steps reuse it. Outside the judge (debugging a candidate by hand) CuPy compiles locally.
+`compile_cuda` turns CUDA C++ source into a loaded module (`compile_cubin`: just the cubin's bytes).
+Inside a judged rank the request goes to the judge's compile service (judge/compiler.py): it checks the
+options and includes, builds once per distinct source, options and architecture in a contained build
+cell (NVRTC, or nvcc with backend="nvcc"), caches the cubin and hands the bytes to every rank: all ranks
+of a step share one compile, and later steps reuse it. Outside the judge (debugging a candidate by
+hand) the same compilers run in your process (runtime/toolchain.py). This module never imports the judge.
 
 Kernels launch on torch's current stream by default, so they order with the torch ops around them.
-Arguments: torch tensors (passed as device pointers), and scalars wrapped with i32/i64/u64 so that their C
-type is explicit (a bare Python int is ambiguous).
+Arguments: torch tensors (passed as device pointers), and scalars wrapped with i32/i64/u64/f32/f64 so that
+their C type is explicit (a bare Python int or float is ambiguous: the kernel reads the bytes it declares).
 """
 from __future__ import annotations
 
@@ -18,8 +20,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from pkb_env.judge.compiler import CompileError
-from pkb_env.runtime import link
+from pkb_env.runtime import link, toolchain
+from pkb_env.runtime.toolchain import CompileError
 
 
 def i32(value: int) -> np.int32:
@@ -33,6 +35,14 @@ def i64(value: int) -> np.int64:
 def u64(value: int) -> np.uint64:
     """A raw 64-bit address (e.g. SymmetricBuffer.ptrs_address)."""
     return np.uint64(value)
+
+
+def f32(value: float) -> np.float32:
+    return np.float32(value)
+
+
+def f64(value: float) -> np.float64:
+    return np.float64(value)
 
 
 class Kernel:
@@ -76,6 +86,9 @@ def _argument(value: Any) -> Any:
         return np.uint64(value.data_ptr())
     if isinstance(value, bool) or (isinstance(value, int) and not isinstance(value, np.integer)):
         raise TypeError(f"pass Python ints through i32()/i64()/u64() so their C type is explicit (got {value!r})")
+    if isinstance(value, float) and not isinstance(value, np.floating):
+        raise TypeError(f"pass Python floats through f32() or f64(), matching the kernel's float or double "
+                        f"parameter (got {value!r})")
     return value
 
 
@@ -95,42 +108,53 @@ class CudaModule:
         return self._functions[name]
 
 
-def compile_cuda(source: str, options: Sequence[str] = (), backend: str = "nvrtc") -> CudaModule:
-    """Compile CUDA C++ (kernels declared `extern "C" __global__`) for this GPU and load it."""
+def compile_cubin(source: str, options: Sequence[str] = (), backend: str = "nvrtc", arch: str | None = None) -> bytes:
+    """Compile CUDA C++ to a cubin for `arch` (e.g. "90"; default: this process's GPU) and return its bytes."""
     if backend not in ("nvrtc", "nvcc"):
         raise ValueError(f"backend must be 'nvrtc' or 'nvcc', got {backend!r}")
-    import torch
+    if arch is None:
+        import torch
 
-    major, minor = torch.cuda.get_device_capability()
-    body = {"source": source, "options": list(options), "backend": backend, "arch": f"{major}{minor}"}
+        arch = "%d%d" % torch.cuda.get_device_capability()
+    options = list(options)
     if link.attached():
-        header, payload = link.request("compile", body)
+        header, payload = link.request("compile", {"source": source, "options": options, "backend": backend,
+                                                   "arch": str(arch)})
         if not header.get("ok"):
             raise CompileError(header.get("error", "compile failed"))
-        return CudaModule(payload)
-    from pkb_env.judge.compiler import compile_to_cubin  # outside the judge: compile here
+        return payload
+    if backend == "nvrtc":
+        return toolchain.nvrtc(source, options, str(arch))
+    with tempfile.TemporaryDirectory(prefix="pkb-nvcc-") as directory:
+        return toolchain.nvcc(source, options, str(arch), directory)
 
-    return CudaModule(compile_to_cubin(**body))
+
+def compile_cuda(source: str, options: Sequence[str] = (), backend: str = "nvrtc") -> CudaModule:
+    """Compile CUDA C++ (kernels declared `extern "C" __global__`) for this GPU and load it."""
+    return CudaModule(compile_cubin(source, options, backend))
 
 
 def load_inline(name: str, cpp_sources: str | Sequence[str] = "", cuda_sources: str | Sequence[str] = "",
                 functions: Sequence[str] | None = None, extra_cuda_cflags: Sequence[str] = (),
                 extra_cflags: Sequence[str] = ()) -> Any:
-    """torch.utils.cpp_extension.load_inline, built once by the judge (not once per rank) and cached."""
+    """torch.utils.cpp_extension.load_inline, built once by the judge's compile service (not once per rank).
+
+    In a judged rank the extension is built in a contained build cell and cached by the judge; the rank
+    receives the shared object's bytes and imports it here, in its own cell.
+    """
     body = {"name": name, "cpp_sources": _as_list(cpp_sources), "cuda_sources": _as_list(cuda_sources),
             "functions": list(functions) if functions else None, "extra_cuda_cflags": list(extra_cuda_cflags),
             "extra_cflags": list(extra_cflags)}
-    if link.attached():
-        header, payload = link.request("load_inline", body)
-        if not header.get("ok"):
-            raise CompileError(header.get("error", "build failed"))
-        path = os.path.join(tempfile.mkdtemp(), f"{name}.so")
-        with open(path, "wb") as f:
-            f.write(payload)
-    else:
-        from pkb_env.judge.compiler import build_extension
-
-        path = build_extension(**body)
+    if not link.attached():
+        directory = tempfile.mkdtemp(prefix="pkb-extension-")
+        return toolchain.extension(name, body["cpp_sources"], body["cuda_sources"], body["functions"],
+                                   body["extra_cflags"], body["extra_cuda_cflags"], directory)[0]
+    header, payload = link.request("load_inline", body)
+    if not header.get("ok"):
+        raise CompileError(header.get("error", "build failed"))
+    path = os.path.join(tempfile.mkdtemp(), f"{name}.so")
+    with open(path, "wb") as f:
+        f.write(payload)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -138,5 +162,8 @@ def load_inline(name: str, cpp_sources: str | Sequence[str] = "", cuda_sources: 
 
 
 def _as_list(sources: str | Sequence[str]) -> list[str]:
-    return [sources] if isinstance(sources, str) else list(sources)
+    """One source or several; "" (the default) is none, so that a C++-only extension is built without CUDA."""
+    if isinstance(sources, str):
+        return [sources] if sources else []
+    return list(sources)
 

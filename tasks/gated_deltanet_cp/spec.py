@@ -37,10 +37,10 @@ def cost(c):
     (or, if smaller, the earlier blocks' inputs). So at least that crosses its link, in one round. FLOPs:
     the recurrence's 6KV per token and head (S^T k, the rank-one update, S^T q), split over the ranks."""
     b, seq, heads, kd, vd = c["B"], c["W"] * c["L"], c["H"], c["K"], c["V"]
-    state = b * heads * kd * vd
-    earlier = (c["W"] - 1) * b * c["L"] * heads * (2 * kd + vd + 2)
+    state = b * heads * kd * vd * c.elem
+    earlier = (c["W"] - 1) * b * c["L"] * heads * (2 * kd + vd + 2) * c.elem
     return Cost(
-        comm=(Comm("sendrecv", min(state, earlier) * c.elem),),
+        comm=c.cheapest((Comm("sendrecv", state),), (Comm("sendrecv", earlier),)),
         compute=(Compute(6 * kd * vd * b * seq * heads / c["W"], "matmul"),),
         memory_bytes=c.io_bytes(),
     )

@@ -48,9 +48,8 @@ def cost(c):
     r, n, hq, hkv, d, w = c["R"], c["N"], c["HQ"], c["HKV"], c["D"], c["W"]
     gather = r * n * hkv * 2 * d * c.elem                        # all-gather S: every key and value
     swap = r * n // w * (hkv * 2 * d + 2 * hq * d) * c.elem       # all-to-all S: kv, queries and outputs
-    comm = Comm("all_gather", gather) if gather <= swap else Comm("all_to_all", swap, steps=2)
-    return Cost(comm=(comm,), compute=(Compute(4 * d * hq * r * n * n / w, "matmul"),),
-                memory_bytes=c.io_bytes())
+    return Cost(comm=c.cheapest((Comm("all_gather", gather),), (Comm("all_to_all", swap, steps=2),)),
+                compute=(Compute(4 * d * hq * r * n * n / w, "matmul"),), memory_bytes=c.io_bytes())
 
 
 # Attention averages values over thousands of keys with weights ~e^s / Z, so outputs have RMS ~sqrt(e / keys)

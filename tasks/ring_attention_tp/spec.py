@@ -7,12 +7,9 @@ projects with its columns of w_o and all-reduces over tp. Levers: overlap the ri
 attention, skip the blocks the causal mask hides (or balance them across ranks), fuse the projection
 and the all-reduce.
 """
-import math
-
-import torch
-
 from pkb_env.contract import (Comm, Compute, Const, Cost, Group, Mesh, Normal, Output, Preset, Rounded, Sharded,
                               Sum, TaskSpec, Tensor)
+from pkb_env.tasks._attention import attention, attention_flops, ring_exchange
 
 WEIGHT_STD = 0.02  # PKB's scale of both projections (an initialisation-sized weight)
 
@@ -27,13 +24,9 @@ def golden(inputs, world):
     for t in range(tp):
         args = inputs[first[t]]
         heads = args["num_heads"] // tp
-        qkv = (h @ args["w_qkv"].double().t()).view(batch, seq, 3, heads, -1).permute(2, 0, 3, 1, 4)
-        scale = args["scale"] if args["scale"] is not None else 1.0 / math.sqrt(qkv.shape[-1])
-        scores = (qkv[0] @ qkv[1].transpose(-1, -2)) * scale
-        if args["causal"]:
-            scores = scores.masked_fill(torch.ones(seq, seq, dtype=torch.bool).triu(1), -math.inf)
-        attn = (torch.softmax(scores, -1) @ qkv[2]).permute(0, 2, 1, 3).reshape(batch, seq, -1)
-        total = total + attn @ args["w_o"].double().t()
+        qkv = (h @ args["w_qkv"].double().t()).view(batch, seq, 3, heads, -1)       # (B, S, 3, heads, E)
+        attn, _ = attention(*qkv.unbind(2), args["scale"], args["causal"])
+        total = total + attn.reshape(batch, seq, -1) @ args["w_o"].double().t()
     dtype = inputs[0]["h"].dtype
     blocks = total.to(dtype).chunk(world["cp"], dim=1)
     return [blocks[world.coords(r)["cp"]].clone() for r in range(world.world_size)]
@@ -42,18 +35,15 @@ def golden(inputs, world):
 def cost(c):
     """Per rank. Compute: the QKV and output projections of its block and heads, and its share of the causal
     attention (a balanced schedule splits the S(S+1)/2 visible pairs evenly over cp). Communication: the
-    busiest cp rank must either receive the keys and values of cp-1 blocks or send its queries to cp-1
-    ranks and receive as many partial outputs, so at least cp-1 blocks of one (B, S/cp, H/tp, E) tensor
-    cross its link one way: an all_gather of one such tensor over cp; then an all-reduce of the output
-    over tp. One round each (the all-reduce depends on the attention)."""
+    ring's bound, cp-1 blocks of one (B, S/cp, H/tp, E) tensor into the busiest rank (`ring_exchange`);
+    then an all-reduce of the output over tp. One round each (the all-reduce depends on the attention)."""
     b, s, d, e = c["B"], c["S"], c["D"], c["E"]
     heads, block = c["H"] // c["tp"], s // c["cp"]
     one = b * block * heads * e * c.elem
-    pairs = s * (s + 1) // 2
     return Cost(
-        comm=(Comm("all_gather", c["cp"] * one, "cp"), Comm("all_reduce", c.nbytes("out"), "tp")),
+        comm=(ring_exchange(c, one, "cp"), Comm("all_reduce", c.nbytes("out"), "tp")),
         compute=(Compute(2 * b * block * d * 3 * heads * e + 2 * b * block * heads * e * d, "matmul"),
-                 Compute(4 * b * heads * e * pairs / c["cp"], "matmul")),
+                 Compute(attention_flops(b, heads, e, s, causal=True) / c["cp"], "matmul")),
         memory_bytes=c.io_bytes(),
     )
 

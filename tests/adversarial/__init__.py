@@ -1,5 +1,7 @@
 """Adversarial regression suite: exploit candidates the judge must defeat, and unusual legitimate
-candidates it must accept (DESIGN §5, §7; /work/shared/reference/peers_and_exploits.md table (b)).
+candidates it must accept (docs/architecture.md, "Timing and roofline" and "What a candidate cannot do,
+and why"; each exploit names where it was seen: a published reward hack of a peer benchmark or
+environment, or "new").
 
 `exploits.py` and `legit.py` hold the candidate programs as data; `test_adversarial.py` runs them
 through a CPU environment at world size 4 and asserts the outcomes. Exploits that still get through

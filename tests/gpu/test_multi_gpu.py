@@ -69,9 +69,22 @@ def test_side_stream_cheat_on_every_gpu(cuda_all):
     assert info["verdict"] == "wrong", info["feedback"]
 
 
+# A PCIe 5.0 x16 link carries at most 64 GB/s each way (32 GT/s x 16 lanes, 128b/130b): anything measured above
+# it between two GPUs went over NVLink. The 2-GPU H200 host measured 268 GB/s busbw and 378-380 GB/s copies.
+PCIE5_X16_GBPS = 64.0
+
+
 def test_calibration_measured_nvlink(cuda_all):
+    """NVML says every pair is linked by NVLink, and the calibration measured more than PCIe could carry."""
+    from pkb_env.hardware import detect
+
+    links = detect().links
+    assert links and set(links.values()) == {"NVLink"}, links
     calibration = cuda_all.unwrapped.judge.calibration()
-    assert calibration.world_size == GPUS and calibration.bandwidth_gbps > 10, calibration
+    assert calibration.world_size == GPUS and calibration.bandwidth_gbps > PCIE5_X16_GBPS, calibration
+    across = {(src, dst): gbps for src, dst, gbps in calibration.peer_copy_gbps if src != dst}
+    assert set(across) == {(a, b) for a in range(GPUS) for b in range(GPUS) if a != b}, calibration.peer_copy_gbps
+    assert min(across.values()) > PCIE5_X16_GBPS, calibration.peer_copy_gbps
 
 
 def test_calibration_measured_the_compute_and_memory_peaks_under_the_datasheet(cuda_all):

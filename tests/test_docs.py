@@ -1,0 +1,64 @@
+"""The docs the code points to exist and say what the code does: design citations resolve to sections of
+docs/architecture.md, every pip extra is named in the README and in the errors that ask for it, and the
+docs that claim measurements carry a known-holes section."""
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = [p for pattern in ("*.py", "*.yaml", "*.md", "*.toml") for p in ROOT.rglob(pattern)
+           if not {".venv", ".git", "build", "node_modules"} & set(p.relative_to(ROOT).parts)]
+
+
+def _extras() -> set[str]:
+    return set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+
+
+def test_design_citations_resolve_to_sections_of_the_architecture_doc():
+    """Citations read `docs/architecture.md, "Section"` (or with single quotes), possibly `"A" and "B"`,
+    across line breaks; each must name the start of a `## ` heading there."""
+    headings = re.findall(r"^## (.+)$", (ROOT / "docs" / "architecture.md").read_text(), re.MULTILINE)
+    this = Path(__file__).resolve()
+    cited = {}
+    for path in SOURCES:
+        if path.resolve() == this:
+            continue
+        text = re.sub(r"\s+", " ", path.read_text(errors="replace"))
+        for match in re.finditer(r"docs/architecture\.md, ([\"'])(.+?)\1(?: and ([\"'])(.+?)\3)?", text):
+            for name in (match.group(2), match.group(4)):
+                if name:
+                    cited.setdefault(name, path.relative_to(ROOT))
+    assert len(cited) >= 5, f"too few citations found, the pattern is wrong: {cited}"
+    missing = {name: str(p) for name, p in cited.items() if not any(h.startswith(name) for h in headings)}
+    assert not missing, f"cited sections with no heading in docs/architecture.md: {missing}"
+
+
+def test_no_citation_of_a_design_the_repository_does_not_ship():
+    this = Path(__file__).resolve()
+    offenders = [str(p.relative_to(ROOT)) for p in SOURCES if p.resolve() != this
+                 and re.search(r"DESIGN §|shared/reference|\.\./shared", p.read_text(errors="replace"))]
+    assert not offenders, offenders
+
+
+def test_readme_names_every_extra():
+    readme = (ROOT / "README.md").read_text()
+    paragraph = next(p for p in readme.split("\n\n") if p.startswith("Extras:"))
+    named = set(re.findall(r"`([a-z0-9]+)`\s[(/]", paragraph))  # "`name` (what it installs)"
+    assert named == _extras(), f"README's extras paragraph {sorted(named)} vs pyproject {sorted(_extras())}"
+
+
+def test_every_extra_asked_for_exists():
+    asked = set()
+    for path in SOURCES:
+        asked |= set(re.findall(r"pkb-env\[([a-z0-9]+)\]", path.read_text(errors="replace")))
+    asked |= {m for p in SOURCES if p.suffix == ".py"
+              for m in re.findall(r"require\(\"[\w.]+\", \"(\w+)\"", p.read_text(errors="replace"))}
+    assert asked and asked <= _extras(), sorted(asked - _extras())
+
+
+def test_measurement_docs_have_a_known_holes_section():
+    for name in ("benchmarks.md", "adversarial_table.md"):
+        text = (ROOT / "docs" / name).read_text()
+        assert re.search(r"^## Known holes", text, re.MULTILINE), name

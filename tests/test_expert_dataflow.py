@@ -1,0 +1,287 @@
+"""The data movement of the torch-based GPU experts, run on CPU: one thread per rank, symmetric buffers
+faked by CPU tensors every thread can read, barriers by a threading barrier, CUDA streams and events by
+no-ops (so every operation runs in program order on its rank).
+
+What this checks that tests/test_expert_math.py cannot: the `solution` functions themselves (the slots,
+the views of the peers' buffers, which peer is read at which step, the chunk bounds, the staging blocks),
+over several calls back to back on the same buffers with ranks racing each other, against the golden;
+and that every rank takes the same number of barriers per call (a mismatch breaks the threading barrier).
+What it cannot check: ordering between CUDA streams (here there is one order per rank), copy engines,
+FlashAttention, and the CUDA kernels of tp_rms_norm and vocab_parallel_cross_entropy (GPU tests).
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+import time
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from pkb_env.runtime import compile_cubin
+from pkb_env.runtime.toolchain import nvcc_path
+from pkb_env.task import load_task
+from test_expert_math import EXPERTS, expert, mismatches, rank_inputs
+
+BARRIER_TIMEOUT_S = 60
+
+
+class FakeBuffers:
+    """Every rank's buffers of one simulated world: `factory(rank)` is that rank's `symmetric_buffer`."""
+
+    def __init__(self, world: int):
+        self.world, self.lock, self.made = world, threading.Lock(), {}
+        self.barriers = 0
+
+    def factory(self, rank: int):
+        def symmetric_buffer(shape, dtype, tag="default", group=None):
+            shape = (shape,) if isinstance(shape, int) else tuple(shape)
+            with self.lock:
+                key = (shape, dtype, tag)
+                if key not in self.made:   # garbage, like fresh device memory
+                    self.made[key] = ([torch.full(shape, float("nan")).to(dtype) for _ in range(self.world)],
+                                      threading.Barrier(self.world, timeout=BARRIER_TIMEOUT_S))
+                tensors, barrier = self.made[key]
+            owner = self
+
+            class Buffer:
+                local, world_size = tensors[rank], owner.world
+
+                def __init__(self):
+                    self.rank = rank
+
+                def peer(self, r):
+                    return tensors[r]
+
+                def barrier(self, channel=0):
+                    with owner.lock:
+                        owner.barriers += 1
+                    barrier.wait()
+
+            return Buffer()
+        return symmetric_buffer
+
+
+class _Noop:
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
+def fake_torch(slow_cat: float = 0.0) -> types.SimpleNamespace:
+    """torch, with its `cuda` namespace replaced by streams and events that do nothing (and, for a slow
+    rank, a `cat` that waits `slow_cat` seconds before it reads)."""
+    cuda = types.SimpleNamespace(Stream=_Noop, Event=_Noop, current_stream=lambda: _Noop(),
+                                 stream=lambda s: contextlib.nullcontext())
+    proxy = types.SimpleNamespace(**{n: getattr(torch, n) for n in dir(torch) if not n.startswith("__")})
+    proxy.cuda = cuda
+    if slow_cat:
+        proxy.cat = lambda *args, **kwargs: (time.sleep(slow_cat), torch.cat(*args, **kwargs))[1]
+    return proxy
+
+
+def load_variant(name: str, edit: tuple[str, str]):
+    """The expert module with one edit applied to its source (the edit must apply)."""
+    source = (EXPERTS / f"{name}.py").read_text()
+    assert edit[0] in source, f"{name}: {edit[0]!r} not found"
+    module = types.ModuleType(f"variant_{name}")
+    exec(compile(source.replace(*edit), f"variant_{name}.py", "exec"), module.__dict__)
+    return module
+
+
+def run_ranks(name: str, world: int, calls: list[list[tuple]], chunk_bytes: int | None = None,
+              edit: tuple[str, str] | None = None, slow_rank: int | None = None) -> tuple[list, int]:
+    """Run `name`'s solution on `world` threads, rank r making calls[i][r] for every call i in turn.
+    Returns (outputs[i][r], barriers taken per rank per call)."""
+    buffers = FakeBuffers(world)
+    outputs = [[None] * world for _ in calls]
+    errors = []
+
+    def rank_main(rank):
+        try:
+            mod = load_variant(name, edit) if edit else expert(name)
+            mod.torch = fake_torch(0.2 if rank == slow_rank else 0.0)
+            mod.dist = types.SimpleNamespace(get_world_size=lambda group=None: world,
+                                             group=types.SimpleNamespace(WORLD="world"))
+            mod.symmetric_buffer = buffers.factory(rank)
+            if chunk_bytes is not None:
+                mod.CHUNK_BYTES = chunk_bytes
+            for i, args in enumerate(calls):
+                outputs[i][rank] = mod.solution(*args[rank])
+        except BaseException as exc:  # reported below with the rank
+            errors.append(f"rank {rank}: {type(exc).__name__}: {exc}")
+            for tensors, barrier in buffers.made.values():
+                barrier.abort()   # release the other ranks
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, "\n".join(errors)
+    return outputs, buffers.barriers / (world * len(calls))
+
+
+def trials(task: str, world: int, dtype: str, preset: str, count: int = 3) -> list[list[dict]]:
+    return [rank_inputs(task, world, dtype, preset, trial=t) for t in range(count)]
+
+
+CASES = [("float32", "tiny", 2), ("float32", "tiny", 4)]   # sizes do not matter here; both paths are forced
+PATHS = {"small": None, "pipelined": 64}
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("task", ["allgather_gemm", "gemm_reducescatter"])
+@pytest.mark.parametrize("dtype,preset,world", CASES)
+def test_gemm_experts_data_movement(task, dtype, preset, world, path):
+    inputs = trials(task, world, dtype, preset)
+    calls = [[tuple(args[n] for n in ("A", "B")) for args in trial] for trial in inputs]
+    outputs, barriers = run_ranks(task, world, calls, PATHS[path])
+    for trial, got in zip(inputs, outputs):
+        assert not mismatches(task, world, dtype, preset, trial, got)
+    mod = expert(task)
+    mod.CHUNK_BYTES = PATHS[path] or mod.CHUNK_BYTES
+    a, b = inputs[0][0]["A"], inputs[0][0]["B"]
+    rows, row_bytes = (a.shape[0], a.shape[1] * a.element_size()) if task == "allgather_gemm" else \
+        (a.shape[0] // world, b.shape[1] * b.element_size())
+    chunks = len(mod.row_chunks(rows, row_bytes))
+    assert (chunks > 1) == (path == "pipelined")
+    # one barrier per call, except the pipelined reduce-scatter: one per chunk of every step
+    per_call = (world - 1) * chunks if task == "gemm_reducescatter" and path == "pipelined" else 1
+    assert barriers == per_call
+
+
+@pytest.mark.parametrize("dtype,preset,world", CASES + [("float32", "tiny", 3)])
+def test_ring_attention_data_movement(dtype, preset, world):
+    problem = load_task("ring_attention").world_size_problem(world, preset)
+    if problem:
+        pytest.skip(problem)
+    inputs = trials("ring_attention", world, dtype, preset)
+    names = ("q", "k", "v", "softmax_scale", "causal")
+    # the judge builds a rank's groups once per generation and passes the same object to every call
+    calls = [[tuple(args[n] for n in names) + (inputs[0][r]["group"],) for r, args in enumerate(trial)]
+             for trial in inputs]
+    outputs, barriers = run_ranks("ring_attention", world, calls)
+    for trial, got in zip(inputs, outputs):
+        assert not mismatches("ring_attention", world, dtype, preset, trial, got)
+    assert barriers == 1
+
+
+
+
+def test_two_slots_keep_a_slow_reader_correct_and_one_slot_would_not():
+    """Rank 1 reads its peer's block 0.2 s late (after rank 0 has published its next call). With the
+    expert's two slots that read is still right; the same code on one slot (no trailing barrier) reads
+    the next call's block, and the comparison says so: the harness sees the hazard the slots prevent."""
+    task, world = "allgather_gemm", 2
+    inputs = trials(task, world, "float32", "tiny", count=4)
+    calls = [[(args["A"], args["B"]) for args in trial] for trial in inputs]
+    outputs, _ = run_ranks(task, world, calls, slow_rank=1)
+    assert all(not mismatches(task, world, "float32", "tiny", t, g) for t, g in zip(inputs, outputs))
+    outputs, _ = run_ranks(task, world, calls, slow_rank=1, edit=('res["calls"] % 2', "0"))
+    assert any(mismatches(task, world, "float32", "tiny", t, g) for t, g in zip(inputs, outputs))
+
+
+# -- the launches of the single-kernel experts, against their CUDA signatures ------------------------------
+
+C_SCALARS = {"int": np.int32, "long long": np.int64, "unsigned long long": np.uint64, "double": np.float64,
+             "float": np.float32}
+
+
+def kernel_signatures(source: str) -> dict[str, list[str]]:
+    """{kernel name: parameter types} of the `extern "C" __global__` kernels of `source`, also those stamped
+    out by a `#define MACRO(NAME, T)` wrapper and its invocations `MACRO(name, type)`."""
+    flat = source.replace("\\\n", " ")
+    found = {}
+    for name, params in re.findall(r'extern "C" __global__ void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\(([^)]*)\)',
+                                   flat):
+        found[name] = [p.strip() for p in params.split(",")]
+    for macro, params_text in re.findall(r"#define (\w+)\(NAME, T\)(.*?)\n", flat):
+        params = re.search(r"NAME\(([^)]*)\)", params_text).group(1)
+        for kernel, ctype in re.findall(rf"^{macro}\((\w+), ([\w ]+)\)", flat, re.M):
+            found[kernel] = [p.strip().replace("T*", f"{ctype}*").replace("T ", f"{ctype} ") for p in params.split(",")]
+    found.pop("NAME", None)
+    return found
+
+
+def kind(param: str) -> type:
+    """What a host argument must be for this C parameter: a tensor for a pointer, else the numpy scalar."""
+    if "*" in param:
+        return torch.Tensor
+    ctype = " ".join(param.split()[:-1]).replace("const ", "")
+    return C_SCALARS[ctype]
+
+
+class Launches:
+    """A fake `compile_cuda`: records every launch instead of running it."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, source, options=(), backend="nvrtc"):
+        self.source = source
+        return self
+
+    def function(self, name):
+        return lambda grid, block, *args, **kw: self.calls.append((name, grid, block, args))
+
+
+SINGLE_KERNEL = {
+    "tp_rms_norm": ("hidden_states", "weight", "eps"),
+    "vocab_parallel_cross_entropy": ("vocab_parallel_logits", "target", "group"),
+}
+
+
+@pytest.mark.parametrize("task", SINGLE_KERNEL)
+@pytest.mark.parametrize("dtype,preset,world", [("float32", "tiny", 2), ("bfloat16", "bench", 4)])
+def test_single_kernel_launches_match_their_cuda_signature(task, dtype, preset, world):
+    mod, launches = expert(task), Launches()
+    signatures = kernel_signatures(mod.SRC)
+    assert len(signatures) == 3, f"{task}: expected a kernel per dtype, found {sorted(signatures)}"
+    rank = world - 1
+
+    class Buffer:
+        ptrs = torch.zeros(world, dtype=torch.int64)
+        signal_pad_ptrs = torch.zeros(world, dtype=torch.int64)
+        world_size = world
+
+        def __init__(self):
+            self.rank = rank
+
+    mod.compile_cuda, mod.symmetric_buffer = launches, lambda *a, **kw: Buffer()
+    mod._sm_count = lambda device: 132
+    args = rank_inputs(task, world, dtype, preset)[rank]
+    outputs = [mod.solution(*(args[n] for n in SINGLE_KERNEL[task])) for _ in range(3)]
+    assert len(launches.calls) == 3
+    slots = []
+    for name, grid, block, values in launches.calls:
+        params = signatures[name]
+        assert name.endswith({"float32": "_f32", "bfloat16": "_bf16"}[dtype])
+        assert len(values) == len(params), f"{name}: {len(values)} arguments for {len(params)} parameters"
+        for value, param in zip(values, params):
+            assert isinstance(value, kind(param)), f"{name}: {param} gets a {type(value).__name__}"
+        assert block == (mod.THREADS,) and 1 <= grid[0] <= 132 and grid[0] * world <= mod.MAX_PAD_FLAGS
+        slots.append(int(values[[p.split()[-1] for p in params].index("slot")]))
+    assert slots == [0, 1, 0], "calls alternate between the buffer's two slots"
+    assert all(o.shape == outputs[0].shape for o in outputs)
+
+
+def _backend() -> str | None:
+    try:
+        import cupy  # noqa: F401
+        return "nvrtc"
+    except ImportError:
+        return "nvcc" if nvcc_path() else None
+
+
+@pytest.mark.skipif(_backend() is None, reason="neither NVRTC (CuPy) nor nvcc is installed")
+@pytest.mark.parametrize("task", SINGLE_KERNEL)
+def test_single_kernel_experts_compile_for_hopper(task):
+    """Their CUDA builds for sm_90 with the compiler the judge would use (no GPU needed to compile)."""
+    cubin = compile_cubin(expert(task).SRC, arch="90", backend=_backend())
+    assert cubin[:4] == b"\x7fELF"
