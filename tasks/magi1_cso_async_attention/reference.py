@@ -17,10 +17,11 @@ def _heads_from_tokens(x, group, async_op=False):
 
 def _attend(q, k, v):
     """Full (non-causal) attention of q (n, Hq, D) over k, v (m, Hkv, D), query head h using key head
-    h // (Hq / Hkv)."""
+    h // (Hq / Hkv); batched (1, heads, tokens, D) so that the fused attention kernels take it."""
     repeat = q.shape[1] // k.shape[1]
-    q, k, v = (x.transpose(0, 1) for x in (q, k.repeat_interleave(repeat, 1), v.repeat_interleave(repeat, 1)))
-    return F.scaled_dot_product_attention(q, k, v).transpose(0, 1)
+    q, k, v = (x.transpose(0, 1).unsqueeze(0) for x in (q, k.repeat_interleave(repeat, 1),
+                                                         v.repeat_interleave(repeat, 1)))
+    return F.scaled_dot_product_attention(q, k, v).squeeze(0).transpose(0, 1)
 
 
 def solution(query, key_value, k_ranges, group):

@@ -8,12 +8,11 @@ queries move over (all-to-all) while the previous range is attended and its outp
 lever: hiding every all-to-all behind attention, or, at small W, not moving queries at all (gathering the
 keys and values is fewer bytes there).
 """
-import math
-
 import torch
 
 from pkb_env.contract import (Comm, Compute, Cost, Custom, Group, Output, Preset, Replicated, Rounded, Sharded, Sum,
                               TaskSpec, Tensor, WorldSizes)
+from pkb_env.tasks._attention import attention, attention_flops
 
 
 def _key_ranges(gen, shape, dtype, env):
@@ -26,18 +25,24 @@ def _key_ranges(gen, shape, dtype, env):
     return torch.stack([starts, ends], dim=1).to(dtype)
 
 
+SCORES_PER_BLOCK = 1 << 27   # float64 scores held at once by the golden (1 GiB), whatever the size
+
+
 def golden(inputs, world):
-    """Every range's attention over its key range, every head, in float64 on the global tensors."""
-    query = world.assemble(inputs, "query").double()                           # (R, N, Hq, D)
+    """Every range's attention over its key range, every head, in float64 on the global tensors, a block of
+    queries at a time (bench's ranges hold 21600 queries against up to 86400 keys)."""
+    query = world.assemble(inputs, "query")                                    # (R, N, Hq, D)
     key_value = world.assemble(inputs, "key_value").double()                   # (R, N, Hkv, 2D)
     ranges, tokens, heads, head_dim = query.shape
     kv = key_value.reshape(ranges * tokens, -1, 2 * head_dim).repeat_interleave(heads // key_value.shape[2], 1)
-    out = []
+    out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
     for r, (start, end) in enumerate(inputs[0]["k_ranges"].tolist()):
         keys, values = kv[start:end, :, :head_dim], kv[start:end, :, head_dim:]
-        scores = torch.einsum("nhd,mhd->hnm", query[r], keys) / math.sqrt(head_dim)
-        out.append(torch.einsum("hnm,mhd->nhd", scores.softmax(dim=-1), values))
-    return world.distribute(torch.stack(out).to(inputs[0]["query"].dtype), "out")
+        rows = max(1, SCORES_PER_BLOCK // (heads * (end - start)))
+        for first in range(0, tokens, rows):
+            block, _ = attention(query[None, r, first:first + rows], keys[None], values[None])
+            out[r, first:first + rows] = block[0]
+    return world.distribute(out, "out")
 
 
 def cost(c):
@@ -49,7 +54,8 @@ def cost(c):
     gather = r * n * hkv * 2 * d * c.elem                        # all-gather S: every key and value
     swap = r * n // w * (hkv * 2 * d + 2 * hq * d) * c.elem       # all-to-all S: kv, queries and outputs
     return Cost(comm=c.cheapest((Comm("all_gather", gather),), (Comm("all_to_all", swap, steps=2),)),
-                compute=(Compute(4 * d * hq * r * n * n / w, "matmul"),), memory_bytes=c.io_bytes())
+                compute=(Compute(r * attention_flops(1, hq, d, n, causal=False) / w, "matmul"),),
+                memory_bytes=c.io_bytes())
 
 
 # Attention averages values over thousands of keys with weights ~e^s / Z, so outputs have RMS ~sqrt(e / keys)
