@@ -13,19 +13,24 @@ import math
 
 import torch
 
-from pkb_env.contract import Comm, CostContext
+from pkb_env.contract import Comm, CostContext, Rounded, Rule, Sum
+
+PREDICTABLE_SEEDS = ("inputs come from secret per-trial seeds; PKB seeds each rank from its rank and the trial "
+                     "number, so a candidate can rebuild any peer's block without communicating")
+"""The departure every context- and sequence-parallel task shares (PKB 33-39, 54-57)."""
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
-              causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(q k^T * scale) v for every batch and head of full-sequence (B, S, H, E) tensors, in float64.
+              causal: bool = False, precision: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q k^T * scale) v for every batch and head of full-sequence (B, S, H, E) tensors, computed in
+    `precision` (float64 for goldens).
 
     Returns (out (B, S, H, E), lse (B, H, S)): lse is each query's log-sum-exp of its visible scores, what
     FlashAttention's forward saves for its backward. `scale` None means 1/sqrt(E).
     """
-    scores, scale = _scores(q, k, scale, causal)
+    scores, scale = _scores(q, k, scale, causal, precision)
     lse = torch.logsumexp(scores, dim=-1)
-    out = torch.exp(scores - lse[..., None]) @ v.double().transpose(1, 2)
+    out = torch.exp(scores - lse[..., None]) @ v.to(precision).transpose(1, 2)
     return out.transpose(1, 2), lse
 
 
@@ -44,12 +49,13 @@ def attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
     return dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)
 
 
-def _scores(q: torch.Tensor, k: torch.Tensor, scale: float | None, causal: bool) -> tuple[torch.Tensor, float]:
+def _scores(q: torch.Tensor, k: torch.Tensor, scale: float | None, causal: bool,
+            precision: torch.dtype = torch.float64) -> tuple[torch.Tensor, float]:
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    scores = (q.double().transpose(1, 2) @ k.double().transpose(1, 2).transpose(-1, -2)) * scale
+    scores = (q.to(precision).transpose(1, 2) @ k.to(precision).transpose(1, 2).transpose(-1, -2)) * scale
     if causal:
         seq = q.shape[1]
-        scores = scores.masked_fill(torch.ones(seq, seq, dtype=torch.bool).triu(1), -math.inf)
+        scores = scores.masked_fill(torch.ones(seq, seq, dtype=torch.bool, device=q.device).triu(1), -math.inf)
     return scores, scale
 
 
@@ -60,9 +66,34 @@ def attention_flops(batch: int, heads: int, head_dim: int, seq: int, causal: boo
     return 4 * batch * heads * head_dim * pairs
 
 
-def ring_exchange(c: CostContext, block_bytes: int, group: str) -> Comm:
-    """The least a context-parallel rank must move: the busiest rank must either receive the keys and
-    values of the other group-1 blocks, or send its queries to them and receive as many partial outputs,
-    so at least group-1 blocks of ONE (B, S/cp, H, E) tensor cross its link one way. That is an all-gather
-    of one such block over the group, in one round."""
-    return Comm("all_gather", c[group] * block_bytes, group)
+def context_exchange(c: CostContext, block_bytes: int, group: str, heads: int, ring: int = 1,
+                     split: int = 4) -> Comm:
+    """The least a rank must move to attend over a sequence split into c[group] blocks, as one collective:
+    the cheaper in bytes of two schedules, each in one round (its bytes and one latency are a lower bound
+    on either's time).
+
+    * A ring (or any exchange of whole blocks): the busiest rank needs every other block, so at least
+      group-1 blocks of `ring` (B, S/cp, H, E) tensors cross its link one way. Forward, `ring` is 1: a rank
+      can receive keys and values, or send queries and receive as many partial outputs. An all-gather.
+    * A head split (Ulysses), when the group divides the heads: each rank attends over every position for
+      heads/group heads, receiving `split` tensors' worth of (group-1)/group blocks and sending as much
+      back (forward: q, k, v in, the outputs back: 4). An all-to-all.
+
+    The head split moves fewer bytes when split < ring * group (forward: from 5 ranks on)."""
+    n = c[group]
+    if heads % n == 0 and split < ring * n:
+        return Comm("all_to_all", split * block_bytes, group)
+    return Comm("all_gather", n * ring * block_bytes, group)
+
+
+def layer_tolerance(weight_std: float, roundings: str, what: str) -> Rule:
+    """Where rounding enters an attention layer y = attention(h w_qkv^T) w_o^T with unit hidden states and
+    weights of std `weight_std`; the output's RMS is at most weight_std^2 * sqrt(H*E*D) (a query that sees
+    one key). The QKV projection's fp32 sums, carried to the output by w_o (a gain of
+    weight_std * sqrt(H*E)); `roundings` values of the output's size stored in the dtype, `what` says which
+    (q, k, v, scores, probabilities, the attention output, ring merges, ...); the output projection's fp32
+    sums."""
+    out_rms = f"{weight_std ** 2} * sqrt(H * E * D)"
+    return (Sum("D", f"{weight_std ** 2} * sqrt(H * E)", "float32", what="QKV projection, through w_o")
+            + Rounded(roundings, out_rms, what=what)
+            + Sum("H * E", f"{out_rms} / sqrt(H * E)", "float32", what="output projection"))

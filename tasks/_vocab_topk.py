@@ -44,7 +44,7 @@ def _likely_targets(gen, shape, dtype, env, given):
 LOGITS = Tensor("vocab_parallel_logits", ("B", "S", "V"), layout=Sharded(2),
                 dist=Custom(_likely_targets, "standard normal, the target's logit raised by sqrt(2 ln V) + 0.5 "
                                              "(so that it usually survives the filter, as a sampled token does)",
-                            kinds=frozenset({"float"}), given=("target",)),
+                            kinds=frozenset({"float"}), reads=("target",)),
                 doc="logits of this rank's vocabulary block")
 TARGET = Tensor("target", ("B", "S"), dtype="int64", dist=Integers(0, "V"), layout=Replicated(),
                 doc="the token id whose log-probability is wanted, over the whole vocabulary")

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from pkb_env.contract import (Bernoulli, Comm, Const, Cost, CostContext, Custom, Exact, Expr, ExprError, Fixed,
-                              Group, Integers, Mesh, Normal, OneHot, Output, PerRank, Permutation, Positive, Preset,
-                              Propagated, Replicated, Rounded, Scalar, Sharded, Sum, TaskError, TaskSpec, Tensor,
-                              Tolerance, Ulps, Uniform, UnitRows, WorldSizes, rank_seeds)
+                              FromInputs, Group, Integers, Length, Mesh, Normal, OneHot, Output, PerRank, Permutation,
+                              Positive, Preset, Propagated, Relative, Replicated, Rounded, Scalar, Sharded, Sum,
+                              TaskError, TaskSpec, Tensor, Tolerance, Ulps, Uniform, UnitRows, WorldSizes, rank_seeds)
+from pkb_env.contract.describe import input_lines, problem_lines
 from pkb_env.contract.io import show_shape
 from pkb_env.contract.mesh import SHARED, MeshError
 from pkb_env.judge.seeds import SeedPlan
@@ -256,6 +257,68 @@ def test_custom_distributions_are_checked():
         spec.make_inputs(ctx)
 
 
+def _ragged_spec(**overrides) -> TaskSpec:
+    fields = dict(mesh=Mesh(("world", "W")), lengths=(Length("rows", "N / 2", "2 * N", doc="this rank's rows"),),
+                  inputs=(Tensor("x", ("rows", "K")), Group("group", "world")), outputs=(Output("y", None),),
+                  cost=lambda c: Cost(comm=(Comm("all_gather", c["W"] * c.nbytes("x")),)))
+    fields.update(overrides)
+    return make_spec(**fields)
+
+
+def test_lengths_are_drawn_per_rank_and_call_and_seen_at_their_smallest_elsewhere():
+    spec = _ragged_spec()
+    layout = spec.layout(4)
+
+    def rows(secret, rank):
+        ctx = spec.input_context(rank, 4, "tiny", "float32", "cpu", rank_seeds(secret, layout, rank, "t"))
+        x, group = spec.make_inputs(ctx)
+        return x.shape[0]
+    drawn = [[rows(secret, r) for r in range(4)] for secret in range(12)]
+    assert all(2 <= n < 8 for call in drawn for n in call)                        # N = 4: [N/2, 2N)
+    assert any(len(set(call)) > 1 for call in drawn) and len({tuple(c) for c in drawn}) > 1
+    assert [rows(0, r) for r in range(4)] == drawn[0]                              # reproducible
+    foreign = spec.input_context(1, 4, "tiny", "float32", "cpu", rank_seeds(0, layout, 0, "t"))
+    with pytest.raises(KeyError, match="holds no seed"):                           # a peer's length is private
+        spec.make_inputs(foreign)
+    assert spec.world({"N": 4, "K": 12}, 4, "float32")["rows"] == 2               # static uses see `low`
+    [term] = spec.cost_model({"N": 64, "K": 1024}, 4, "bfloat16").comm
+    assert term.size_bytes == 4 * 32 * 1024 * 2
+    text = "\n".join(problem_lines(spec, "tiny", "float32", 4) + input_lines(spec, "tiny", "float32", 4))
+    assert "Length rows: an integer in [N / 2, 2 * N) = [2, 8), drawn per call; different on every rank" in text
+    assert "x: float32 (rows, K) = (2..7, 12)" in text
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(outputs=(Output("y", ("rows", "K")),)), "names a Length, whose value differs per call"),
+    (dict(lengths=(Length("x", 1, 4),)), "input, length and output names must be unique"),
+    (dict(lengths=(Length("N", 1, 4),)), "clash with W, mesh or length names"),
+    (dict(lengths=(Length("rows", 1, 4, layout=PerRank(over="tp")),)), "mesh dimension 'tp'"),
+])
+def test_length_declarations_name_the_fix(change, message):
+    with pytest.raises(TaskError, match=message):
+        _ragged_spec(**change)
+    with pytest.raises(ValueError, match="cannot be sharded"):
+        Length("rows", 1, 4, layout=Sharded(0))
+
+
+def test_inputs_computed_from_other_inputs():
+    twice = FromInputs(lambda values, shape, dtype, env: values["x"] * 2, ("x",), "twice x")
+    spec = make_spec(inputs=(Tensor("x", ("N", "K"), layout=PerRank(over="tp")),
+                             Tensor("y", ("N", "K"), dist=twice, layout=PerRank(over="tp"))))
+    ctx = spec.input_context(1, 4, "tiny", "float32", "cpu", rank_seeds(1, spec.layout(4), 1))
+    x, y = spec.make_inputs(ctx)
+    assert torch.equal(y, 2 * x) and "twice x (computed from this rank's x)" in twice.describe()
+    later = make_spec(inputs=(Tensor("y", ("N", "K"), dist=twice, layout=PerRank(over="tp")),
+                              Tensor("x", ("N", "K"), layout=PerRank(over="tp"))))
+    y, x = later.make_inputs(later.input_context(1, 4, "tiny", "float32", "cpu", rank_seeds(1, later.layout(4), 1)))
+    assert torch.equal(y, 2 * x), "an input may read one declared after it"
+    with pytest.raises(TaskError, match="reads 'z', which is not another tensor input"):
+        make_spec(inputs=(Tensor("y", ("N", "K"), dist=FromInputs(twice.fn, ("z",), "twice z")),))
+    with pytest.raises(TaskError, match="reads x, which varies over tp while y does not"):
+        make_spec(inputs=(Tensor("x", ("N", "K"), layout=PerRank(over="tp")),
+                          Tensor("y", ("N", "K"), dist=twice, layout=PerRank(over="dp"))))
+
+
 def _plant(gen, shape, dtype, env, given):
     """Normal values with 100 planted at each row's `target` column, where this block holds it."""
     out = torch.randn(shape, generator=gen)
@@ -265,12 +328,12 @@ def _plant(gen, shape, dtype, env, given):
     return out.to(dtype)
 
 
-PLANTED = Custom(_plant, "normal, 100 at the target", given=("target",))
+PLANTED = Custom(_plant, "normal, 100 at the target", reads=("target",))
 
 
 def test_conditioned_inputs_see_the_values_they_name_and_their_block():
-    """A sharded input conditioned on a replicated one: made after it (whatever the order), each block plants
-    only the targets it holds, replicas agree, and the golden's global tensor has every target planted."""
+    """A sharded input drawn given a replicated one (Custom with reads): made after it whatever the order,
+    each block plants only the targets it holds, replicas agree, and the global tensor has every target."""
     spec = make_spec(inputs=(Tensor("x", ("N", "K"), dist=PLANTED, layout=Sharded(1, over="tp")),
                              Tensor("target", ("N",), dtype="int64", dist=Integers(0, "K"), layout=Replicated())),
                      outputs=(Output("y", ("N", "K"), layout=Sharded(1, over="tp")),))
@@ -288,17 +351,20 @@ def test_conditioned_inputs_see_the_values_they_name_and_their_block():
                           outputs=(Output("y", ("N", "K"), layout=Sharded(1, over="tp")),))
     seeds = rank_seeds(7, layout, 0, "t")
     plain = unplanted.make_inputs(unplanted.input_context(0, 4, "tiny", "float32", "cpu", seeds))
-    assert torch.equal(plain[1], target), "conditioning changes no other input's stream"
+    assert torch.equal(plain[1], target), "reading an input changes no other input's stream"
 
 
-@pytest.mark.parametrize("given, message", [
+@pytest.mark.parametrize("read, message", [
     (Tensor("target", ("N",), dtype="int64", dist=Integers(0, "K"), layout=PerRank()),
-     "varies over dp where x does not"),
-    (Group("target", "tp"), "must be another input that is not itself conditioned"),
+     "reads target, which varies over dp while x does not"),
+    (Group("target", "tp"), "reads 'target', which is not another tensor input made without reading others"),
+    (Tensor("target", ("N",), dist=FromInputs(lambda v, s, d, e: v["y"], ("y",), "y again")),
+     "reads 'target', which is not another tensor input made without reading others"),
 ])
-def test_conditioning_refuses_inputs_that_replicas_do_not_share(given, message):
+def test_reading_inputs_that_replicas_do_not_share_is_refused(read, message):
+    extra = (Tensor("y", ("N",), layout=Replicated()),)
     with pytest.raises(TaskError, match=message):
-        make_spec(inputs=(Tensor("x", ("N", "K"), dist=PLANTED, layout=Sharded(1, over="tp")), given))
+        make_spec(inputs=(Tensor("x", ("N", "K"), dist=PLANTED, layout=Sharded(1, over="tp")), read, *extra))
 
 
 def test_output_checks_and_structure():
@@ -352,6 +418,17 @@ def test_sum_rule_grows_with_the_number_of_terms_and_the_precision():
     fp32 = rule(torch.float32, {"K": 4096, "W": 8})
     assert fp32.atol < big.atol / 500 and fp32.rtol == 4 * 2 ** -24
     assert rule(torch.int64, {"K": 4, "W": 2}).exact
+
+
+def test_relative_rule_widens_rtol_in_its_accumulation_precision():
+    rule = Sum("K", 1, "float32") + Relative("E", "float32", what="dot products through exp")
+    fp32, bf16 = rule(torch.float32, {"K": 64, "E": 64}), rule(torch.bfloat16, {"K": 64, "E": 64})
+    assert fp32.rtol == pytest.approx((4 + 64) * 2 ** -24) and fp32.atol == pytest.approx(2 ** -24 * 64 ** 1.5)
+    assert bf16.rtol == pytest.approx(4 * 2 ** -8 + 64 * 2 ** -24)      # accumulated in fp32, not in bf16
+    assert "64 roundings in float32 relative to each value" in fp32.reason
+    assert Relative(3)(torch.bfloat16, {}).rtol == pytest.approx(7 * 2 ** -8)
+    with pytest.raises(ValueError, match="must be 'dtype' or 'float32'"):
+        Relative(3, "float64")
 
 
 def test_propagated_rule_adds_rounding_errors_in_quadrature():

@@ -121,13 +121,39 @@ def test_wrong_tensor_parallel_candidates_are_judged_wrong(env4, name):
     assert_wrong_with_a_location(judge(env4, task, variant(task, *edits)))
 
 
-WRONG_CAUSAL_RING = {
-    "passes the ring the wrong way": [("nxt, prv = dist.get_global_rank(group, (me + 1) % world), "
-                                       "dist.get_global_rank(group, (me - 1) % world)",
-                                       "prv, nxt = dist.get_global_rank(group, (me + 1) % world), "
-                                       "dist.get_global_rank(group, (me - 1) % world)")],
-    "attends to the first two blocks only": [("    for step in range(world):\n", "    for step in range(min(world, 2)):\n")],
+WRONG_CONTEXT = {
+    ("ring_attention", "passes the ring the wrong way"): [
+        ("nxt, prv = dist.get_global_rank(group, (me + 1) % world), dist.get_global_rank(group, (me - 1) % world)",
+         "prv, nxt = dist.get_global_rank(group, (me + 1) % world), dist.get_global_rank(group, (me - 1) % world)")],
+    ("ring_attention", "attends to the first two blocks only"): [
+        ("    for step in range(world):\n", "    for step in range(min(world, 2)):\n")],
+    ("ring_attention_pp", "hands the next stage its input instead of its output"): [
+        ("dist.send(out.cpu() if host_only else out,", "dist.send(h.cpu() if host_only else h,")],
+    ("ring_attention_backward_dp", "skips the data-parallel all-reduce"): [
+        ("        dist.all_reduce(g, group=dp_group)\n", "")],
+    ("ring_attention_backward_dp", "averages over the cp group instead of dp"): [
+        ("dist.all_reduce(g, group=dp_group)", "dist.all_reduce(g, group=cp_group)")],
 }
+
+
+WRONG_ULYSSES = {
+    ("ulysses_gather_seq_scatter_heads", "lays the sequence blocks out in reverse rank order"): [
+        ("for block in recv.chunk(world)]", "for block in reversed(recv.chunk(world))]")],
+    ("ulysses_gather_heads_scatter_seq", "returns the sequence block of the next rank"): [
+        ("    send = x.movedim(seq_dim, 0).contiguous()",
+         "    send = x.movedim(seq_dim, 0).roll(-x.shape[seq_dim] // world, 0).contiguous()")],
+    ("ulysses_all_gather_variable", "concatenates the ranks' blocks in reverse order"): [
+        ("return torch.cat(parts)", "return torch.cat(parts[::-1])")],
+    ("ulysses_attention", "attends over its own positions only (skips the first all-to-all)"): [
+        ("    dist.all_to_all_single(recv, send, group=group)  # block s: rank s's positions of my heads\n"
+         "    q, k, v = torch.cat(recv.chunk(world), dim=2)",
+         "    q, k, v = torch.cat([send.chunk(world)[dist.get_rank(group)]] * world, dim=2)")],
+}
+
+
+@pytest.mark.parametrize("task,name", WRONG_ULYSSES)
+def test_wrong_ulysses_layouts_are_judged_wrong(env4, task, name):
+    assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_ULYSSES[task, name])))
 
 
 WRONG_VOCAB = {
@@ -185,9 +211,9 @@ def test_wrong_ring_attention_is_judged_wrong(env4, name):
     assert_wrong_with_a_location(judge(env4, "ring_attention_tp", variant("ring_attention_tp", *WRONG_RING[name])))
 
 
-@pytest.mark.parametrize("name", WRONG_CAUSAL_RING)
-def test_wrong_causal_ring_is_judged_wrong(env4, name):
-    assert_wrong_with_a_location(judge(env4, "ring_attention", variant("ring_attention", *WRONG_CAUSAL_RING[name])))
+@pytest.mark.parametrize("task,name", WRONG_CONTEXT)
+def test_wrong_context_parallel_attention_is_judged_wrong(env4, task, name):
+    assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_CONTEXT[task, name])))
 
 
 def test_a_candidate_that_builds_its_own_groups_in_every_call_is_correct(env4):

@@ -2,35 +2,40 @@
 
 A task writer imports from here only:
 
-    from pkb_env.contract import (TaskSpec, Preset, WorldSizes, Mesh, Tensor, Scalar, Const, Group, Output,
+    from pkb_env.contract import (TaskSpec, Preset, WorldSizes, Mesh, Tensor, Scalar, Const, Group, Length, Output,
                                   Replicated, Sharded, PerRank, Normal, Uniform, Integers, ..., Sum, Rounded,
-                                  Propagated, Ulps, Exact, Cost, Comm, Compute)
+                                  Propagated, Relative, Ulps, Exact, Cost, Comm, Compute)
 
 `pkb_env.task` loads the suite (`load_task`, `task_names`); the modules here say what a task is.
 
 .. versionchanged:: 0.2
    Inputs, outputs, tolerances, meshes and costs are declarations (v1 had a free-text input description,
    one tolerance per dtype, and one `Traffic` per task).
+.. versionchanged:: 0.2
+   `Length` (ragged sizes drawn per call, per rank), `FromInputs` (inputs computed from a rank's other
+   inputs, such as a forward's saved statistics), `Custom(..., reads=...)` (random inputs drawn given
+   others, such as logits whose target survives a filter), `WorldSizes(splits=...)` (sizes the ranks share
+   out evenly) and `Relative` (rounding that scales with each value).
 """
 from pkb_env.contract.cost import COLLECTIVES, Comm, Compute, Cost, CostModel, Peaks
-from pkb_env.contract.distributions import (Bernoulli, Custom, Distribution, Given, Integers, Normal, OneHot,
-                                            Permutation, Positive, Uniform, UnitRows)
+from pkb_env.contract.distributions import (Bernoulli, Custom, Distribution, FromInputs, Given, Integers, Normal,
+                                            OneHot, Permutation, Positive, Uniform, UnitRows)
 from pkb_env.contract.expr import Expr, ExprError
 from pkb_env.contract.families import FAMILIES
 from pkb_env.contract.inputs import InputContext, derive_seed, rank_seeds
-from pkb_env.contract.io import (DTYPES, TASK_DTYPE, Const, Group, Input, Output, PerRank, Replicated, Scalar, Sharded,
-                                 Tensor)
+from pkb_env.contract.io import (DTYPES, TASK_DTYPE, Const, Group, Input, Length, Output, PerRank, Replicated, Scalar,
+                                 Sharded, Tensor)
 from pkb_env.contract.mesh import FLAT, GroupCache, GroupInfo, Mesh, MeshLayout, build_groups
 from pkb_env.contract.spec import CostContext, Preset, TaskError, TaskSpec, World, WorldSizes
-from pkb_env.contract.tolerance import (EXACT, Check, Exact, Fixed, Propagated, Rounded, Rule, Sum, Tolerance,
-                                       Ulps)
+from pkb_env.contract.tolerance import (EXACT, Check, Exact, Fixed, Propagated, Relative, Rounded, Rule, Sum,
+                                        Tolerance, Ulps)
 
 __all__ = [
     "COLLECTIVES", "Comm", "Compute", "Cost", "CostModel", "Peaks",
-    "Bernoulli", "Custom", "Distribution", "Given", "Integers", "Normal", "OneHot", "Permutation", "Positive",
-    "Uniform", "UnitRows", "Expr", "ExprError", "FAMILIES", "InputContext", "derive_seed", "rank_seeds",
-    "DTYPES", "TASK_DTYPE", "Const", "Group", "Input", "Output", "PerRank", "Replicated", "Scalar", "Sharded", "Tensor",
-    "FLAT", "GroupCache", "GroupInfo", "Mesh", "MeshLayout", "build_groups",
+    "Bernoulli", "Custom", "Distribution", "FromInputs", "Given", "Integers", "Normal", "OneHot", "Permutation",
+    "Positive", "Uniform", "UnitRows", "Expr", "ExprError", "FAMILIES", "InputContext", "derive_seed", "rank_seeds",
+    "DTYPES", "TASK_DTYPE", "Const", "Group", "Input", "Length", "Output", "PerRank", "Replicated", "Scalar", "Sharded",
+    "Tensor", "FLAT", "GroupCache", "GroupInfo", "Mesh", "MeshLayout", "build_groups",
     "CostContext", "Preset", "TaskError", "TaskSpec", "World", "WorldSizes",
-    "EXACT", "Check", "Exact", "Fixed", "Propagated", "Rounded", "Rule", "Sum", "Tolerance", "Ulps",
+    "EXACT", "Check", "Exact", "Fixed", "Propagated", "Relative", "Rounded", "Rule", "Sum", "Tolerance", "Ulps",
 ]

@@ -16,22 +16,25 @@ def problem_lines(task: TaskSpec, preset: str, dtype: str, world_size: int) -> l
     layout = task.layout(world_size)
     sizes = ", ".join(f"{k}={v}" for k, v in dims.items())
     mesh = "" if layout.names == ("world",) else f"; mesh {layout.describe()}"
-    return [f"Sizes: {sizes}; dtype {dtype}; world size W={world_size}{mesh}."]
+    env = task.env(dims, world_size)
+    return ([f"Sizes: {sizes}; dtype {dtype}; world size W={world_size}{mesh}."]
+            + [f"Length {length.describe(env, layout)}." for length in task.lengths])
 
 
 def input_lines(task: TaskSpec, preset: str, dtype: str, world_size: int) -> list[str]:
     """One line per positional argument, in order."""
     layout = task.layout(world_size)
-    env = task.env(task.preset(preset).dims, world_size)
+    dims = task.preset(preset).dims
+    env, longest = task.env(dims, world_size), task.env(dims, world_size, lengths="high")
     lines = []
     for decl in task.inputs:
         doc = f" -- {decl.doc}" if decl.doc else ""
         if isinstance(decl, Tensor):
             shape = show_shape(decl.shape, decl.layout, layout)
-            local = decl.local_shape(env, layout)
+            local = _sizes(decl.local_shape(env, layout), decl.local_shape(longest, layout))
             full = "" if not isinstance(decl.layout, Sharded) else \
                 f" (global {show_shape(decl.shape, Replicated(), layout)})"
-            lines.append(f"- {decl.name}: {_dtype(decl.dtype, dtype)} {shape} = {tuple(local)}{full}; "
+            lines.append(f"- {decl.name}: {_dtype(decl.dtype, dtype)} {shape} = {local}{full}; "
                          f"{decl.dist.describe()}; {decl.layout.describe(layout)}{doc}")
         elif isinstance(decl, Scalar):
             lines.append(f"- {decl.name}: Python number, {decl.dist.describe()}, drawn per call; "
@@ -94,6 +97,12 @@ def cost_lines(task: TaskSpec, preset: str, dtype: str, world_size: int, peaks: 
     else:
         lines.append("No peaks are known for this machine yet (`pkb-env calibrate` measures them).")
     return lines
+
+
+def _sizes(smallest: tuple[int, ...], largest: tuple[int, ...]) -> str:
+    """A local shape as text; a dim sized by a Length shows its range: (6..10, 8)."""
+    parts = [str(a) if a == b else f"{a}..{b}" for a, b in zip(smallest, largest)]
+    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
 
 
 def _dtype(name: str, task_dtype: str) -> str:

@@ -4,7 +4,9 @@ The judge derives, per call and per rank, one seed for every *scope* the rank be
 `MeshLayout.scope_key`): `shared` (every rank), the rank's own, and for a mesh one per subset of its
 dims (`cp=1` is held by exactly the ranks whose cp coordinate is 1). An input is drawn from the seed of
 its layout's scope, mixed with the input's name so that inputs never share a stream. Seeds are one-way
-hashes of a per-step secret, so a rank holding its own cannot compute a peer's.
+hashes of a per-step secret, so a rank holding its own cannot compute a peer's. A call's Lengths (ragged
+sizes) are drawn first, the same way; inputs that read others (`reads`) are made after those: computed
+from them (`FromInputs`, no seed) or drawn given them (`Custom`, from their own stream).
 """
 from __future__ import annotations
 
@@ -14,8 +16,8 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from pkb_env.contract.distributions import Custom, Given
-from pkb_env.contract.io import Const, Group, Input, Scalar, Sharded, Tensor, resolve_dtype
+from pkb_env.contract.distributions import FromInputs, Given
+from pkb_env.contract.io import Const, Group, Input, Length, Scalar, Sharded, Tensor, resolve_dtype
 from pkb_env.contract.mesh import GroupInfo, MeshLayout
 
 RankSeeds = Mapping[str, int]
@@ -76,43 +78,48 @@ def size_env(dims: Mapping[str, int], world_size: int, layout: MeshLayout) -> di
     return env
 
 
-def conditioned(decl: Input) -> bool:
-    """Whether an input's values depend on other inputs (a Custom maker with `given`)."""
-    return isinstance(decl, Tensor) and isinstance(decl.dist, Custom) and bool(decl.dist.given)
+def reads(decl: Input) -> tuple[str, ...]:
+    """The inputs whose values an input's depend on (made before it): a Custom's or FromInputs' `reads`."""
+    return tuple(getattr(decl.dist, "reads", ())) if isinstance(decl, Tensor) else ()
 
 
-def make_inputs(declared: Sequence[Input], ctx: InputContext) -> tuple:
-    """This rank's arguments for one call, in declaration order. Every input has its own stream, so the
-    order of drawing changes no value: conditioned inputs are made last, from the others' values."""
-    env = ctx.env
-    values: dict[str, Any] = {}
-    for decl in sorted(declared, key=conditioned):
+def make_inputs(declared: Sequence[Input], ctx: InputContext, lengths: Sequence[Length] = ()) -> tuple:
+    """This rank's arguments for one call, in declaration order; the call's lengths are drawn first, and
+    inputs that read others after the rest (each input has its own stream: the order changes no value)."""
+    env = dict(ctx.env)
+    for length in lengths:
+        env[length.name] = length.dist.scalar(ctx.generator(length.layout.scope(ctx.layout), length.name), env)
+    made: dict[str, Any] = {}
+    for decl in sorted(declared, key=lambda d: bool(reads(d))):
         if isinstance(decl, Tensor):
-            values[decl.name] = _tensor(decl, ctx, env, values)
+            made[decl.name] = _tensor(decl, ctx, env, made)
         elif isinstance(decl, Scalar):
-            values[decl.name] = decl.dist.scalar(ctx.generator(decl.layout.scope(ctx.layout), decl.name), env)
+            made[decl.name] = decl.dist.scalar(ctx.generator(decl.layout.scope(ctx.layout), decl.name), env)
         elif isinstance(decl, Const):
-            values[decl.name] = decl.resolve(env, ctx.dtype)
+            made[decl.name] = decl.resolve(env, ctx.dtype)
         elif isinstance(decl, Group):
-            values[decl.name] = _group(decl, ctx)
+            made[decl.name] = _group(decl, ctx)
         else:
             raise TypeError(f"unknown input declaration {decl!r}")
-    return tuple(values[decl.name] for decl in declared)
+    return tuple(made[d.name].to(ctx.device) if isinstance(d, Tensor) else made[d.name] for d in declared)
 
 
 def _tensor(decl: Tensor, ctx: InputContext, env: Mapping[str, float], made: Mapping[str, Any]) -> torch.Tensor:
+    """One tensor input on the draw device (`ctx.rng_device`); `made` holds the inputs made before it."""
     shape = decl.local_shape(env, ctx.layout)
     dtype = resolve_dtype(decl.dtype, ctx.dtype)
-    gen = ctx.generator(decl.layout.scope(ctx.layout), decl.name)
-    if conditioned(decl):
-        given = Given({name: made[name] for name in decl.dist.given}, _offsets(decl, shape, ctx))
-        value = decl.dist.draw(gen, shape, dtype, env, given)
+    read = {name: made[name] for name in reads(decl)}
+    if isinstance(decl.dist, FromInputs):
+        value = decl.dist.compute(read, shape, dtype, env)
+    elif read:
+        gen = ctx.generator(decl.layout.scope(ctx.layout), decl.name)
+        value = decl.dist.draw(gen, shape, dtype, env, Given(read, _offsets(decl, shape, ctx)))
     else:
-        value = decl.dist.draw(gen, shape, dtype, env)
+        value = decl.dist.draw(ctx.generator(decl.layout.scope(ctx.layout), decl.name), shape, dtype, env)
     if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape or value.dtype != dtype:
         got = f"{value.dtype} {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
         raise ValueError(f"input {decl.name}: the distribution made {got}, the declaration says {dtype} {shape}")
-    return value.to(ctx.device)
+    return value
 
 
 def _offsets(decl: Tensor, shape: tuple[int, ...], ctx: InputContext) -> tuple[int, ...]:

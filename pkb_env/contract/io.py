@@ -23,7 +23,7 @@ from typing import Any, Mapping, Union
 
 import torch
 
-from pkb_env.contract.distributions import Distribution, Normal, dtype_kind
+from pkb_env.contract.distributions import Distribution, Integers, Normal, dtype_kind
 from pkb_env.contract.expr import Expr, Size, as_expr, show
 from pkb_env.contract.mesh import MeshLayout
 from pkb_env.contract.tolerance import Rule
@@ -198,6 +198,42 @@ class Group:
     name: str
     dim: str
     doc: str = ""
+
+
+@dataclass(frozen=True)
+class Length:
+    """A size drawn per call that input shapes may name: a ragged dimension (sequence lengths that differ
+    by rank, token counts per expert). Not an argument of `solution`: the tensors it sizes carry it.
+
+    Uniform integers in [low, high) (bounds are expressions over the preset's dims, W and the mesh), drawn
+    from the seed of `layout`'s scope: by default every rank its own, so a rank learns a peer's length only
+    by asking. Wherever no call's values exist (cost models, world-size checks, byte counts, tolerances)
+    the length is `low`, the smallest it can be, so a cost model stays a lower bound.
+    """
+
+    name: str
+    low: Size
+    high: Size
+    layout: Layout = field(default_factory=PerRank)
+    doc: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier() or self.name == "W":
+            raise ValueError(f"length {self.name!r}: the name must be an identifier other than W (shapes name it)")
+        object.__setattr__(self, "low", as_expr(self.low))
+        object.__setattr__(self, "high", as_expr(self.high))
+        if isinstance(self.layout, Sharded):
+            raise ValueError(f"length {self.name}: a Length cannot be sharded; use PerRank or Replicated")
+
+    @property
+    def dist(self) -> Integers:
+        return Integers(self.low, self.high)
+
+    def describe(self, env: Mapping[str, float], layout: MeshLayout) -> str:
+        low, high = self.low.integer(env), self.high.integer(env)
+        doc = f" -- {self.doc}" if self.doc else ""
+        return (f"{self.name}: an integer in [{show(self.low)}, {show(self.high)}) = [{low}, {high}), drawn per "
+                f"call; {self.layout.describe(layout)}{doc}")
 
 
 Input = Union[Tensor, Scalar, Const, Group]

@@ -19,8 +19,8 @@ import torch
 from pkb_env.contract.cost import COLLECTIVES, Comm, Cost, CostModel
 from pkb_env.contract.expr import ExprError, Size, as_expr
 from pkb_env.contract.families import FAMILIES
-from pkb_env.contract.inputs import InputContext, RankSeeds, conditioned, make_inputs, size_env
-from pkb_env.contract.io import (DTYPES, Group, Input, Output, PerRank, Replicated, Scalar, Sharded, Tensor,
+from pkb_env.contract.inputs import InputContext, RankSeeds, make_inputs, reads, size_env
+from pkb_env.contract.io import (DTYPES, Group, Input, Length, Output, PerRank, Replicated, Scalar, Sharded, Tensor,
                                  mesh_dims, resolve_dtype)
 from pkb_env.contract.mesh import FLAT, Mesh, MeshError, MeshLayout
 from pkb_env.contract.tolerance import EXACT, Check, Rule, Tolerance
@@ -99,6 +99,7 @@ class TaskSpec:
     dtypes: tuple[str, ...]           # task dtypes the user may pick; the preset's is the default
     parallelism: str = ""
     mesh: Mesh = FLAT
+    lengths: tuple[Length, ...] = ()  # sizes drawn per call that input shapes may name (ragged dims)
     world_sizes: WorldSizes = field(default_factory=WorldSizes)
     departures: tuple[str, ...] = ()  # how and why this task departs from PKB's problem
     returns: str = "auto"             # "auto" (one output: the tensor; several: a tuple) | "tuple" | "dict"
@@ -109,9 +110,9 @@ class TaskSpec:
         where = f"task {self.name!r}"
         if self.family not in FAMILIES:
             raise TaskError(f"{where}: family {self.family!r} is not one of {', '.join(FAMILIES)}")
-        names = [d.name for d in self.inputs]
+        names = [d.name for d in (*self.inputs, *self.lengths)]
         if len(set(names)) != len(names) or len({o.name for o in self.outputs}) != len(self.outputs):
-            raise TaskError(f"{where}: input and output names must be unique")
+            raise TaskError(f"{where}: input, length and output names must be unique")
         if not self.outputs:
             raise TaskError(f"{where}: declare at least one output")
         if self.returns not in ("auto", "tuple", "dict"):
@@ -124,46 +125,49 @@ class TaskSpec:
         for preset_name, preset in self.presets.items():
             if preset.dtype not in self.dtypes:
                 raise TaskError(f"{where}: preset {preset_name} uses dtype {preset.dtype} outside {self.dtypes}")
-            clash = set(preset.dims) & (set(self.mesh.names) | {"W"})
+            clash = set(preset.dims) & (set(self.mesh.names) | {"W"} | {n.name for n in self.lengths})
             if clash:
-                raise TaskError(f"{where}: preset {preset_name} dims {sorted(clash)} clash with W or mesh names")
+                raise TaskError(f"{where}: preset {preset_name} dims {sorted(clash)} clash with W, mesh or "
+                                f"length names")
         scalars = {d.name for d in self.inputs if isinstance(d, Scalar)}
         for out in self.outputs:
             if out.only_on is not None and out.only_on not in scalars:
                 raise TaskError(f"{where}: output {out.name} only_on={out.only_on!r} must name a Scalar input")
-        for decl in (*self.inputs, *self.outputs):
+        for decl in (*self.inputs, *self.outputs, *self.lengths):
             placement = getattr(decl, "layout", None)
             dims = [decl.dim] if isinstance(decl, Group) else list(mesh_dims(getattr(placement, "over", None)))
             for dim in dims:
                 if dim not in self.mesh.names:
                     raise TaskError(f"{where}: {decl.name} refers to mesh dimension {dim!r}; the mesh has "
                                     f"{', '.join(self.mesh.names)}")
-        self._check_conditioning(where)
+        lengths = {n.name for n in self.lengths}
+        for out in self.outputs:
+            if out.shape is not None and any(size.names & lengths for size in out.shape):
+                raise TaskError(f"{where}: output {out.name}'s shape names a Length, whose value differs per call; "
+                                f"declare shape=None (its length depends on the data)")
+        self._check_reads(where)
 
-    def _check_conditioning(self, where: str) -> None:
-        """A conditioned input may read only plain inputs that every rank sharing its stream holds alike."""
-        by_name = {d.name: d for d in self.inputs}
+    def _check_reads(self, where: str) -> None:
+        """An input that reads others (FromInputs, Custom with reads) reads tensor inputs that read nothing
+        themselves and vary over no mesh dim its own values do not (otherwise two ranks holding one replica
+        of it would make different values, or a rank would need a value it does not hold)."""
+        plain = {d.name: d for d in self.inputs if isinstance(d, Tensor) and not reads(d)}
         for decl in self.inputs:
-            if not conditioned(decl):
-                continue
-            mine = set(self._scope(decl))
-            for name in decl.dist.given:
-                other = by_name.get(name)
-                if other is None or other is decl or isinstance(other, Group) or conditioned(other):
-                    raise TaskError(f"{where}: input {decl.name} is conditioned on {name!r}, which must be "
-                                    f"another input that is not itself conditioned (a Tensor, Scalar or Const)")
-                extra = set(self._scope(other)) - mine
+            for name in reads(decl):
+                if name not in plain:
+                    raise TaskError(f"{where}: input {decl.name} reads {name!r}, which is not another tensor "
+                                    f"input made without reading others")
+                extra = set(self._scope(plain[name])) - set(self._scope(decl))
                 if extra:
-                    raise TaskError(f"{where}: input {decl.name} is conditioned on {name}, which varies over "
-                                    f"{', '.join(sorted(extra))} where {decl.name} does not: replicas of "
-                                    f"{decl.name} would differ; condition only on inputs at least as shared")
+                    raise TaskError(f"{where}: input {decl.name} reads {name}, which varies over "
+                                    f"{', '.join(sorted(extra))} while {decl.name} does not; give {decl.name} "
+                                    f"a layout that varies over {', '.join(sorted(extra))} too")
 
-    def _scope(self, decl: Input) -> tuple[str, ...]:
-        """The mesh dims an input's values vary over (a Const varies over none)."""
-        placement = getattr(decl, "layout", Replicated())
-        if isinstance(placement, Replicated):
+    def _scope(self, decl: Tensor) -> tuple[str, ...]:
+        """The mesh dims a tensor input's values vary over (its seed scope), without resolving sizes."""
+        if isinstance(decl.layout, Replicated):
             return ()
-        return mesh_dims(placement.over) or self.mesh.names
+        return mesh_dims(decl.layout.over) or self.mesh.names
 
     # -- sizes and world sizes ------------------------------------------------------------------------
     @property
@@ -199,8 +203,13 @@ class TaskSpec:
         except MeshError as exc:
             raise TaskError(f"task {self.name!r} cannot run at world size {world_size}: {exc}") from None
 
-    def env(self, dims: Mapping[str, int], world_size: int) -> dict[str, float]:
-        return size_env(dims, world_size, self.layout(world_size))
+    def env(self, dims: Mapping[str, int], world_size: int, lengths: str = "low") -> dict[str, float]:
+        """The sizes expressions may name: the preset's dims, W, the mesh's dimensions, and every Length at
+        its smallest (`lengths="low"`, what static uses see) or largest (`"high"`) value."""
+        env = size_env(dims, world_size, self.layout(world_size))
+        for length in self.lengths:
+            env[length.name] = length.low.integer(env) if lengths == "low" else length.high.integer(env) - 1
+        return env
 
     def world_size_problem(self, world_size: int, preset: str | Preset) -> str | None:
         """Why the task cannot run at `world_size` with `preset`, or None."""
@@ -211,7 +220,10 @@ class TaskSpec:
             layout = self.mesh.resolve(world_size)
         except MeshError as exc:
             return str(exc)
-        env = size_env(self.preset(preset).dims, world_size, layout)
+        try:
+            env = self.env(self.preset(preset).dims, world_size)
+        except ExprError as exc:
+            return f"a length's bounds: {exc}"
         problem = self.world_sizes.split_problem(world_size, env)
         if problem:
             return problem
@@ -244,7 +256,7 @@ class TaskSpec:
                             dict(seeds), self.layout(world_size), torch.device(rng_device), groups)
 
     def make_inputs(self, ctx: InputContext) -> tuple:
-        return make_inputs(self.inputs, ctx)
+        return make_inputs(self.inputs, ctx, self.lengths)
 
     # -- outputs and tolerances -----------------------------------------------------------------------
     def tolerance(self, dtype: str, dims: Mapping[str, int], world_size: int,
@@ -284,7 +296,7 @@ class TaskSpec:
                         world_size: int, dtype: str) -> list[str]:
         """Where a rank's output departs from the declaration (structure, None-ness, shape, dtype)."""
         layout = self.layout(world_size)
-        env = size_env(dims, world_size, layout)
+        env = self.env(dims, world_size)
         values = dict(zip(self.parameters, args))
         if self._returns == "tensor":
             items = [out]
@@ -342,7 +354,7 @@ class Sized:
     layout: MeshLayout
 
     def __getitem__(self, name: str) -> int:
-        return size_env(self.dims, self.world_size, self.layout)[name]
+        return self.spec.env(self.dims, self.world_size)[name]
 
 
 @dataclass(frozen=True)
@@ -355,8 +367,9 @@ class CostContext(Sized):
         return DTYPES[self.dtype].itemsize
 
     def nbytes(self, name: str) -> int:
-        """Bytes of one rank's copy of a declared tensor input or output (the local block if sharded)."""
-        env = size_env(self.dims, self.world_size, self.layout)
+        """Bytes of one rank's copy of a declared tensor input or output (the local block if sharded; at
+        their smallest for shapes that name a Length)."""
+        env = self.spec.env(self.dims, self.world_size)
         for decl in (*self.spec.inputs, *self.spec.outputs):
             if decl.name == name and isinstance(decl, (Tensor, Output)):
                 shape = decl.local_shape(env, self.layout)

@@ -23,7 +23,11 @@ The model (u = unit roundoff of the precision, 2^-8 for bf16, 2^-11 fp16, 2^-24 
   random sign, so they add in quadrature to RMS u*s*sqrt(n/3); atol += 4*u*s*sqrt(n), about seven
   standard deviations. (`Rounded` is the coherent worst case, n*u*s, too loose once n is in the
   thousands: it would pass a result missing a rank's share.)
-* Every float rule keeps rtol = 4u of the OUTPUT's dtype: both algorithms round the final value to it
+* `Relative(terms=n, accumulate=...)`: errors that scale with each value itself rather than with an RMS:
+  n roundings in `accumulate` precision carried multiplicatively into the output (a softmax's exp of a
+  rounded score, products of rounded factors), so the largest values carry the largest errors.
+  rtol += u_acc * n, no atol.
+* Every float rule keeps rtol >= 4u of the OUTPUT's dtype: both algorithms round the final value to it
   once (one ulp each, and an ulp is at most 2u relative). An fp32 loss computed from bf16 logits gets
   the fp32 rtol; the atol terms keep the task dtype (or the precision they name).
 * `Ulps(n, dtype)` for outputs stored in a fixed precision that is not the task's (fp8 quantised values,
@@ -126,6 +130,10 @@ class _Float(Rule):
     def atol(self, dtype: torch.dtype, env: Mapping[str, float]) -> tuple[float, str]:
         raise NotImplementedError
 
+    def rtol(self, dtype: torch.dtype, env: Mapping[str, float]) -> float:
+        """What this rule adds to the 4u every float rule keeps (Relative's errors; none for the others)."""
+        return 0.0
+
     def __call__(self, dtype, env, output_dtype=None):
         return Combined((self,))(dtype, env, output_dtype)
 
@@ -187,6 +195,32 @@ class Propagated(_Float):
                 f"mixed by random-sign weights")
 
 
+class Relative(_Float):
+    """`terms` roundings in `accumulate` precision that reach the output in proportion to each value."""
+
+    def __init__(self, terms: Size, accumulate: str = "dtype", what: str = ""):
+        if accumulate not in ("dtype", "float32"):
+            raise ValueError(f"Relative(accumulate=...) must be 'dtype' or 'float32', got {accumulate!r}")
+        self.terms, self.accumulate, self.what = as_expr(terms), accumulate, what
+
+    def _value(self, dtype, env) -> tuple[float, torch.dtype]:
+        wider = unit_roundoff(dtype) < unit_roundoff(torch.float32)
+        acc = dtype if self.accumulate == "dtype" or wider else torch.float32
+        return unit_roundoff(acc) * self.terms.real(env), acc
+
+    def atol(self, dtype, env):
+        value, acc = self._value(dtype, env)
+        return 0.0, (f"{self.what or 'relative errors'}: {self.terms.real(env):g} roundings in {_name(acc)} "
+                     f"relative to each value -> rtol += u*n = {value:.3g}")
+
+    def rtol(self, dtype, env):
+        return self._value(dtype, env)[0]
+
+    def describe(self) -> str:
+        return (f"{self.what or 'relative errors'}: {show(self.terms)} roundings "
+                f"({'the dtype' if self.accumulate == 'dtype' else 'fp32'}) relative to each value")
+
+
 class Ulps(Rule):
     """Up to `steps` representable steps of a fixed `dtype` (a dtype name; None: the task dtype) apart:
     for outputs whose precision is not the task's, such as fp8 quantised values and fp32 scales."""
@@ -227,13 +261,14 @@ class Combined(Rule):
         final = output_dtype or dtype
         if not (dtype.is_floating_point or dtype.is_complex) or not (final.is_floating_point or final.is_complex):
             return Tolerance(0.0, 0.0, "integer outputs are compared exactly")
-        atol, rtol, reasons = 0.0, 0.0, []
+        atol, rtol, relative, reasons = 0.0, 0.0, 0.0, []
         u = unit_roundoff(final)
         for part in self.parts:
             if isinstance(part, _Float):
                 value, why = part.atol(dtype, env)
                 atol += value
                 rtol = max(rtol, 4 * u)
+                relative += part.rtol(dtype, env)
                 reasons.append(why)
             else:
                 tol = part(dtype, env, output_dtype)
@@ -241,7 +276,7 @@ class Combined(Rule):
                 reasons.append(tol.reason)
         reasons.append(f"rtol 4u = {4 * u:.3g} (u = {_ROUNDOFF_TEXT.get(u, f'{u:.3g}')}): both results "
                        f"rounded to {_name(final)} once")
-        return Tolerance(atol, rtol, "; ".join(reasons))
+        return Tolerance(atol, rtol + relative, "; ".join(reasons))
 
     def describe(self) -> str:
         return " + ".join(p.describe() for p in self.parts)

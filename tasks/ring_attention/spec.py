@@ -16,7 +16,7 @@ here through the communication rather than the input layout), are both allowed: 
 average rank's share of the S(S+1)/2 visible pairs.
 """
 from pkb_env.contract import Compute, Const, Cost, Group, Output, Preset, Rounded, Sharded, Sum, TaskSpec, Tensor
-from pkb_env.tasks._attention import attention, attention_flops, ring_exchange
+from pkb_env.tasks._attention import PREDICTABLE_SEEDS, attention, attention_flops, context_exchange
 
 
 def golden(inputs, world):
@@ -28,10 +28,11 @@ def golden(inputs, world):
 
 
 def cost(c):
-    """Per rank: the average rank's share of the causal attention (matmuls), the ring's bound (at least W-1
-    blocks of one (B, S/W, H, E) tensor into the busiest rank), and every input and output once in HBM."""
+    """Per rank: the average rank's share of the causal attention (matmuls); the least exchange of blocks
+    (`context_exchange`: W-1 blocks of one (B, S/W, H, E) tensor into the busiest rank, or a head split's
+    all-to-all where that moves fewer bytes); every input and output once in HBM."""
     return Cost(
-        comm=(ring_exchange(c, c.nbytes("q"), "world"),),
+        comm=(context_exchange(c, c.nbytes("q"), "world", c["H"]),),
         compute=(Compute(attention_flops(c["B"], c["H"], c["E"], c["S"], causal=True) / c["W"], "matmul"),),
         memory_bytes=c.io_bytes(),
     )
@@ -77,8 +78,7 @@ SPEC = TaskSpec(
     },
     dtypes=("float32", "bfloat16", "float16"),
     departures=(
-        "inputs come from secret per-trial seeds; PKB seeds each rank from its rank and the trial number, so "
-        "a candidate can rebuild any peer's block without communicating",
+        PREDICTABLE_SEEDS,
         "the ring's process group is an input the judge builds (PKB passes None for the default group: the "
         "same ranks)",
         "a `large` preset (S=8192, 16 heads of 128) where the transfers and the attention compute are of one "

@@ -9,7 +9,7 @@ and the all-reduce.
 """
 from pkb_env.contract import (Comm, Compute, Const, Cost, Group, Mesh, Normal, Output, Preset, Rounded, Sharded,
                               Sum, TaskSpec, Tensor)
-from pkb_env.tasks._attention import attention, attention_flops, ring_exchange
+from pkb_env.tasks._attention import attention, attention_flops, context_exchange
 
 WEIGHT_STD = 0.02  # PKB's scale of both projections (an initialisation-sized weight)
 
@@ -35,13 +35,14 @@ def golden(inputs, world):
 def cost(c):
     """Per rank. Compute: the QKV and output projections of its block and heads, and its share of the causal
     attention (a balanced schedule splits the S(S+1)/2 visible pairs evenly over cp). Communication: the
-    ring's bound, cp-1 blocks of one (B, S/cp, H/tp, E) tensor into the busiest rank (`ring_exchange`);
-    then an all-reduce of the output over tp. One round each (the all-reduce depends on the attention)."""
+    least exchange of blocks over cp (`context_exchange`: cp-1 blocks of one (B, S/cp, H/tp, E) tensor
+    into the busiest rank, or a head split where that moves fewer bytes); then an all-reduce of the
+    output over tp. One round each (the all-reduce depends on the attention)."""
     b, s, d, e = c["B"], c["S"], c["D"], c["E"]
     heads, block = c["H"] // c["tp"], s // c["cp"]
     one = b * block * heads * e * c.elem
     return Cost(
-        comm=(ring_exchange(c, one, "cp"), Comm("all_reduce", c.nbytes("out"), "tp")),
+        comm=(context_exchange(c, one, "cp", heads), Comm("all_reduce", c.nbytes("out"), "tp")),
         compute=(Compute(2 * b * block * d * 3 * heads * e + 2 * b * block * heads * e * d, "matmul"),
                  Compute(attention_flops(b, heads, e, s, causal=True) / c["cp"], "matmul")),
         memory_bytes=c.io_bytes(),
