@@ -1,4 +1,4 @@
-"""How much room each task's tolerance leaves: the reference against the golden, on gloo CPU ranks.
+"""How much room each task's tolerance leaves: the reference against the golden, on CPU or GPU ranks.
 
 For every task (or --task), dtype and world size, run the distributed reference on fresh random inputs and
 report the largest error as a fraction of the allowed one, max |got - expected| / (atol + rtol*|expected|),
@@ -7,6 +7,10 @@ fails at 1); a value near 1 means the rule is too tight for the sizes, one far b
 wrong answers through. Task writers: run it at `bench` for the world sizes your task takes.
 
     python benchmarks/tolerance_margins.py --task gemm_allreduce --preset bench --world-size 2 4 8
+
+`--device cuda` runs the ranks on GPUs (NCCL, one GPU each, when there are enough; else gloo with several
+ranks per GPU) and the float64 golden on GPU 0: for sizes whose golden a CPU cannot afford (attention over
+tens of thousands of tokens at `bench`). Inputs are drawn on the CPU either way, so the values are the same.
 Writes a JSON list under $OUT (default ./.out) and prints a table.
 """
 from __future__ import annotations
@@ -24,9 +28,13 @@ import torch.multiprocessing as mp
 SECRET = 0x70_1E_5A_9E
 
 
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
 def _rank(rank: int, world: int, store: str, tasks: list[str], preset: str, dtypes: list[str], trials: int,
-          out_dir: str) -> None:
+          out_dir: str, device: str) -> None:
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    os.environ.update(NO_MULTICAST)
     import warnings
 
     import torch.distributed as dist
@@ -36,7 +44,12 @@ def _rank(rank: int, world: int, store: str, tasks: list[str], preset: str, dtyp
 
     warnings.filterwarnings("ignore", category=FutureWarning)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
+    backend = "gloo"
+    if device == "cuda":
+        gpus = torch.cuda.device_count()
+        torch.cuda.set_device(rank % gpus)
+        device, backend = f"cuda:{rank % gpus}", "nccl" if gpus >= world else "gloo"
+    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=600))
     cache, results = GroupCache(), {}
     for task in tasks:
@@ -45,19 +58,31 @@ def _rank(rank: int, world: int, store: str, tasks: list[str], preset: str, dtyp
         for dtype in dtypes:
             for trial in range(trials):
                 seeds = rank_seeds(SECRET, spec.layout(world), rank, task, dtype, trial)
-                args = spec.make_inputs(spec.input_context(rank, world, preset, dtype, "cpu", seeds, groups=groups))
-                results[(task, dtype, trial)] = solution(*args)
+                args = spec.make_inputs(spec.input_context(rank, world, preset, dtype, device, seeds, groups=groups))
+                results[(task, dtype, trial)] = _to_cpu(solution(*args))
     torch.save(results, Path(out_dir, f"rank{rank}.pt"))
     dist.barrier()
     dist.destroy_process_group()
 
 
-def margins(tasks: list[str], preset: str, world: int, dtypes: list[str], trials: int) -> list[dict]:
+def _to_cpu(value):
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to_cpu(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    return value
+
+
+def margins(tasks: list[str], preset: str, world: int, dtypes: list[str], trials: int,
+            device: str = "cpu") -> list[dict]:
     from pkb_env.contract import rank_seeds
     from pkb_env.task import load_task
 
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(_rank, args=(world, str(Path(tmp, "store")), tasks, preset, dtypes, trials, tmp), nprocs=world)
+        mp.spawn(_rank, args=(world, str(Path(tmp, "store")), tasks, preset, dtypes, trials, tmp, device),
+                 nprocs=world)
         got = [torch.load(Path(tmp, f"rank{r}.pt"), weights_only=False) for r in range(world)]
     rows = []
     for task in tasks:
@@ -70,9 +95,9 @@ def margins(tasks: list[str], preset: str, world: int, dtypes: list[str], trials
                 inputs = []
                 for r in range(world):
                     seeds = rank_seeds(SECRET, spec.layout(world), r, task, dtype, trial)
-                    args = spec.make_inputs(spec.input_context(r, world, preset, dtype, "cpu", seeds))
+                    args = spec.make_inputs(spec.input_context(r, world, preset, dtype, device, seeds))
                     inputs.append(dict(zip(spec.parameters, args)))
-                expected = spec.golden(inputs, spec.world(dims, world, dtype))
+                expected = _to_cpu(spec.golden(inputs, spec.world(dims, world, dtype)))
                 for r in range(world):
                     for path, (e, g) in _by_output(spec, expected[r], got[r][(task, dtype, trial)]).items():
                         worst[path] = max(worst[path], _ratio(e, g, checks[path].tolerance))
@@ -112,6 +137,8 @@ def main() -> None:
     parser.add_argument("--world-size", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--dtype", nargs="+", default=["bfloat16", "float16", "float32"])
     parser.add_argument("--trials", type=int, default=2)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the ranks and the golden run (cuda: the golden on GPU 0, in float64)")
     args = parser.parse_args()
     out = Path(os.environ.get("OUT", ".out"))
     out.mkdir(parents=True, exist_ok=True)
@@ -119,7 +146,7 @@ def main() -> None:
     for world in args.world_size:
         tasks = [t for t in (args.task or task_names())
                  if load_task(t).world_size_problem(world, args.preset) is None]
-        rows += margins(tasks, args.preset, world, args.dtype, args.trials)
+        rows += margins(tasks, args.preset, world, args.dtype, args.trials, args.device)
     for r in rows:
         print(f"{r['task']:22s} {r['preset']:6s} W={r['world_size']}  {r['dtype']:9s} {r['output']:12s} "
               f"max error / allowed = {r['max_error_over_allowed']:.3f}  (atol {r['atol']:.3g}, rtol {r['rtol']:.3g})")

@@ -9,8 +9,8 @@ import torch
 
 from pkb_env.contract import (Bernoulli, Comm, Const, Cost, CostContext, Custom, Exact, Expr, ExprError, Fixed,
                               FromInputs, Group, Integers, Length, Mesh, Normal, OneHot, Output, PerRank, Permutation,
-                              Positive, Preset, Propagated, Relative, Rounded, Scalar, Sharded, Sum, TaskError,
-                              TaskSpec, Tensor, Tolerance, Ulps, Uniform, UnitRows, rank_seeds)
+                              Positive, Preset, Propagated, Relative, Replicated, Rounded, Scalar, Sharded, Sum,
+                              TaskError, TaskSpec, Tensor, Tolerance, Ulps, Uniform, UnitRows, WorldSizes, rank_seeds)
 from pkb_env.contract.describe import input_lines, problem_lines
 from pkb_env.contract.io import show_shape
 from pkb_env.contract.mesh import SHARED, MeshError
@@ -182,6 +182,21 @@ def test_world_sizes_follow_from_the_mesh_and_the_shapes():
         spec.check_world_size(6, "bench")
 
 
+def test_world_sizes_must_split_what_the_reference_shares_out():
+    """`WorldSizes(splits=...)`: sizes no declared shape shows but the ranks share evenly (tokens)."""
+    spec = make_spec(mesh=Mesh(("world", "W")), inputs=(Tensor("x", ("N", "K"), layout=Sharded(1)),),
+                     outputs=(Output("y", ("N", "K"), layout=Sharded(1)),),
+                     world_sizes=WorldSizes(splits=("N * 3",), reason="rows are redistributed by rank"))
+    assert spec.allowed_world_sizes("tiny") == [1, 2, 3, 4, 6]      # K = 12 allows 1-4, 6; 3N = 12 the same
+    assert spec.allowed_world_sizes("bench") == [1, 2, 4, 8]         # K = 1024: 1, 2, 4, 8; 3N = 192 too
+    with pytest.raises(TaskError, match=r"N \* 3 = 12 does not split evenly over 8 ranks \(rows are redistributed"):
+        spec.check_world_size(8, replace_dims(spec, "tiny", K=24))
+
+
+def replace_dims(spec: TaskSpec, preset: str, **dims) -> Preset:
+    return Preset({**spec.preset(preset).dims, **dims}, spec.preset(preset).dtype)
+
+
 def test_inputs_follow_the_declaration():
     spec = make_spec()
     layout = spec.layout(4)
@@ -286,18 +301,70 @@ def test_length_declarations_name_the_fix(change, message):
         Length("rows", 1, 4, layout=Sharded(0))
 
 
-def test_inputs_computed_from_earlier_inputs():
+def test_inputs_computed_from_other_inputs():
     twice = FromInputs(lambda values, shape, dtype, env: values["x"] * 2, ("x",), "twice x")
     spec = make_spec(inputs=(Tensor("x", ("N", "K"), layout=PerRank(over="tp")),
                              Tensor("y", ("N", "K"), dist=twice, layout=PerRank(over="tp"))))
     ctx = spec.input_context(1, 4, "tiny", "float32", "cpu", rank_seeds(1, spec.layout(4), 1))
     x, y = spec.make_inputs(ctx)
     assert torch.equal(y, 2 * x) and "twice x (computed from this rank's x)" in twice.describe()
-    with pytest.raises(TaskError, match="computed from 'x', which is not a tensor input declared before it"):
-        make_spec(inputs=(Tensor("y", ("N", "K"), dist=twice), Tensor("x", ("N", "K"))))
-    with pytest.raises(TaskError, match="computed from x, which varies over tp while y does not"):
+    later = make_spec(inputs=(Tensor("y", ("N", "K"), dist=twice, layout=PerRank(over="tp")),
+                              Tensor("x", ("N", "K"), layout=PerRank(over="tp"))))
+    y, x = later.make_inputs(later.input_context(1, 4, "tiny", "float32", "cpu", rank_seeds(1, later.layout(4), 1)))
+    assert torch.equal(y, 2 * x), "an input may read one declared after it"
+    with pytest.raises(TaskError, match="reads 'z', which is not another tensor input"):
+        make_spec(inputs=(Tensor("y", ("N", "K"), dist=FromInputs(twice.fn, ("z",), "twice z")),))
+    with pytest.raises(TaskError, match="reads x, which varies over tp while y does not"):
         make_spec(inputs=(Tensor("x", ("N", "K"), layout=PerRank(over="tp")),
                           Tensor("y", ("N", "K"), dist=twice, layout=PerRank(over="dp"))))
+
+
+def _plant(gen, shape, dtype, env, given):
+    """Normal values with 100 planted at each row's `target` column, where this block holds it."""
+    out = torch.randn(shape, generator=gen)
+    columns = given.values["target"] - given.offsets[1]
+    mine = (columns >= 0) & (columns < shape[1])
+    out[mine.nonzero().squeeze(1), columns[mine]] = 100.0
+    return out.to(dtype)
+
+
+PLANTED = Custom(_plant, "normal, 100 at the target", reads=("target",))
+
+
+def test_conditioned_inputs_see_the_values_they_name_and_their_block():
+    """A sharded input drawn given a replicated one (Custom with reads): made after it whatever the order,
+    each block plants only the targets it holds, replicas agree, and the global tensor has every target."""
+    spec = make_spec(inputs=(Tensor("x", ("N", "K"), dist=PLANTED, layout=Sharded(1, over="tp")),
+                             Tensor("target", ("N",), dtype="int64", dist=Integers(0, "K"), layout=Replicated())),
+                     outputs=(Output("y", ("N", "K"), layout=Sharded(1, over="tp")),))
+    layout = spec.layout(4)
+    args = [dict(zip(spec.parameters, spec.make_inputs(spec.input_context(r, 4, "tiny", "float32", "cpu",
+                                                                           rank_seeds(7, layout, r, "t")))))
+            for r in range(4)]
+    full = spec.world({"N": 4, "K": 12}, 4, "float32").assemble(args, "x")   # checks that replicas agree
+    target = args[0]["target"]
+    assert torch.equal(full[torch.arange(4), target], torch.full((4,), 100.0))
+    assert (full == 100.0).sum() == 4
+    unplanted = make_spec(inputs=(Tensor("x", ("N", "K"), layout=Sharded(1, over="tp")),
+                                  Tensor("target", ("N",), dtype="int64", dist=Integers(0, "K"),
+                                         layout=Replicated())),
+                          outputs=(Output("y", ("N", "K"), layout=Sharded(1, over="tp")),))
+    seeds = rank_seeds(7, layout, 0, "t")
+    plain = unplanted.make_inputs(unplanted.input_context(0, 4, "tiny", "float32", "cpu", seeds))
+    assert torch.equal(plain[1], target), "reading an input changes no other input's stream"
+
+
+@pytest.mark.parametrize("read, message", [
+    (Tensor("target", ("N",), dtype="int64", dist=Integers(0, "K"), layout=PerRank()),
+     "reads target, which varies over dp while x does not"),
+    (Group("target", "tp"), "reads 'target', which is not another tensor input made without reading others"),
+    (Tensor("target", ("N",), dist=FromInputs(lambda v, s, d, e: v["y"], ("y",), "y again")),
+     "reads 'target', which is not another tensor input made without reading others"),
+])
+def test_reading_inputs_that_replicas_do_not_share_is_refused(read, message):
+    extra = (Tensor("y", ("N",), layout=Replicated()),)
+    with pytest.raises(TaskError, match=message):
+        make_spec(inputs=(Tensor("x", ("N", "K"), dist=PLANTED, layout=Sharded(1, over="tp")), read, *extra))
 
 
 def test_output_checks_and_structure():

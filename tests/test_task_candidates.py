@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from conftest import make_env
 
 from pkb_env.task import load_task
 
@@ -43,6 +44,38 @@ WRONG_GEMM = {
         "    [q.wait() for q in reqs]\n"
         "    out = A @ peer\n")],
 }
+
+WRONG_CONTEXT = {
+    "gated_deltanet_cp": {
+        "runs its own block from a zero state (no all-to-all)": [
+            ("    heads = a_log.shape[0] // world\n    mine = slice(rank * heads, (rank + 1) * heads)\n",
+             "    mine = slice(None)\n"),
+            ("    q, k, v, gate, beta = (_all_to_all(x, group, scatter_dim=2, gather_dim=1) for x in (q, k, v, gate, "
+             "beta))\n", ""),
+            ("    return _all_to_all(out.to(v.dtype), group, scatter_dim=1, gather_dim=2)",
+             "    return out.to(v.dtype)")],
+        "decays its heads with the next rank's parameters": [
+            ("mine = slice(rank * heads, (rank + 1) * heads)",
+             "mine = slice((rank + 1) % world * heads, ((rank + 1) % world + 1) * heads)")],
+    },
+    "kimi_delta_attention_cp_tp": {
+        "starts every block from a zero state (skips the fold)": [
+            ("pairs.view((cp,) + mine_pair.shape)[:cp_rank]", "pairs.view((cp,) + mine_pair.shape)[:0]")],
+        "folds its own block into its entering state (off by one)": [
+            ("pairs.view((cp,) + mine_pair.shape)[:cp_rank]", "pairs.view((cp,) + mine_pair.shape)[:cp_rank + 1]")],
+    },
+    "magi1_cso_async_attention": {
+        "hard-codes PKB's key ranges (each range its own chunk)": [
+            ("        start, end = bounds[r]\n",
+             "        start, end = r * world * tokens, (r + 1) * world * tokens\n")],
+    },
+}
+
+
+@pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_CONTEXT.items() for n in wrongs])
+def test_wrong_context_parallel_candidates_are_judged_wrong(env4, task, name):
+    assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_CONTEXT[task][name])))
+
 
 WRONG_RING = {
     "off-by-one rank in the ring": [("source = (me - step) % cp", "source = (me - step - 1) % cp")],
@@ -133,12 +166,39 @@ WRONG_VOCAB = {
         "shifts by its own maximum (skips the MAX all-reduce)": [
             ("    dist.all_reduce(logits_max, op=dist.ReduceOp.MAX, group=group)\n", "")],
     },
+    "vocab_parallel_log_prob_topk": {
+        "picks the next rank's block of targets": [(
+            "target.reshape(tokens)[rank * mine:(rank + 1) * mine]",
+            "target.reshape(tokens).roll(-mine)[rank * mine:(rank + 1) * mine]")],
+        "skips the nucleus (top-k only)": [("    if top_p is not None and top_p < 1.0:", "    if False:")],
+    },
+    "vocab_parallel_log_prob_topk_chunked_backward": {
+        "takes probabilities over the unfiltered logits": [("grad = -filtered.softmax(dim=-1)",
+                                                            "grad = -rows.float().softmax(dim=-1)")],
+    },
 }
 
 
 @pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_VOCAB.items() for n in wrongs])
 def test_wrong_vocab_parallel_candidates_are_judged_wrong(env4, task, name):
     assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_VOCAB[task][name])))
+
+
+@pytest.fixture(scope="module")
+def muon_bf16():
+    env = make_env(task="tp_muon_orthogonalization", world_size=2, dtype="bfloat16")
+    yield env
+    env.close()
+
+
+def test_muon_iterating_in_bf16_is_correct_and_a_local_gram_is_wrong(muon_bf16):
+    """The Muon tolerance admits Newton-Schulz in bf16 (as Muon runs it: x's dtype throughout), and still
+    rejects a Gram of the rank's own columns only."""
+    in_bf16 = variant("tp_muon_orthogonalization", ("    work = x.float()\n", "    work = x.clone()\n"))
+    info = judge(muon_bf16, "tp_muon_orthogonalization", in_bf16)
+    assert info["correct"], info["feedback"]
+    local = variant("tp_muon_orthogonalization", ("        dist.all_reduce(gram, group=group)\n", ""))
+    assert_wrong_with_a_location(judge(muon_bf16, "tp_muon_orthogonalization", local))
 
 
 @pytest.mark.parametrize("name", WRONG_GEMM)

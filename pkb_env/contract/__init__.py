@@ -12,12 +12,14 @@ A task writer imports from here only:
    Inputs, outputs, tolerances, meshes and costs are declarations (v1 had a free-text input description,
    one tolerance per dtype, and one `Traffic` per task).
 .. versionchanged:: 0.2
-   `Length` (ragged sizes drawn per call, per rank), `FromInputs` (inputs computed from a rank's earlier
-   inputs, such as a forward's saved statistics) and `Relative` (rounding that scales with each value).
+   `Length` (ragged sizes drawn per call, per rank), `FromInputs` (inputs computed from a rank's other
+   inputs, such as a forward's saved statistics), `Custom(..., reads=...)` (random inputs drawn given
+   others, such as logits whose target survives a filter), `WorldSizes(splits=...)` (sizes the ranks share
+   out evenly) and `Relative` (rounding that scales with each value).
 """
 from pkb_env.contract.cost import COLLECTIVES, Comm, Compute, Cost, CostModel, Peaks
-from pkb_env.contract.distributions import (Bernoulli, Custom, Distribution, FromInputs, Integers, Normal, OneHot,
-                                            Permutation, Positive, Uniform, UnitRows)
+from pkb_env.contract.distributions import (Bernoulli, Custom, Distribution, FromInputs, Given, Integers, Normal,
+                                            OneHot, Permutation, Positive, Uniform, UnitRows)
 from pkb_env.contract.expr import Expr, ExprError
 from pkb_env.contract.families import FAMILIES
 from pkb_env.contract.inputs import InputContext, derive_seed, rank_seeds
@@ -30,8 +32,8 @@ from pkb_env.contract.tolerance import (EXACT, Check, Exact, Fixed, Propagated, 
 
 __all__ = [
     "COLLECTIVES", "Comm", "Compute", "Cost", "CostModel", "Peaks",
-    "Bernoulli", "Custom", "Distribution", "FromInputs", "Integers", "Normal", "OneHot", "Permutation", "Positive",
-    "Uniform", "UnitRows", "Expr", "ExprError", "FAMILIES", "InputContext", "derive_seed", "rank_seeds",
+    "Bernoulli", "Custom", "Distribution", "FromInputs", "Given", "Integers", "Normal", "OneHot", "Permutation",
+    "Positive", "Uniform", "UnitRows", "Expr", "ExprError", "FAMILIES", "InputContext", "derive_seed", "rank_seeds",
     "DTYPES", "TASK_DTYPE", "Const", "Group", "Input", "Length", "Output", "PerRank", "Replicated", "Scalar", "Sharded",
     "Tensor", "FLAT", "GroupCache", "GroupInfo", "Mesh", "MeshLayout", "build_groups",
     "CostContext", "Preset", "TaskError", "TaskSpec", "World", "WorldSizes",

@@ -20,7 +20,11 @@ Env = Mapping[str, float]
 
 
 class Distribution:
-    """Base class: `draw` values of `shape` and `dtype`; `describe` them for the prompt."""
+    """Base class: `draw` values of `shape` and `dtype`; `describe` them for the prompt.
+
+    `Custom` and `FromInputs` may name other tensor inputs their values depend on (`reads`); those are
+    made first (every input has its own stream, so the order of making changes no value).
+    """
 
     kinds: frozenset[str] = frozenset({"float"})   # which dtype kinds it can fill: float, int, bool
 
@@ -164,18 +168,38 @@ class UnitRows(Distribution):
 
 
 @dataclass(frozen=True)
+class Given:
+    """What a `Custom` maker with `reads` sees besides its stream: this rank's values of the inputs it reads
+    (as made, on the draw device), and where this rank's block starts in the global tensor (one offset per
+    axis; zeros unless the input is sharded)."""
+
+    values: Mapping[str, torch.Tensor]
+    offsets: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Custom(Distribution):
     """A task's own maker: `fn(gen, shape, dtype, env) -> tensor`, described by `text` in the prompt.
 
     `fn` must draw only from `gen` (the seeded stream of this input's scope on this rank) and return a
     tensor of exactly `shape` and `dtype`; the judge checks both.
+
+    With `reads` (random values conditioned on other inputs: logits whose target logit is raised so that
+    it survives a top-k filter), `fn(gen, shape, dtype, env, given)` also receives a `Given`. TaskSpec
+    checks that each input read varies over no mesh dimension this one does not, so replicas agree and a
+    rank conditions only on values it holds.
     """
 
-    fn: Callable[[torch.Generator, tuple[int, ...], torch.dtype, Env], torch.Tensor]
+    fn: Callable[..., torch.Tensor]
     text: str
     kinds: frozenset[str] = frozenset({"float", "int", "bool"})
+    reads: tuple[str, ...] = ()
 
-    def draw(self, gen, shape, dtype, env):
+    def draw(self, gen, shape, dtype, env, given: Given | None = None):
+        if self.reads:
+            if given is None:
+                raise ValueError(f"{self.text!r} reads {self.reads}: draw it with their values (a Given)")
+            return self.fn(gen, shape, dtype, env, given)
         return self.fn(gen, shape, dtype, env)
 
     def describe(self) -> str:
@@ -184,13 +208,13 @@ class Custom(Distribution):
 
 @dataclass(frozen=True)
 class FromInputs(Distribution):
-    """Values computed from this rank's earlier inputs, not drawn: `fn(values, shape, dtype, env)`, where
+    """Values computed from this rank's other inputs, not drawn: `fn(values, shape, dtype, env)`, where
     `values` maps each name in `reads` to this rank's tensor (as drawn, before it moves to the rank's
     device, so every device computes the same values). For inputs that must agree with others: the
     statistics a forward pass saved for its backward (out, log-sum-exp) beside the activations.
 
     It holds no seed, so it reveals nothing the rank does not hold; the TaskSpec checks that `reads` are
-    earlier tensor inputs varying over no mesh dim this input does not (so replicas stay equal).
+    tensor inputs varying over no mesh dim this input does not (so replicas stay equal).
     """
 
     fn: Callable[[Mapping[str, torch.Tensor], tuple[int, ...], torch.dtype, Env], torch.Tensor]

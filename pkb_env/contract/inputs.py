@@ -5,7 +5,8 @@ The judge derives, per call and per rank, one seed for every *scope* the rank be
 dims (`cp=1` is held by exactly the ranks whose cp coordinate is 1). An input is drawn from the seed of
 its layout's scope, mixed with the input's name so that inputs never share a stream. Seeds are one-way
 hashes of a per-step secret, so a rank holding its own cannot compute a peer's. A call's Lengths (ragged
-sizes) are drawn first, the same way; inputs computed from other inputs (`FromInputs`) use no seed.
+sizes) are drawn first, the same way; inputs that read others (`reads`) are made after those: computed
+from them (`FromInputs`, no seed) or drawn given them (`Custom`, from their own stream).
 """
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from pkb_env.contract.distributions import FromInputs
-from pkb_env.contract.io import Const, Group, Input, Length, Scalar, Tensor, resolve_dtype
+from pkb_env.contract.distributions import FromInputs, Given
+from pkb_env.contract.io import Const, Group, Input, Length, Scalar, Sharded, Tensor, resolve_dtype
 from pkb_env.contract.mesh import GroupInfo, MeshLayout
 
 RankSeeds = Mapping[str, int]
@@ -77,40 +78,57 @@ def size_env(dims: Mapping[str, int], world_size: int, layout: MeshLayout) -> di
     return env
 
 
+def reads(decl: Input) -> tuple[str, ...]:
+    """The inputs whose values an input's depend on (made before it): a Custom's or FromInputs' `reads`."""
+    return tuple(getattr(decl.dist, "reads", ())) if isinstance(decl, Tensor) else ()
+
+
 def make_inputs(declared: Sequence[Input], ctx: InputContext, lengths: Sequence[Length] = ()) -> tuple:
-    """This rank's arguments for one call, in declaration order; the call's lengths are drawn first."""
+    """This rank's arguments for one call, in declaration order; the call's lengths are drawn first, and
+    inputs that read others after the rest (each input has its own stream: the order changes no value)."""
     env = dict(ctx.env)
     for length in lengths:
         env[length.name] = length.dist.scalar(ctx.generator(length.layout.scope(ctx.layout), length.name), env)
-    args, drawn = [], {}
-    for decl in declared:
+    made: dict[str, Any] = {}
+    for decl in sorted(declared, key=lambda d: bool(reads(d))):
         if isinstance(decl, Tensor):
-            drawn[decl.name] = _tensor(decl, ctx, env, drawn)
-            args.append(drawn[decl.name].to(ctx.device))
+            made[decl.name] = _tensor(decl, ctx, env, made)
         elif isinstance(decl, Scalar):
-            args.append(decl.dist.scalar(ctx.generator(decl.layout.scope(ctx.layout), decl.name), env))
+            made[decl.name] = decl.dist.scalar(ctx.generator(decl.layout.scope(ctx.layout), decl.name), env)
         elif isinstance(decl, Const):
-            args.append(decl.resolve(env, ctx.dtype))
+            made[decl.name] = decl.resolve(env, ctx.dtype)
         elif isinstance(decl, Group):
-            args.append(_group(decl, ctx))
+            made[decl.name] = _group(decl, ctx)
         else:
             raise TypeError(f"unknown input declaration {decl!r}")
-    return tuple(args)
+    return tuple(made[d.name].to(ctx.device) if isinstance(d, Tensor) else made[d.name] for d in declared)
 
 
-def _tensor(decl: Tensor, ctx: InputContext, env: Mapping[str, float],
-            drawn: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """One tensor input on the draw device (`ctx.rng_device`); `drawn` holds this call's earlier tensors."""
+def _tensor(decl: Tensor, ctx: InputContext, env: Mapping[str, float], made: Mapping[str, Any]) -> torch.Tensor:
+    """One tensor input on the draw device (`ctx.rng_device`); `made` holds the inputs made before it."""
     shape = decl.local_shape(env, ctx.layout)
     dtype = resolve_dtype(decl.dtype, ctx.dtype)
+    read = {name: made[name] for name in reads(decl)}
     if isinstance(decl.dist, FromInputs):
-        value = decl.dist.compute({name: drawn[name] for name in decl.dist.reads}, shape, dtype, env)
+        value = decl.dist.compute(read, shape, dtype, env)
+    elif read:
+        gen = ctx.generator(decl.layout.scope(ctx.layout), decl.name)
+        value = decl.dist.draw(gen, shape, dtype, env, Given(read, _offsets(decl, shape, ctx)))
     else:
         value = decl.dist.draw(ctx.generator(decl.layout.scope(ctx.layout), decl.name), shape, dtype, env)
     if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape or value.dtype != dtype:
         got = f"{value.dtype} {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
         raise ValueError(f"input {decl.name}: the distribution made {got}, the declaration says {dtype} {shape}")
     return value
+
+
+def _offsets(decl: Tensor, shape: tuple[int, ...], ctx: InputContext) -> tuple[int, ...]:
+    """Where this rank's block of `decl` starts in the global tensor, per axis."""
+    offsets = [0] * len(shape)
+    if isinstance(decl.layout, Sharded):
+        axis = decl.layout.axis % len(shape)
+        offsets[axis] = decl.layout.block_index(ctx.layout, ctx.rank) * shape[axis]
+    return tuple(offsets)
 
 
 def _group(decl: Group, ctx: InputContext) -> Any:

@@ -17,10 +17,9 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from pkb_env.contract.cost import COLLECTIVES, Comm, Cost, CostModel
-from pkb_env.contract.expr import ExprError
+from pkb_env.contract.expr import ExprError, Size, as_expr
 from pkb_env.contract.families import FAMILIES
-from pkb_env.contract.inputs import InputContext, RankSeeds, make_inputs, size_env
-from pkb_env.contract.distributions import FromInputs
+from pkb_env.contract.inputs import InputContext, RankSeeds, make_inputs, reads, size_env
 from pkb_env.contract.io import (DTYPES, Group, Input, Length, Output, PerRank, Replicated, Scalar, Sharded, Tensor,
                                  mesh_dims, resolve_dtype)
 from pkb_env.contract.mesh import FLAT, Mesh, MeshError, MeshLayout
@@ -43,12 +42,20 @@ class Preset:
 
 @dataclass(frozen=True)
 class WorldSizes:
-    """Limits on the world size beyond what the shapes and the mesh already imply, with the reason."""
+    """Limits on the world size beyond what the shapes and the mesh already imply, with the reason.
+
+    `splits` are sizes the ranks share out evenly although no declared shape shows it (the B*S tokens
+    of vocabulary-sharded logits that the reference redistributes by token): W must divide each.
+    """
 
     minimum: int = 1
     maximum: int | None = None
     multiple_of: int = 1
     reason: str = ""
+    splits: tuple[Size, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "splits", tuple(as_expr(s) for s in self.splits))
 
     def problem(self, world_size: int) -> str | None:
         why = f" ({self.reason})" if self.reason else ""
@@ -58,6 +65,15 @@ class WorldSizes:
             return f"takes at most {self.maximum} ranks{why}"
         if world_size % self.multiple_of:
             return f"needs a multiple of {self.multiple_of} ranks{why}"
+        return None
+
+    def split_problem(self, world_size: int, env: Mapping[str, float]) -> str | None:
+        """Which of `splits` the ranks cannot share evenly at these sizes, or None."""
+        for size in self.splits:
+            value = size.integer(env)
+            if value % world_size:
+                why = f" ({self.reason})" if self.reason else ""
+                return f"{size} = {value} does not split evenly over {world_size} ranks{why}"
         return None
 
 
@@ -129,25 +145,23 @@ class TaskSpec:
             if out.shape is not None and any(size.names & lengths for size in out.shape):
                 raise TaskError(f"{where}: output {out.name}'s shape names a Length, whose value differs per call; "
                                 f"declare shape=None (its length depends on the data)")
-        self._check_computed_inputs(where)
+        self._check_reads(where)
 
-    def _check_computed_inputs(self, where: str) -> None:
-        """A FromInputs input reads earlier tensor inputs whose values vary over no mesh dim its own do not
-        (otherwise two ranks holding one replica of it would compute different values)."""
-        earlier: dict[str, Tensor] = {}
+    def _check_reads(self, where: str) -> None:
+        """An input that reads others (FromInputs, Custom with reads) reads tensor inputs that read nothing
+        themselves and vary over no mesh dim its own values do not (otherwise two ranks holding one replica
+        of it would make different values, or a rank would need a value it does not hold)."""
+        plain = {d.name: d for d in self.inputs if isinstance(d, Tensor) and not reads(d)}
         for decl in self.inputs:
-            if isinstance(decl, Tensor) and isinstance(decl.dist, FromInputs):
-                for name in decl.dist.reads:
-                    if name not in earlier:
-                        raise TaskError(f"{where}: input {decl.name} is computed from {name!r}, which is not a "
-                                        f"tensor input declared before it")
-                    extra = set(self._scope(earlier[name])) - set(self._scope(decl))
-                    if extra:
-                        raise TaskError(f"{where}: input {decl.name} is computed from {name}, which varies over "
-                                        f"{', '.join(sorted(extra))} while {decl.name} does not; give {decl.name} "
-                                        f"a layout that varies over {', '.join(sorted(extra))} too")
-            if isinstance(decl, Tensor):
-                earlier[decl.name] = decl
+            for name in reads(decl):
+                if name not in plain:
+                    raise TaskError(f"{where}: input {decl.name} reads {name!r}, which is not another tensor "
+                                    f"input made without reading others")
+                extra = set(self._scope(plain[name])) - set(self._scope(decl))
+                if extra:
+                    raise TaskError(f"{where}: input {decl.name} reads {name}, which varies over "
+                                    f"{', '.join(sorted(extra))} while {decl.name} does not; give {decl.name} "
+                                    f"a layout that varies over {', '.join(sorted(extra))} too")
 
     def _scope(self, decl: Tensor) -> tuple[str, ...]:
         """The mesh dims a tensor input's values vary over (its seed scope), without resolving sizes."""
@@ -210,6 +224,9 @@ class TaskSpec:
             env = self.env(self.preset(preset).dims, world_size)
         except ExprError as exc:
             return f"a length's bounds: {exc}"
+        problem = self.world_sizes.split_problem(world_size, env)
+        if problem:
+            return problem
         for decl in (*self.inputs, *self.outputs):
             if isinstance(decl, (Tensor, Output)) and decl.shape is not None:
                 try:
