@@ -70,16 +70,17 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
             raise ValueError(f"render_mode {render_mode!r} is not supported; use None or 'ansi'")
         if not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
-        # None: the whole suite, i.e. every task that takes this world size and preset.
-        self.task_pool = self._task_pool(task if task is not None else runnable_tasks(world_size, preset))
-        for name in self.task_pool:
-            load_task(name).check_world_size(world_size, preset)
         self.world_size, self.preset, self.dtype = world_size, preset, dtype
         self.max_turns, self.target_speedup = max_turns, target_speedup
         self.turn_credit = TurnCredit(turn_credit)
         self.reward_fn = load_reward(reward)
         self.render_mode = render_mode
         self.executor = make_executor(executor, world_size)
+        try:
+            self.task_pool = self._checked_pool(task)
+        except Exception:
+            self.executor.close()
+            raise
         self.judge = Judge(self.executor, judge_settings)
         self.observation_space = S.observation_space(max_turns)
         self.action_space = S.action_space()
@@ -91,14 +92,33 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
         self._ended = False          # terminated: a further step() warns (once per episode)
         self._warned_after_end = False
 
-    @staticmethod
-    def _task_pool(task: str | Sequence[str]) -> list[str]:
+    def _checked_pool(self, task: str | Sequence[str] | None) -> list[str]:
+        """The tasks this env draws from, each able to run here. None: the whole suite, i.e. every task that
+        takes this world size and preset (and, where the trusted reference runs on CPU ranks, whose reference
+        they can run at that size)."""
+        cpu_reference = self._reference_on_cpu()
+        if task is None:
+            names = runnable_tasks(self.world_size, self.preset, cpu_reference)
+            if not names:
+                raise TaskError(f"no task of the suite runs at world size {self.world_size} with preset "
+                                f"{self.preset!r} here; `pkb-env tasks` lists the world sizes and presets of each")
+            return names
         names = [task] if isinstance(task, str) else list(task)
         if not names:
             raise TaskError("the task list is empty; pass a task name, a list of names, or None for all tasks")
         for name in names:
-            load_task(name)  # raises with the list of known tasks
+            self._check_task(load_task(name))  # load_task raises with the list of known tasks
         return names
+
+    def _reference_on_cpu(self) -> bool:
+        return all(device == "cpu" for device in self.executor.reference_placement.devices)
+
+    def _check_task(self, task: TaskSpec) -> None:
+        task.check_world_size(self.world_size, self.preset)
+        problem = task.cpu_reference_problem(self.world_size, self.preset, self.dtype) if self._reference_on_cpu() \
+            else None
+        if problem:
+            raise TaskError(problem)
 
     # -- Gymnasium API -----------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -111,7 +131,7 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
         if name is None:
             name = self.task_pool[int(self.np_random.integers(len(self.task_pool)))]
         task = load_task(name)
-        task.check_world_size(self.world_size, self.preset)
+        self._check_task(task)
         self._dtype = task.resolve_dtype(self.preset, self.dtype)
         self._task, self._turn, self._best_reward, self._best_speedup = task, 0, None, 0.0
         self._last = {}

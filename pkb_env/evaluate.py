@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from pkb_env.extras import require
 from pkb_env.record import jsonable
-from pkb_env.task import TaskError, load_task, runnable_tasks, task_names
+from pkb_env.task import TaskError, load_task, task_names
 
 __all__ = ["SampleResult", "TaskSummary", "EvaluationReport", "evaluate", "pass_at_k", "fast_p", "agent_from_spec",
            "resolve_tasks"]
@@ -269,8 +269,8 @@ def evaluate(agent, tasks: Sequence[str] | None = None, world_size: int = 4, exe
 
     import pkb_env  # noqa: F401  (registers the env)
 
-    names = list(dict.fromkeys(tasks)) if tasks is not None else runnable_tasks(world_size, preset)
-    if not names:
+    names = list(dict.fromkeys(tasks)) if tasks is not None else None   # None: the env picks what runs here
+    if names == []:
         raise TaskError("no tasks to evaluate; pass task names, or None for the whole suite")
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"samples must be a positive integer, got {samples!r}")
@@ -284,7 +284,7 @@ def evaluate(agent, tasks: Sequence[str] | None = None, world_size: int = 4, exe
     ps = tuple(ps)
     if any(isinstance(p, bool) or not isinstance(p, (int, float)) or not p >= 0 for p in ps):
         raise ValueError(f"ps must be numbers >= 0, got {list(ps)!r}")
-    for name in names:  # fail before any process starts
+    for name in names or ():  # fail before any process starts
         task = load_task(name)
         task.check_world_size(world_size, preset)
         task.resolve_dtype(preset, dtype)
@@ -292,6 +292,7 @@ def evaluate(agent, tasks: Sequence[str] | None = None, world_size: int = 4, exe
     start = time.perf_counter()
     env = gymnasium.make("pkb_env/ParallelKernel-v0", task=names, world_size=world_size, executor=executor,
                          preset=preset, dtype=dtype, max_turns=1, judge_settings=judge_settings, reward=reward)
+    names = env.unwrapped.task_pool
     rows: list[SampleResult] = []
     try:
         info = env.unwrapped.executor.info

@@ -132,11 +132,22 @@ def test_close_holds_ctrl_c_until_the_processes_are_gone():
     ({"task": []}, "task list is empty"),
     ({"task": "all_reduce", "max_turns": 0}, "max_turns"),
     ({"task": "all_reduce", "reward": "nope"}, "nope"),
+    ({"task": "magi1_cso_async_attention", "preset": "bench", "world_size": 2},
+     "more than a reference on CPU ranks can do .* executor 'cuda'"),
 ])
 def test_bad_config_names_the_problem(kwargs, match):
     with pytest.raises((TaskError, ValueError), match=match):
         env = gymnasium.make("pkb_env/ParallelKernel-v0", executor="cpu", **kwargs)
         env.reset(seed=0)
+        env.close()
+
+
+def test_the_whole_suite_on_cpu_ranks_leaves_out_what_their_reference_cannot_run():
+    env = gymnasium.make("pkb_env/ParallelKernel-v0", task=None, world_size=2, executor="cpu", preset="bench")
+    try:
+        pool = env.unwrapped.task_pool
+        assert "magi1_cso_async_attention" not in pool and "ring_attention" in pool and len(pool) > 30
+    finally:
         env.close()
 
 

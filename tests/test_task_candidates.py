@@ -45,7 +45,7 @@ WRONG_GEMM = {
         "    out = A @ peer\n")],
 }
 
-WRONG_CONTEXT = {
+WRONG_LINEAR_ATTENTION = {
     "gated_deltanet_cp": {
         "runs its own block from a zero state (no all-to-all)": [
             ("    heads = a_log.shape[0] // world\n    mine = slice(rank * heads, (rank + 1) * heads)\n",
@@ -72,9 +72,9 @@ WRONG_CONTEXT = {
 }
 
 
-@pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_CONTEXT.items() for n in wrongs])
-def test_wrong_context_parallel_candidates_are_judged_wrong(env4, task, name):
-    assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_CONTEXT[task][name])))
+@pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_LINEAR_ATTENTION.items() for n in wrongs])
+def test_wrong_linear_and_async_attention_is_judged_wrong(env4, task, name):
+    assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_LINEAR_ATTENTION[task][name])))
 
 
 WRONG_RING = {

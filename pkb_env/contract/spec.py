@@ -25,6 +25,11 @@ from pkb_env.contract.io import (DTYPES, Group, Input, Length, Output, PerRank, 
 from pkb_env.contract.mesh import FLAT, Mesh, MeshError, MeshLayout
 from pkb_env.contract.tolerance import EXACT, Check, Rule, Tolerance
 
+# The most floating-point work per rank and call that a reference on CPU ranks is asked to do: each trial must
+# finish within the judge's trial timeout (30 s) on shared cores. Every task's bench preset is under 2.1e9 at
+# world sizes 2-8 except MAGI-1's (2.3e13 at W = 2), which only GPUs can judge.
+CPU_REFERENCE_FLOPS = 5e10
+
 
 class TaskError(ValueError):
     """A task name, preset, dtype or world size that the suite cannot serve; the message says the fix."""
@@ -235,6 +240,18 @@ class TaskSpec:
                     kind = "input" if isinstance(decl, Tensor) else "output"
                     return f"{kind} {decl.name}: {exc}"
         return None
+
+    def cpu_reference_problem(self, world_size: int, preset: str | Preset, dtype: str | None = None) -> str | None:
+        """Why the reference cannot be judged on CPU ranks at this size (None: it can). The cpu executor and
+        cuda-emulated (whose trusted reference runs on CPU ranks) ask before an episode, not after a timeout."""
+        p = self.preset(preset)
+        flops = sum(term.flops for term in self.cost_model(p.dims, world_size, dtype or p.dtype).compute)
+        if flops <= CPU_REFERENCE_FLOPS:
+            return None
+        name = preset if isinstance(preset, str) else "this preset"
+        return (f"task {self.name!r} at preset {name!r}, world size {world_size}, does {flops:.2g} FLOPs per rank "
+                f"and call, more than a reference on CPU ranks can do within a trial ({CPU_REFERENCE_FLOPS:.0g}); "
+                f"judge it with executor 'cuda' (one GPU per rank) or pick a smaller preset such as 'tiny'")
 
     def check_world_size(self, world_size: int, preset: str | Preset) -> None:
         if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
