@@ -1,11 +1,16 @@
 """Candidates that raise, exit, deadlock or spin: the step ends in time, nothing is left running, the
 next step is judged normally."""
+import os
 import time
 
 import psutil
 import pytest
 
 from conftest import FAST
+
+# The orphans' command line names this test process, so that a test run elsewhere on the machine (whose
+# candidates sleep too) is not mistaken for a survivor of this one.
+SLEEP = ["sleep", f"600.{os.getpid()}"]
 
 FAULTS = {
     "raises": ("""
@@ -48,9 +53,9 @@ def solution(tensor):
 import subprocess, time
 def solution(tensor):
     for _ in range(3):
-        subprocess.Popen(["sleep", "600"], start_new_session=True)
+        subprocess.Popen(%r, start_new_session=True)
     time.sleep(600)
-""", "runtime_error", ["did not finish"]),
+""" % SLEEP, "runtime_error", ["did not finish"]),
     "syntax_error": ("def solution(tensor:\n    return tensor\n", "unparsable", ["line"]),
     "abort_one_rank": ("""
 import os, torch.distributed as dist
@@ -97,10 +102,10 @@ def test_fault_is_contained(env4, name):
     assert elapsed < FAST.trial_timeout_s + FAST.build_timeout_s + 10
     assert reward < -0.2  # below a wrong answer
     # Nothing of the failed candidate survives: the executor owns only what it owned before (the
-    # candidate generation it used is replaced by the pre-started one), and no orphan 'sleep' exists.
+    # candidate generation it used is replaced by the pre-started one), and no orphan 'sleep' of this run exists.
     after = _descendants(env4)
     assert len(after) <= len(before) + 4
-    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "600"]]
+    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == SLEEP]
     # The next step is judged normally.
     _, _, _, _, info = env4.step(obs["reference"])
     assert info["correct"], info["feedback"]

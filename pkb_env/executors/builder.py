@@ -22,26 +22,15 @@ from pathlib import Path
 from typing import NoReturn
 
 from pkb_env.executors import channel
-from pkb_env.executors.isolation import drop_privileges
-from pkb_env.executors.limits import ResourceLimits, become_subreaper, set_parent_death_signal
+from pkb_env.executors.forking import enter_child
 
 
 def run_forked(spec: dict, fd: int) -> NoReturn:
     """Entry point in the freshly forked child; never returns."""
     code = 0
     try:
-        os.setsid()
-        set_parent_death_signal()
-        become_subreaper()
-        os.chdir(spec["workdir"])
-        quiet = os.open(os.devnull, os.O_WRONLY)  # the compilers' messages come back through the job's answer
-        os.dup2(quiet, 1)
-        os.dup2(quiet, 2)
-        os.close(quiet)
-        os.environ.clear()
-        os.environ.update(spec["env"])
-        ResourceLimits(**spec["limits"]).apply()
-        drop_privileges(spec.get("uid"), max_processes=spec["max_processes"])
+        # The compilers' messages come back through the job's answer, not stdout.
+        enter_child(spec, os.devnull, max_processes=spec["max_processes"])
         conn = Connection(fd)
         job, _ = channel.recv(conn)
         try:

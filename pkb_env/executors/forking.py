@@ -13,6 +13,8 @@ from multiprocessing.reduction import recv_handle
 from typing import Callable, NoReturn
 
 from pkb_env.executors import channel
+from pkb_env.executors.isolation import drop_privileges
+from pkb_env.executors.limits import ResourceLimits, become_subreaper, set_parent_death_signal
 
 
 def serve(conn: Connection, op: str, child: Callable[[dict, int], NoReturn]) -> None:
@@ -37,6 +39,24 @@ def serve(conn: Connection, op: str, child: Callable[[dict, int], NoReturn]) -> 
                 child(message["spec"], fd)  # never returns
             os.close(fd)
             channel.send(conn, {"event": "spawned", "pid": pid})
+
+
+def enter_child(spec: dict, output: str, max_processes: int = 1024) -> None:
+    """What every forked child of a cell does first, before any untrusted code: its own session, death with
+    its parent, reaping its own orphans, its directory, stdout and stderr to `output` (a file of its
+    directory, or os.devnull), the cell's environment and limits, and privileges dropped for good."""
+    os.setsid()
+    set_parent_death_signal()
+    become_subreaper()
+    os.chdir(spec["workdir"])
+    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.environ.clear()
+    os.environ.update(spec["env"])
+    ResourceLimits(**spec["limits"]).apply()
+    drop_privileges(spec.get("uid"), max_processes=max_processes)  # a uid change where possible, else no capabilities
 
 
 def _reap(conn: Connection | None) -> None:

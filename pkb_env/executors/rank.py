@@ -38,9 +38,8 @@ import torch.distributed as dist
 from pkb_env.contract import GroupCache
 from pkb_env.executors import bursts, channel, peaks
 from pkb_env.executors.clocks import make_clock
+from pkb_env.executors.forking import enter_child
 from pkb_env.executors.gate import PageView
-from pkb_env.executors.isolation import drop_privileges
-from pkb_env.executors.limits import ResourceLimits, become_subreaper, set_parent_death_signal
 from pkb_env.executors.outputs import aliases, check_size, clone_args, export, mutated, nbytes, shared_with, stage
 from pkb_env.executors.tripwire import JUDGE, tampered, watch
 from pkb_env.runtime import link
@@ -58,19 +57,7 @@ def run_forked(spec: dict, fd: int) -> NoReturn:
     """Entry point in the freshly forked child; never returns."""
     code = 0
     try:
-        os.setsid()
-        set_parent_death_signal()
-        become_subreaper()
-        workdir = spec["workdir"]
-        os.chdir(workdir)
-        log = os.open(os.path.join(workdir, f"rank{spec['rank']}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(log)
-        os.environ.clear()
-        os.environ.update(spec["env"])
-        ResourceLimits(**spec["limits"]).apply()
-        drop_privileges(spec.get("uid"))  # a uid change where possible, else no capabilities
+        enter_child(spec, os.path.join(spec["workdir"], f"rank{spec['rank']}.log"))
         RankServer(Connection(fd), spec).serve()
     except BaseException:  # the judge sees the EOF and the log tail; nothing else to do here
         traceback.print_exc()
