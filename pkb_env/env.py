@@ -98,7 +98,8 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
         they can run at that size)."""
         cpu_reference = self._reference_on_cpu()
         if task is None:
-            names = runnable_tasks(self.world_size, self.preset, cpu_reference)
+            names = [n for n in runnable_tasks(self.world_size, self.preset, cpu_reference)
+                     if self.dtype is None or self.dtype in load_task(n).dtypes]
             if not names:
                 raise TaskError(f"no task of the suite runs at world size {self.world_size} with preset "
                                 f"{self.preset!r} here; `pkb-env tasks` lists the world sizes and presets of each")
@@ -115,8 +116,9 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
 
     def _check_task(self, task: TaskSpec) -> None:
         task.check_world_size(self.world_size, self.preset)
-        problem = task.cpu_reference_problem(self.world_size, self.preset, self.dtype) if self._reference_on_cpu() \
-            else None
+        dtype = task.resolve_dtype(self.preset, self.dtype)
+        problem = task.output_problem(self.world_size, self.preset, dtype) or \
+            (task.cpu_reference_problem(self.world_size, self.preset, dtype) if self._reference_on_cpu() else None)
         if problem:
             raise TaskError(problem)
 

@@ -31,10 +31,11 @@ def task_names() -> tuple[str, ...]:
 
 
 def runnable_tasks(world_size: int, preset: str, cpu_reference: bool = False) -> list[str]:
-    """The tasks of the suite that take `world_size` at `preset` (what "the whole suite" means there); with
-    `cpu_reference`, only those whose reference CPU ranks can run at that size."""
+    """The tasks of the suite that take `world_size` at `preset` in the preset's dtype (what "the whole suite"
+    means there); with `cpu_reference`, only those whose reference CPU ranks can run at that size."""
     return [n for n in task_names() if preset in load_task(n).presets
             and load_task(n).world_size_problem(world_size, preset) is None
+            and load_task(n).output_problem(world_size, preset) is None
             and not (cpu_reference and load_task(n).cpu_reference_problem(world_size, preset))]
 
 

@@ -132,8 +132,12 @@ def test_close_holds_ctrl_c_until_the_processes_are_gone():
     ({"task": []}, "task list is empty"),
     ({"task": "all_reduce", "max_turns": 0}, "max_turns"),
     ({"task": "all_reduce", "reward": "nope"}, "nope"),
-    ({"task": "magi1_cso_async_attention", "preset": "bench", "world_size": 2},
+    ({"task": "magi1_cso_async_attention", "preset": "bench", "world_size": 4},
      "more than a reference on CPU ranks can do .* executor 'cuda'"),
+    ({"task": "magi1_cso_async_attention", "preset": "bench", "world_size": 2},
+     "would return 506 MiB per rank and call in bfloat16, more than the judge accepts"),
+    ({"task": "rope_allgather", "preset": "large", "world_size": 2, "dtype": "float32"},
+     "512 MiB .* use more ranks, a 16-bit dtype or a smaller preset"),
 ])
 def test_bad_config_names_the_problem(kwargs, match):
     with pytest.raises((TaskError, ValueError), match=match):

@@ -10,6 +10,7 @@ at any size, the golden test's checks (every task, no list).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -24,6 +25,10 @@ from pkb_env.contract.io import (DTYPES, Group, Input, Length, Output, PerRank, 
                                  mesh_dims, resolve_dtype)
 from pkb_env.contract.mesh import FLAT, Mesh, MeshError, MeshLayout
 from pkb_env.contract.tolerance import EXACT, Check, Rule, Tolerance
+
+# The most a rank may return from one call: executors/outputs.py refuses more before copying it anywhere,
+# and a task whose outputs exceed it at a size cannot run there (world_size_problem).
+MAX_OUTPUT_BYTES = 256 << 20
 
 # The most floating-point work per rank and call that a reference on CPU ranks is asked to do: each trial must
 # finish within the judge's trial timeout (30 s) on shared cores. Every task's bench preset is under 2.1e9 at
@@ -240,6 +245,21 @@ class TaskSpec:
                     kind = "input" if isinstance(decl, Tensor) else "output"
                     return f"{kind} {decl.name}: {exc}"
         return None
+
+    def output_problem(self, world_size: int, preset: str | Preset, dtype: str | None = None) -> str | None:
+        """Why a rank's outputs at this size and dtype (default: the preset's) would exceed what the judge
+        accepts from one call, or None. Asked before an episode (the env, runnable_tasks), not after a trial."""
+        p = self.preset(preset)
+        dtype = dtype or p.dtype
+        env, layout = self.env(p.dims, world_size), self.layout(world_size)
+        size = sum(math.prod(o.local_shape(env, layout)) * resolve_dtype(o.dtype, dtype).itemsize
+                   for o in self.outputs if o.shape is not None)
+        if size <= MAX_OUTPUT_BYTES:
+            return None
+        narrower = ", a 16-bit dtype" if DTYPES[dtype].itemsize > 2 else ""
+        return (f"task {self.name!r} at world size {world_size} would return {size / 2**20:.0f} MiB per rank and "
+                f"call in {dtype}, more than the judge accepts from one call ({MAX_OUTPUT_BYTES >> 20} MiB); use "
+                f"more ranks{narrower} or a smaller preset")
 
     def cpu_reference_problem(self, world_size: int, preset: str | Preset, dtype: str | None = None) -> str | None:
         """Why the reference cannot be judged on CPU ranks at this size (None: it can). The cpu executor and

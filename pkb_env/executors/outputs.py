@@ -15,9 +15,8 @@ from typing import Any, Iterator
 
 import torch
 
+from pkb_env.contract.spec import MAX_OUTPUT_BYTES
 from pkb_env.executors.tripwire import JUDGE, watch
-
-MAX_OUTPUT_BYTES = 256 << 20
 
 
 class OutputError(TypeError):
