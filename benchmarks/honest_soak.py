@@ -27,6 +27,7 @@ from pathlib import Path
 import gymnasium
 
 import pkb_env  # noqa: F401
+from pkb_env.judge.pipeline import JudgeError
 from pkb_env.task import runnable_tasks
 
 EXPERTS = Path(__file__).resolve().parents[1] / "agents" / "experts"
@@ -122,22 +123,41 @@ def main() -> int:
                 obs, _ = env.reset(options={"task": task})
                 code = {"reference": lambda: obs["reference"], "alternative": lambda: ALTERNATIVES[task],
                         "expert": lambda: (EXPERTS / f"{task}.py").read_text()}[kind]()
-                t0 = time.time()
-                _, _, _, _, info = env.step(code)
-                record = info["record"]
-                t = record.timing
-                steps.append({"preset": preset, "task": task, "kind": kind, "verdict": info["verdict"],
-                              "flags": [f.code for f in record.exploit_flags], "suspect": t and t.suspect,
-                              "speedup": info["speedup"], "time_us": t and t.time_s * 1e6,
-                              "margin_ms": t and t.clock_margin_s is not None and t.clock_margin_s * 1e3,
-                              "claim_ratio": t and t.claim_ratio, "roofline": info["roofline_fraction"],
-                              "step_s": time.time() - t0, "feedback": info["feedback"][:600]
-                              if info["verdict"] != "correct" else None})
+                steps.append(judge(env, preset, task, kind, code))
+                write(args, steps, started)   # after every step: a run cut short still leaves its rows
                 if i % 20 == 0:
                     print(f"{preset} step {i}: {time.time() - started:.0f} s", file=sys.stderr)
         finally:
             env.close()
+    summary, bad = write(args, steps, started)
+    print(json.dumps({k: v for k, v in summary.items() if k != "experts"}, indent=1))
+    for s in bad[:5]:
+        print("REJECTED:", s["task"], s["kind"], s["verdict"], s["flags"], s["suspect"], s["feedback"])
+    return 0 if not bad else 1
 
+
+def judge(env, preset: str, task: str, kind: str, code: str) -> dict:
+    """One step's row; the judge's own failure (its reference failed) is a row too, not the end of the run."""
+    t0 = time.time()
+    try:
+        _, _, _, _, info = env.step(code)
+    except JudgeError as exc:
+        return {"preset": preset, "task": task, "kind": kind, "verdict": "judge_error", "flags": [], "suspect": None,
+                "speedup": None, "time_us": None, "margin_ms": None, "claim_ratio": None, "roofline": None,
+                "step_s": time.time() - t0, "feedback": str(exc)[:600]}
+    record = info["record"]
+    t = record.timing
+    return {"preset": preset, "task": task, "kind": kind, "verdict": info["verdict"],
+            "flags": [f.code for f in record.exploit_flags], "suspect": t and t.suspect,
+            "speedup": info["speedup"], "time_us": t and t.time_s * 1e6,
+            "margin_ms": t and t.clock_margin_s is not None and t.clock_margin_s * 1e3,
+            "claim_ratio": t and t.claim_ratio, "roofline": info["roofline_fraction"],
+            "step_s": time.time() - t0, "feedback": info["feedback"][:600] if info["verdict"] != "correct" else None}
+
+
+def write(args, steps: list[dict], started: float) -> tuple[dict, list[dict]]:
+    """The summary of the rows so far, written with them to soak_<executor>_ws<N>.json; returns it and the
+    rows that count against the judge."""
     bad = [s for s in steps if s["verdict"] != "correct" or s["flags"] or s["suspect"] or s["speedup"] is None]
     margins = [s["margin_ms"] for s in steps if s["margin_ms"] is not None]
     ratios = [s["claim_ratio"] for s in steps if s["claim_ratio"] is not None]
@@ -152,15 +172,13 @@ def main() -> int:
                "experts": {f"{s['task']}/{s['preset']}": {"speedup": s["speedup"], "roofline": s["roofline"],
                                                          "time_us": s["time_us"]}
                            for s in steps if s["kind"] == "expert"},
+               "judge_errors": sum(s["verdict"] == "judge_error" for s in steps),
                "wall_s": time.time() - started}
-    print(json.dumps({k: v for k, v in summary.items() if k != "experts"}, indent=1))
-    for s in bad[:5]:
-        print("REJECTED:", s["task"], s["kind"], s["verdict"], s["flags"], s["suspect"], s["feedback"])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"soak_{args.executor}_ws{args.world_size}.json").write_text(
         json.dumps({"args": vars(args), "summary": summary, "steps": steps}, indent=1))
-    return 0 if not bad else 1
+    return summary, bad
 
 
 if __name__ == "__main__":
