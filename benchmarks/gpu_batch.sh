@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# The GPU evidence for the timing rework (issues 12 and 13) in one run on a host with 2 GPUs (~5-6 minutes;
-# at most 8.5 if every part runs to its limit):
+# The GPU evidence on a host with 2 GPUs, in two runs of at most ~8.5 minutes each (one device call each):
 #
-#     OUT=/path/to/out bash benchmarks/gpu_batch.sh
+#     OUT=/path/to/out bash benchmarks/gpu_batch.sh            # timing: issues 12 and 13 (~5-6 minutes)
+#     OUT=/path/to/out bash benchmarks/gpu_batch.sh tasks      # the task suite and its experts: issue 10
 #
-# Writes at most 8 files under $OUT:
+# "tasks" writes under $OUT: reference_every_gpu.txt (every task's reference judged at bench on every GPU),
+# fused_two_gpus.txt (the five fused experts on two GPUs, correctness and fractions), fused_experts.json/.md
+# (their speedup and roofline at bench and large), roofline_references.json (every reference's roofline
+# fraction at bench and large: a fraction above 1 exits 1), batch.log.
+#
+# The timing run writes at most 8 files under $OUT:
 #   diagnosis.json      why a gated burst could read slower than calls back to back (benchmarks/burst_diagnosis.py)
 #   truth.json, truth.md the judge's reference times beside nccl-tests-style measurements (independent_truth.py)
 #   repeatability.json  reference and expert all_reduce in 5 fresh processes; the reference against itself
@@ -28,6 +33,18 @@ part() {  # part <seconds> <command...>
     echo "== exit $? after $((SECONDS - start)) s" >> "$LOG"
 }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv >> "$LOG" 2>&1
+if [ "${1:-timing}" = tasks ]; then
+    part 200 python -m pytest -q -rA -p no:cacheprovider tests/gpu/test_multi_gpu.py -k reference_on_every_gpu
+    awk '/test_multi_gpu.py/,/== exit/' "$LOG" > "$OUT/reference_every_gpu.txt"
+    part 90  python -m pytest -q -rA -s -p no:cacheprovider tests/gpu/test_fused_experts.py -k two_gpus
+    awk '/test_fused_experts.py/,/== exit/' "$LOG" > "$OUT/fused_two_gpus.txt"
+    part 90  python benchmarks/multi_gpu.py --tasks allgather_gemm gemm_reducescatter tp_rms_norm ring_attention \
+                 vocab_parallel_cross_entropy --presets bench large --steps 1 --skip-reference-step \
+                 --json "$OUT/fused_experts.json" --markdown "$OUT/fused_experts.md"
+    part 110 env OUT="$OUT" python benchmarks/roofline_references.py --executor cuda --world-size 2 --presets bench large
+    echo "== done $(date +%T)" >> "$LOG"
+    exit 0
+fi
 part 50  python benchmarks/burst_diagnosis.py --out "$OUT"
 part 100 python benchmarks/independent_truth.py --out "$OUT"
 part 120 python benchmarks/repeatability.py --executor cuda --processes 5 --self-steps 20 --out "$OUT"
