@@ -254,7 +254,7 @@ def _config_value(path: Path, key: str, action: argparse.Action, value: Any) -> 
 
 # -- commands ------------------------------------------------------------------------------------------
 def cmd_tasks(args) -> int:
-    from pkb_env.contract.catalog import listing
+    from pkb_env.catalog import listing
 
     print(listing())
     return 0

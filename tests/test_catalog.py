@@ -1,18 +1,18 @@
 """docs/tasks.md is generated from the specs and must not go stale; `pkb-env tasks` groups by family."""
 from pkb_env.cli import main as cli
 from pkb_env.contract import FAMILIES
-from pkb_env.contract.catalog import DOC, main, markdown, rows
+from pkb_env.catalog import DOC, main, markdown, rows
 from pkb_env.task import load_task, task_names
 
 
 def test_docs_tasks_md_is_up_to_date():
-    assert main(["--check"]) == 0, "docs/tasks.md is stale: run `python -m pkb_env.contract.catalog --write`"
+    assert main(["--check"]) == 0, "docs/tasks.md is stale: run `python -m pkb_env.catalog --write`"
 
 
 def test_check_fails_on_a_stale_file(tmp_path, monkeypatch):
     stale = tmp_path / "tasks.md"
     stale.write_text(DOC.read_text().replace("| `all_reduce` |", "| `all_reducer` |"))
-    monkeypatch.setattr("pkb_env.contract.catalog.DOC", stale)
+    monkeypatch.setattr("pkb_env.catalog.DOC", stale)
     assert main(["--check"]) == 1
 
 

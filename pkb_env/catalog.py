@@ -1,7 +1,7 @@
 """The suite's catalogue, generated from the specs: `docs/tasks.md` and the `pkb-env tasks` listing.
 
-    python -m pkb_env.contract.catalog --write    # regenerate docs/tasks.md
-    python -m pkb_env.contract.catalog --check    # exit 1 if docs/tasks.md is stale (tests/test_catalog.py)
+    python -m pkb_env.catalog --write    # regenerate docs/tasks.md
+    python -m pkb_env.catalog --check    # exit 1 if docs/tasks.md is stale (tests/test_catalog.py)
 
 The dominant cost term is the cost model's at the `bench` preset and the H200 board's datasheet peaks,
 at each GPU world size (2, 4, 8) the task takes.
@@ -16,10 +16,12 @@ from pathlib import Path
 from pkb_env.contract.cost import bound
 from pkb_env.contract.families import FAMILIES
 from pkb_env.contract.spec import TaskSpec
+from pkb_env.task import load_task, task_names
+from pkb_env.topology import load_topology
 
 BOARD = "h200_8gpu"
 GPU_WORLD_SIZES = (2, 4, 8)
-DOC = Path(__file__).resolve().parents[2] / "docs" / "tasks.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "tasks.md"
 
 
 @dataclass(frozen=True)
@@ -37,9 +39,6 @@ class Row:
 
 def rows() -> list[Row]:
     """One row per task, grouped by family in FAMILIES order, then by PKB id."""
-    from pkb_env.task import load_task, task_names
-    from pkb_env.topology import load_topology
-
     peaks = load_topology(BOARD).datasheet_peaks()
     out = []
     for name in task_names():
@@ -73,7 +72,7 @@ def _ranges(values: list[int]) -> str:
 
 def markdown() -> str:
     lines = ["# Tasks", "",
-             "Generated from the task specs by `python -m pkb_env.contract.catalog --write`; "
+             "Generated from the task specs by `python -m pkb_env.catalog --write`; "
              "`tests/test_catalog.py` fails when this file is stale. The dominant term is the cost model's at "
              f"the `bench` preset and the datasheet peaks of `{BOARD}`; world sizes are those the `bench` "
              "shapes and mesh allow among 1-8. How to add a task: docs/task_contract.md.", ""]
@@ -126,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         DOC.write_text(text)
         return 0
     if not DOC.is_file() or DOC.read_text() != text:
-        print(f"{DOC} is stale: run `python -m pkb_env.contract.catalog --write`", file=sys.stderr)
+        print(f"{DOC} is stale: run `python -m pkb_env.catalog --write`", file=sys.stderr)
         return 1
     return 0
 
