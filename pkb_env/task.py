@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from pkb_env.contract import (DTYPES, EXACT, InputContext, Preset, TaskError, TaskSpec, Tolerance, WorldSizes,
                               derive_seed)
-from pkb_env.judge.screen import reference_parameters
+from pkb_env.contract.signature import reference_parameters
 
 __all__ = ["DTYPES", "EXACT", "InputContext", "Preset", "TaskError", "TaskSpec", "Tolerance", "WorldSizes",
            "derive_seed", "task_names", "runnable_tasks", "load_task", "load_reference", "TASKS_PACKAGE"]

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pkb_env.judge.screen import reference_parameters, screen_source
+from pkb_env.contract.signature import reference_parameters
+from pkb_env.judge.screen import screen_source
 from pkb_env.record import Severity
 
 TASKS = Path(__file__).resolve().parents[1] / "tasks"

@@ -31,7 +31,8 @@ from pkb_env.judge.feedback import write_feedback
 from pkb_env.judge.fingerprints import compare_burst
 from pkb_env.judge.parse import parse_action
 from pkb_env.judge.roofline import roofline
-from pkb_env.judge.screen import reference_parameters, screen_source
+from pkb_env.contract.signature import reference_parameters
+from pkb_env.judge.screen import screen_source
 from pkb_env.judge.seeds import SeedPlan
 from pkb_env.judge.timing import (BurstLog, CallLimits, TimingProtocol, check_claims, clock_allowance, escaped_work,
                                   overheads, run_bursts, summarize, suspect_reason)

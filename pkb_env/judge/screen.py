@@ -23,6 +23,7 @@ import builtins
 import re
 from typing import Iterable
 
+from pkb_env.contract.signature import solution_binding
 from pkb_env.record import Flag, ScreenResult, Severity
 
 INFO, EXPLOIT = Severity.INFO, Severity.EXPLOIT
@@ -76,15 +77,6 @@ PROCESS_MODULES = {"multiprocessing", "subprocess", "torch.multiprocessing", "pt
 _BUILTIN_NAMES = set(dir(builtins))
 
 
-def reference_parameters(reference_source: str) -> list[str]:
-    """Positional parameter names of the reference's top-level `def solution` (what the judge passes)."""
-    tree = ast.parse(reference_source)
-    node = _solution_binding(tree)
-    if not isinstance(node, ast.FunctionDef):
-        raise ValueError("the reference defines no top-level `def solution(...)`; every task's reference.py must")
-    return [a.arg for a in node.args.posonlyargs + node.args.args]
-
-
 def screen_source(code: str, parameters: list[str], collectives_allowed: bool = True) -> ScreenResult:
     """Flags for `code`, its `solution`'s parameter names, and an error when it cannot be judged."""
     result = ScreenResult()
@@ -112,27 +104,9 @@ def screen_source(code: str, parameters: list[str], collectives_allowed: bool = 
 
 # -- solution and signature ------------------------------------------------------------------------
 
-def _solution_binding(tree: ast.Module) -> ast.AST | None:
-    """The last top-level statement that binds the name `solution` (the one Python keeps)."""
-    found = None
-    for stmt in tree.body:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and stmt.name == "solution":
-            found = stmt
-        elif isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "solution"
-                                                  for t in stmt.targets):
-            found = stmt
-        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) \
-                and stmt.target.id == "solution" and stmt.value is not None:
-            found = stmt
-        elif isinstance(stmt, (ast.Import, ast.ImportFrom)) and any(
-                (a.asname or a.name.split(".")[0]) == "solution" for a in stmt.names):
-            found = stmt
-    return found
-
-
 def _check_solution(tree: ast.Module, parameters: list[str]) -> tuple[list[str], str | None, list[Flag]]:
     want = f"def solution({', '.join(parameters)})"
-    node = _solution_binding(tree)
+    node = solution_binding(tree)
     if node is None:
         return [], f"no top-level `solution` found: define `{want}` at module level, as the reference does", []
     line = node.lineno
