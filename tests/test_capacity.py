@@ -70,8 +70,10 @@ def test_progress_hook_reports_every_rank_of_each_phase():
     finally:
         env.close()
     for role in ("reference", "candidate"):
+        # Whole rounds of 1, 2, 3: the first step may wait for the next candidate generation too (it lets
+        # ranks finish starting before the calibration is measured).
         start = [done for r, phase, done, total in events if r == role and phase == "start-up"]
-        assert start == [1, 2, 3], (role, events[:10])
+        assert start and start == [1, 2, 3] * (len(start) // 3), (role, events[:10])
     assert {total for *_, total in events} == {3}
     assert any(r == "candidate" and phase == "build" and done == 3 for r, phase, done, _ in events)
 

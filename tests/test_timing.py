@@ -72,6 +72,32 @@ def test_every_timed_call_is_checked_and_the_counts_add_up(env2):
     assert 0.25 <= info["speedup"] <= 4.0, info["feedback"]  # a gross error (the old 4-8x) cannot hide in this
 
 
+def test_the_reference_is_timed_while_no_rank_is_starting(monkeypatch):
+    """The first step times the reference (and the cache keeps that time for every later step): the next
+    candidate generation, pre-started at reset, must have finished starting by then, so the judge's own
+    start-up work does not run beside the reference's bursts."""
+    import pkb_env.judge.pipeline as pipeline
+
+    seen = []
+    real = pipeline.run_bursts
+
+    def spy(gen, *args, **kwargs):
+        if gen.role == "reference":
+            upcoming = env.unwrapped.executor._next
+            seen.append(upcoming is None or upcoming.ready)
+        return real(gen, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "run_bursts", spy)
+    env = make_env(world_size=2, judge_settings=PRODUCTION)
+    try:
+        obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
+        _, _, _, _, info = env.step(obs["reference"])
+        assert info["correct"], info["feedback"]
+        assert seen and all(seen), seen
+    finally:
+        env.close()
+
+
 def test_wrong_in_one_call_of_forty_is_wrong_every_time(env2):
     """Issue 12's must-show: judged wrong in 20 steps out of 20 (it passed 7 of 8 with sampled checks)."""
     env2.reset(options={"task": "all_reduce"})

@@ -26,7 +26,7 @@ from typing import Callable
 
 from pkb_env.executors import channel
 from pkb_env.executors.environment import rank_environment
-from pkb_env.executors.generation import Generation, Placement
+from pkb_env.executors.generation import Generation, GenerationFailed, Placement
 from pkb_env.executors.isolation import remove_files_of, unprivileged_uid
 from pkb_env.executors.limits import ResourceLimits, describe_status, kill_tree
 from pkb_env.executors.zygote import Containment, Zygote
@@ -105,6 +105,22 @@ class ProcessExecutor:
             gen = self._start("candidate")
         self._next = self._start("candidate")
         return gen
+
+    def settle(self, timeout: float) -> None:
+        """Wait until the pre-started candidate generation has finished starting. Its ranks import torch and
+        make their CUDA contexts and communicators: the judge's own work, competing for the cores (and the
+        GPU) with a reference being timed or a calibration, whose results are cached and used for every
+        later step. (On one H200 the reference against itself read 1.05-1.11x; whether this was the cause
+        is not measured yet: docs/timing.md.) A generation that fails to start is dropped; the next step
+        starts another."""
+        gen = self._next
+        if gen is None or gen.closed:
+            return
+        try:
+            gen.wait_ready(timeout)
+        except GenerationFailed:
+            gen.close()
+            self._next = None
 
     def release(self, gen: Generation) -> None:
         """End a candidate generation and everything it left behind, before the judge goes on."""

@@ -114,6 +114,7 @@ class Judge:
         of the placement's calibration sizes, then the peak probes (executors/peaks.py: send/recv latency
         and bandwidth, matmul, device copy); on GPUs also the copy-engine rate between every pair of GPUs.
         """
+        self.executor.settle(self.settings.start_timeout_s)   # no rank starting beside the probes
         gen = self._reference_ready()
         sizes = self.settings.calibration_sizes or self.executor.placement.calibration_sizes
         s = self.settings
@@ -365,6 +366,7 @@ class Judge:
                 return run_bursts(gen, _workload(record, self._rng()), SeedPlan(task.layout(self.executor.world_size)),
                                   p, limits, s.timing_timeout_s, p.reference_budget_s)
 
+            self.executor.settle(s.start_timeout_s)   # no rank starting beside the reference's bursts
             log = self._with_reference(task, measure)
             result = summarize(log, self.executor.placement.clock)
             problem = suspect_reason(result.time_s, self._physical_floor(task, record))
