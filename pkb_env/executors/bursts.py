@@ -19,6 +19,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import torch
+
 from pkb_env.contract import derive_seed
 from pkb_env.executors.clocks import BurstTimes
 from pkb_env.executors.outputs import check_size, export, reuse_problems, stage
@@ -46,14 +48,38 @@ class HeldBurst:
     outputs: list[Any]
     inputs: list[tuple]
     last: Any
+    workload: Workload
 
 
-def make_sets(workload: Workload, base: dict[str, int], calls: int) -> list[tuple]:
+def make_sets(workload: Workload, base: dict[str, int], calls: int, into: list[tuple] | None = None) -> list[tuple]:
     """The input sets of a burst's `calls` calls, each from its own seeds, derived one-way from the burst's
     base seeds (one per scope this rank belongs to, sent by the judge): call i's seed of a scope is the same
-    on every rank of the scope and on the reference's replay, and known to no other rank."""
-    return [workload.make({scope: derive_seed(seed, "call", i) for scope, seed in base.items()})
-            for i in range(calls)]
+    on every rank of the scope and on the reference's replay, and known to no other rank.
+
+    `into`: the previous burst's sets, whose tensors are refilled in place (one fresh set made at a time),
+    so that call i of every burst reads the same addresses with new content: a cache keyed on an input's
+    address hits for certain and returns a stale answer, where fresh allocations would only often reuse
+    addresses (tests/adversarial, cache_data_ptr)."""
+    sets = []
+    for i in range(calls):
+        fresh = workload.make({scope: derive_seed(seed, "call", i) for scope, seed in base.items()})
+        sets.append(_refill(into[i], fresh) if into is not None and i < len(into) else fresh)
+    return sets
+
+
+def _refill(old: tuple, fresh: tuple) -> tuple:
+    """`fresh`'s values in `old`'s tensors where they are the same kind of buffer (shape, dtype, device,
+    not a view, no autograd), else the fresh argument itself."""
+    if len(old) != len(fresh):
+        return fresh
+    return tuple(o.copy_(f) if _same_buffer(o, f) else f for o, f in zip(old, fresh))
+
+
+def _same_buffer(old: Any, fresh: Any) -> bool:
+    return (isinstance(old, torch.Tensor) and isinstance(fresh, torch.Tensor) and old.shape == fresh.shape
+            and old.dtype == fresh.dtype and old.device == fresh.device and old._base is None
+            and fresh._base is None and not old.requires_grad and not fresh.requires_grad
+            and old.is_contiguous() and fresh.is_contiguous())
 
 
 def timed_burst(workload: Workload, sets: list[tuple], clock, epoch: int, marks_every: int, capture_every: bool,
@@ -87,7 +113,7 @@ def timed_burst(workload: Workload, sets: list[tuple], clock, epoch: int, marks_
     clock.stop()
     times = clock.finish()
     times.seen_at, times.host_s = seen_at, host_s
-    return HeldBurst(outputs, sets, last), times
+    return HeldBurst(outputs, sets, last, workload), times
 
 
 def untimed_calls(workload: Workload, sets: list[tuple], clock) -> HeldBurst:
@@ -95,7 +121,7 @@ def untimed_calls(workload: Workload, sets: list[tuple], clock) -> HeldBurst:
     outputs = [workload.call(*args) for args in sets]
     last = stage(outputs[-1])
     clock.sync()
-    return HeldBurst(outputs, sets, last)
+    return HeldBurst(outputs, sets, last, workload)
 
 
 def fingerprints(held: HeldBurst, seed: int, rules: dict[str, list], sample: list[int],

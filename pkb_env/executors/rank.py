@@ -82,6 +82,7 @@ class RankServer:
         self.group_cache = GroupCache()
         self.solution: Callable[..., Any] | None = None
         self.held: bursts.HeldBurst | None = None
+        self.staged: tuple[bursts.Workload, list[tuple]] | None = None  # the last burst's inputs, to refill
         self._workloads: dict[str, bursts.Workload] = {}
         self.nonce = ""
         torch.set_num_threads(1)
@@ -166,9 +167,11 @@ class RankServer:
 
     def burst(self, message: dict) -> None:
         """One timed burst (bursts.py); the outputs are held for `fingerprints`."""
-        self.held = None  # the previous burst's outputs and inputs go before this burst's sets are made
+        self.held = None  # the previous burst's outputs go before this burst's sets are made
         workload = self.workload(message["workload"])
-        sets = bursts.make_sets(workload, message["seeds"], message["calls"])
+        staged, self.staged = self.staged, None   # its inputs stay, refilled: every burst on the same buffers
+        sets = bursts.make_sets(workload, message["seeds"], message["calls"],
+                                into=staged[1] if staged and staged[0] is workload else None)
         deadline = JUDGE.monotonic() + RELEASE_WAIT_S
         self.held, times = bursts.timed_burst(workload, sets, self.clock, message["epoch"], message["marks_every"],
                                               message["capture_every"], deadline, lambda: self.send("gated"))
@@ -181,6 +184,7 @@ class RankServer:
         if held is None:
             raise RuntimeError("no burst to fingerprint")
         data = bursts.fingerprints(held, message["seed"], message["rules"], message["sample"])
+        self.staged = (held.workload, held.inputs)
         self.check_tools()  # a candidate's thread may have patched the fingerprinting meanwhile
         self.send("sketches", JUDGE.pack(data), burst=message["burst"])
 
