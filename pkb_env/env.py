@@ -96,10 +96,10 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
         """The tasks this env draws from, each able to run here. None: the whole suite, i.e. every task that
         takes this world size and preset (and, where the trusted reference runs on CPU ranks, whose reference
         they can run at that size)."""
-        cpu_reference = self._reference_on_cpu()
         if task is None:
-            names = [n for n in runnable_tasks(self.world_size, self.preset, cpu_reference)
-                     if self.dtype is None or self.dtype in load_task(n).dtypes]
+            names = [n for n in runnable_tasks(self.world_size, self.preset)
+                     if (self.dtype is None or self.dtype in load_task(n).dtypes)
+                     and self._size_problem(load_task(n)) is None]
             if not names:
                 raise TaskError(f"no task of the suite runs at world size {self.world_size} with preset "
                                 f"{self.preset!r} here; `pkb-env tasks` lists the world sizes and presets of each")
@@ -111,16 +111,19 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
             self._check_task(load_task(name))  # load_task raises with the list of known tasks
         return names
 
-    def _reference_on_cpu(self) -> bool:
-        return all(device == "cpu" for device in self.executor.reference_placement.devices)
-
     def _check_task(self, task: TaskSpec) -> None:
         task.check_world_size(self.world_size, self.preset)
-        dtype = task.resolve_dtype(self.preset, self.dtype)
-        problem = task.output_problem(self.world_size, self.preset, dtype) or \
-            (task.cpu_reference_problem(self.world_size, self.preset, dtype) if self._reference_on_cpu() else None)
+        problem = self._size_problem(task)
         if problem:
             raise TaskError(problem)
+
+    def _size_problem(self, task: TaskSpec) -> str | None:
+        """Why `task` cannot be judged here at this size and dtype (outputs over what the judge takes from a
+        call; a reference beyond the CPU ranks that run it under cpu and cuda-emulated), or None."""
+        dtype = task.resolve_dtype(self.preset, self.dtype)
+        on_cpu = all(device == "cpu" for device in self.executor.reference_placement.devices)
+        return task.output_problem(self.world_size, self.preset, dtype) or \
+            (task.cpu_reference_problem(self.world_size, self.preset, dtype) if on_cpu else None)
 
     # -- Gymnasium API -----------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):

@@ -284,10 +284,6 @@ def evaluate(agent, tasks: Sequence[str] | None = None, world_size: int = 4, exe
     ps = tuple(ps)
     if any(isinstance(p, bool) or not isinstance(p, (int, float)) or not p >= 0 for p in ps):
         raise ValueError(f"ps must be numbers >= 0, got {list(ps)!r}")
-    for name in names or ():  # fail before any process starts
-        task = load_task(name)
-        task.check_world_size(world_size, preset)
-        task.resolve_dtype(preset, dtype)
 
     start = time.perf_counter()
     env = gymnasium.make("pkb_env/ParallelKernel-v0", task=names, world_size=world_size, executor=executor,

@@ -30,13 +30,12 @@ def task_names() -> tuple[str, ...]:
     return tuple(sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if m.ispkg and not m.name.startswith("_")))
 
 
-def runnable_tasks(world_size: int, preset: str, cpu_reference: bool = False) -> list[str]:
+def runnable_tasks(world_size: int, preset: str) -> list[str]:
     """The tasks of the suite that take `world_size` at `preset` in the preset's dtype (what "the whole suite"
-    means there); with `cpu_reference`, only those whose reference CPU ranks can run at that size."""
+    means there; the env further leaves out what its executor cannot judge)."""
     return [n for n in task_names() if preset in load_task(n).presets
             and load_task(n).world_size_problem(world_size, preset) is None
-            and load_task(n).output_problem(world_size, preset) is None
-            and not (cpu_reference and load_task(n).cpu_reference_problem(world_size, preset))]
+            and load_task(n).output_problem(world_size, preset) is None]
 
 
 @lru_cache(maxsize=None)

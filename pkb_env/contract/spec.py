@@ -27,7 +27,7 @@ from pkb_env.contract.mesh import FLAT, Mesh, MeshError, MeshLayout
 from pkb_env.contract.tolerance import EXACT, Check, Rule, Tolerance
 
 # The most a rank may return from one call: executors/outputs.py refuses more before copying it anywhere,
-# and a task whose outputs exceed it at a size cannot run there (world_size_problem).
+# and a task whose outputs exceed it at a size cannot run there (output_problem).
 MAX_OUTPUT_BYTES = 256 << 20
 
 # The most floating-point work per rank and call that a reference on CPU ranks is asked to do: each trial must

@@ -115,6 +115,8 @@ class RankServer:
             if op == "exit":
                 return
             self.nonce = message.get("nonce", "")
+            if op not in ("burst", "fingerprints"):
+                self.staged = None  # staged inputs serve one timing session: its bursts follow one another
             try:
                 handlers[op](message)
             except BaseException as exc:  # candidate code may raise anything, SystemExit included

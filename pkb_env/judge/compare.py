@@ -257,7 +257,7 @@ def _scalar_problem(expected: Any, got: Any, tol: Tolerance) -> str | None:
         e = complex(expected)
         g = complex(got)
         parts = [(e.real, g.real), (e.imag, g.imag)]
-        if all(_scalar_close(a, b, tol) for a, b in parts):
+        if all(scalar_close(a, b, tol) for a, b in parts):
             return None
         return f"expected {_short(expected)}, got {_short(got)}"
     try:
@@ -267,7 +267,7 @@ def _scalar_problem(expected: Any, got: Any, tol: Tolerance) -> str | None:
     return None if equal else f"expected {_short(expected)}, got {_short(got)}"
 
 
-def _scalar_close(e: float, g: float, tol: Tolerance) -> bool:
+def scalar_close(e: float, g: float, tol: Tolerance) -> bool:
     if math.isnan(e):
         return math.isnan(g)
     if math.isinf(e):

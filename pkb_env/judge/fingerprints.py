@@ -32,7 +32,7 @@ import torch
 from pkb_env.contract import Check, Tolerance
 from pkb_env.executors.channel import ChannelError
 from pkb_env.executors.sketch import MULTIPLIERS, PROJECTIONS
-from pkb_env.judge.compare import _scalar_close, compare_outputs
+from pkb_env.judge.compare import scalar_close, compare_outputs
 from pkb_env.record import Mismatch
 
 DELTA = 1e-15
@@ -168,7 +168,7 @@ def _structure(exp: Any, got: Any, path: str, checks: dict[str, Check]) -> list[
 
 
 def _close(e: float, g: Any, tol: Tolerance) -> bool:
-    return type(g) in (int, float) and _scalar_close(e, g, tol)
+    return type(g) in (int, float) and scalar_close(e, g, tol)
 
 
 def _describe(skeleton: Any) -> str:

@@ -19,7 +19,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from pkb_env.contract import FLAT, Check, Peaks
+from pkb_env.contract import FLAT, Check, CostModel, Peaks
+from pkb_env.contract.signature import reference_parameters
 from pkb_env.executors import operations as ops
 from pkb_env.executors import peaks as probes
 from pkb_env.executors.channel import ChannelError
@@ -31,7 +32,6 @@ from pkb_env.judge.feedback import write_feedback
 from pkb_env.judge.fingerprints import compare_burst
 from pkb_env.judge.parse import parse_action
 from pkb_env.judge.roofline import roofline
-from pkb_env.contract.signature import reference_parameters
 from pkb_env.judge.screen import screen_source
 from pkb_env.judge.seeds import SeedPlan
 from pkb_env.judge.timing import (BurstLog, CallLimits, TimingProtocol, check_claims, clock_allowance, escaped_work,
@@ -297,15 +297,13 @@ class Judge:
         return VerifyResult(correct=not mismatches, checked=checked, mismatches=mismatches)
 
     def _roofline(self, task: TaskSpec, record: EvaluationRecord) -> None:
-        model = task.cost_model(task.preset(record.preset).dims, record.world_size, record.dtype)
-        record.roofline = roofline(model, record.timing.time_s, self.peaks(self.calibration()),
+        record.roofline = roofline(_cost_model(task, record), record.timing.time_s, self.peaks(self.calibration()),
                                    self.topology.datasheet_peaks())
 
     def _physical_floor(self, task: TaskSpec, record: EvaluationRecord) -> float | None:
         """The least time the task can take here: its cost model bounded at the datasheet's peaks (None where
         the topology has none). The one input of the suspect rule (timing.suspect_reason)."""
-        model = task.cost_model(task.preset(record.preset).dims, record.world_size, record.dtype)
-        floor = roofline(model, 1.0, None, self.topology.datasheet_peaks())
+        floor = roofline(_cost_model(task, record), 1.0, None, self.topology.datasheet_peaks())
         return floor.bound.bound_s if floor is not None else None
 
     def _rng(self) -> str:
@@ -385,6 +383,11 @@ def checks_for(task: TaskSpec, record: EvaluationRecord) -> dict[str, Check]:
 def fingerprint_rules(checks: dict[str, Check]) -> dict[str, list]:
     """The checks as the ranks' fingerprints need them: path -> [atol, rtol, rows form a set]."""
     return {path: [c.tolerance.atol, c.tolerance.rtol, c.unordered] for path, c in checks.items()}
+
+
+def _cost_model(task: TaskSpec, record: EvaluationRecord) -> CostModel:
+    """The task's cost model at the size, world size and dtype this step judges."""
+    return task.cost_model(task.preset(record.preset).dims, record.world_size, record.dtype)
 
 
 def _workload(record: EvaluationRecord, rng: str) -> dict:
