@@ -98,6 +98,83 @@ def test_the_reference_is_timed_while_no_rank_is_starting(monkeypatch):
         env.close()
 
 
+def test_no_generation_starts_while_a_candidate_is_timed(monkeypatch):
+    """The next candidate generation starts when the current one is released, after its timing: no rank
+    makes its context or communicators beside the candidate's bursts, and the candidate cannot reach it."""
+    import pkb_env.judge.pipeline as pipeline
+
+    seen = []
+    real = pipeline.run_bursts
+
+    def spy(gen, *args, **kwargs):
+        if gen.role == "candidate":
+            seen.append(env.unwrapped.executor._next)
+        return real(gen, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "run_bursts", spy)
+    env = make_env(world_size=2, judge_settings=PRODUCTION, target_speedup=float("inf"))  # one episode, 2 steps
+    try:
+        obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
+        for _ in range(2):
+            _, _, _, _, info = env.step(obs["reference"])
+            assert info["correct"], info["feedback"]
+            upcoming = env.unwrapped.executor._next
+            assert upcoming is not None and not upcoming.closed  # started for the next step
+        assert seen == [None, None], seen
+    finally:
+        env.close()
+
+
+WARMS_UP_SLOWLY = """
+import time, torch.distributed as dist
+_calls = [0]
+
+def solution(tensor):
+    _calls[0] += 1
+    if _calls[0] <= 40:   # its first calls are slow (a cold cache, a pool that grows)
+        time.sleep(0.002)
+    out = tensor.clone()
+    dist.all_reduce(out)
+    return out
+"""
+
+
+def test_no_scored_burst_is_longer_than_the_warm_up_bursts(monkeypatch):
+    """The warm-up grows the bursts to the plan's upper size, so a scored burst never holds more outputs
+    than the ranks held before (a fresh process's memory pool must not grow inside a timed burst)."""
+    import pkb_env.judge.pipeline as pipeline
+    import pkb_env.judge.timing as timing
+
+    sessions, sizes = [], []   # per timing session of a task: (burst sizes in order, scored bursts, warm-up calls)
+    real_run, real_burst = timing.run_bursts, timing.ops.burst
+
+    def run(gen, workload, *args, **kwargs):
+        sizes.clear()
+        log = real_run(gen, workload, *args, **kwargs)
+        if "preset" in workload:  # a task's session, not the calibration's collectives and probes
+            sessions.append((list(sizes), len(log.bursts), log.warmup_calls))
+        return log
+
+    def burst(gen, workload, seeds, calls, *args, **kwargs):
+        sizes.append(calls)
+        return real_burst(gen, workload, seeds, calls, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "run_bursts", run)
+    monkeypatch.setattr(timing.ops, "burst", burst)
+    env = make_env(world_size=2, judge_settings=PRODUCTION)
+    try:
+        obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
+        _, _, _, _, info = env.step(WARMS_UP_SLOWLY)  # its estimates fall as it warms: the plan grows
+        assert info["correct"], info["feedback"]
+    finally:
+        env.close()
+    assert len(sessions) == 2  # the reference's timing, the candidate's
+    for sizes, scored, warmup_calls in sessions:
+        warm, timed = sizes[:-scored], sizes[-scored:]
+        assert warm[0] == 1 and sum(warm) == warmup_calls and len(warm) >= 2, sizes
+        assert max(timed) <= max(warm), sizes
+
+
 def test_every_burst_refills_the_same_input_buffers_with_new_content():
     """Call i of every burst reads the same addresses with fresh values (so an address-keyed cache hits for
     certain and answers stale); arguments that are not plain buffers of the same kind are made fresh."""

@@ -103,8 +103,7 @@ class Generation:
         for rank, device in enumerate(placement.devices):
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             spec = {"rank": rank, "world_size": placement.world_size, "device": device,
-                    "backend": placement.backend, "clock": placement.clock, "role": role, "store": store,
-                    "workdir": self.workdir,
+                    "backend": placement.backend, "clock": placement.clock, "store": store, "workdir": self.workdir,
                     "env": {**env, "TMPDIR": self.workdir, "HOME": self.workdir,
                             "CUPY_CACHE_DIR": os.path.join(self.workdir, "cupy"),
                             "TRITON_CACHE_DIR": os.path.join(self.workdir, "triton")},

@@ -97,13 +97,12 @@ class ProcessExecutor:
         return self._zygote
 
     def candidate_generation(self) -> Generation:
-        """A fresh generation for one candidate (give it back with `release`); the next one starts now."""
-        gen = self._next
+        """A fresh generation for one candidate (give it back with `release`, which starts the next one)."""
+        gen, self._next = self._next, None
         if gen is None or not gen.alive():
             if gen is not None:
                 gen.close()
             gen = self._start("candidate")
-        self._next = self._start("candidate")
         return gen
 
     def settle(self, timeout: float) -> None:
@@ -123,10 +122,18 @@ class ProcessExecutor:
             self._next = None
 
     def release(self, gen: Generation) -> None:
-        """End a candidate generation and everything it left behind, before the judge goes on."""
+        """End a candidate generation and everything it left behind, then start the next one.
+
+        The next generation starts here, once the candidate's timing is over, and not while a candidate
+        works: its ranks make CUDA contexts and communicators (GPU work that time-slices with the ranks
+        being timed) and run as the same user as the candidate, which could reach them. It has the rest of
+        this step (the check of the timed outputs) and the time until the next candidate to get ready.
+        """
         gen.close()
         if not gen.cell.contained:  # a contained generation took everything with it: nothing to sweep
             self.sweep()
+        if self._next is None or self._next.closed:
+            self._next = self._start("candidate")
 
     def sweep(self, seconds: float = 1.0) -> None:
         """Kill whatever the zygote adopted that is not the cell of a live generation.

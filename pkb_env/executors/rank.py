@@ -98,9 +98,6 @@ class RankServer:
             _connect(self.device)
         connected = JUDGE.clock()
         self.facts = {**self.clock.facts(), "group_s": grouped - started, "connect_s": connected - grouped}
-        if spec["backend"] == "nccl" and spec["role"] == "candidate":
-            self.facts["symmetric_memory"] = _warm_symmetric_memory(self.device)
-            self.facts["symmetric_s"] = JUDGE.clock() - connected
         # Kernel compiles are requested from the judge (pkb_env.runtime); the link never sees the channel module.
         send, recv = channel.send, channel.recv
         link.attach(lambda header: (send(conn, header), recv(conn))[1])
@@ -245,19 +242,6 @@ def _connect(device: torch.device) -> None:
     dist.reduce_scatter_tensor(x[:8].clone(), x)
     dist.all_to_all_single(torch.empty_like(x), x)
     torch.cuda.synchronize(device)
-
-
-def _warm_symmetric_memory(device: torch.device) -> str:
-    """Set up torch's symmetric memory once, while the generation is pre-started: a candidate's first
-    `pkb_env.runtime.symmetric_buffer` then pays only for its own buffer. Says what happened."""
-    try:
-        import torch.distributed._symmetric_memory as symm_mem
-
-        symm_mem.rendezvous(symm_mem.empty(64, dtype=torch.uint8, device=device), dist.group.WORLD)
-        torch.cuda.synchronize(device)
-        return "ready"
-    except Exception as exc:  # noqa: BLE001  (a candidate that needs it will meet the error itself)
-        return f"unavailable ({type(exc).__name__}: {str(exc)[:200]})"
 
 
 def _collective(name: str, size: int, device: torch.device) -> bursts.Workload:

@@ -34,7 +34,7 @@ class TimingProtocol:
     """Targets and budgets of the bursts; `for_clock` gives the defaults of a placement's clock."""
 
     burst_s: float = 0.04            # target wall time of one burst
-    warmup_bursts: int = 1           # full-size bursts after the one-call sizing burst, not scored
+    warmup_bursts: int = 3           # at most, after the one-call sizing burst; fewer once the plan stops growing
     budget_s: float = 0.25           # wall time for a candidate's scored bursts (fingerprinting included)
     reference_budget_s: float = 1.0  # the same for the reference (measured once per task and size, cached)
     calibration_budget_s: float = 0.1  # the same per calibration size
@@ -167,25 +167,35 @@ def run_bursts(gen: Generation, workload: dict, plan: SeedPlan, protocol: Timing
         """`min_calls`, unless that many calls would take more than 4 bursts' time (slow tasks on CPU ranks)."""
         return max(1, min(protocol.min_calls, limits.max_calls, int(4 * protocol.burst_s / estimate)))
 
+    # Warm-up: bursts at the plan's largest size until the plan stops growing. No scored burst is then
+    # longer than a warm-up burst was (`ceiling`), so none holds more outputs than the rank has held
+    # before: a fresh generation's memory pool (cudaMalloc, page faults) grows in the warm-up, not inside
+    # a scored burst, as it would when the plan grows while a process warms up (a fresh candidate
+    # generation beside a long-lived reference one).
     estimate = per_call(one(1, "warmup", 0, scored=False))
     planned = _clamp(protocol.burst_s / estimate, least(estimate), limits.max_calls)
+    ceiling = limits.max_calls if protocol.warmup_bursts == 0 else 1
     for w in range(protocol.warmup_bursts):
         calls = _clamp(planned * (1 + protocol.jitter), least(estimate), limits.max_calls)
+        if calls <= ceiling:
+            break
         estimate = per_call(one(calls, "warmup", w + 1, scored=False))
+        ceiling = calls
         planned = _clamp(protocol.burst_s / estimate, least(estimate), limits.max_calls)
+    planned = min(planned, ceiling)
     scored_start = time.monotonic()
     estimates = [estimate]
     while len(log.bursts) < protocol.max_bursts:
-        low = least(float(np.median(estimates)))
-        calls = _clamp(planned * rng.uniform(1 - protocol.jitter, 1 + protocol.jitter), low, limits.max_calls)
+        low = min(ceiling, least(float(np.median(estimates))))
+        calls = _clamp(planned * rng.uniform(1 - protocol.jitter, 1 + protocol.jitter), low, ceiling)
         estimates.append(per_call(one(calls, "timed", len(log.bursts), scored=True)))
-        planned = _clamp(protocol.burst_s / float(np.median(estimates)), low, limits.max_calls)
+        planned = _clamp(protocol.burst_s / float(np.median(estimates)), low, ceiling)
         figures = log.figures()
         if len(figures) >= protocol.min_bursts and relative_standard_error(figures) < protocol.rse_target:
             break
         if len(figures) >= protocol.min_bursts and time.monotonic() - scored_start > budget_s:
             break
-        if limits.total_calls is not None and sum(b.calls for b in log.bursts) + limits.max_calls > limits.total_calls:
+        if limits.total_calls is not None and sum(b.calls for b in log.bursts) + ceiling > limits.total_calls:
             break
     log.wall_s = time.monotonic() - started
     return log
