@@ -6,7 +6,7 @@ import time
 import psutil
 import pytest
 
-from conftest import FAST
+from conftest import FAST, make_env
 
 # The orphans' command line names this test process, so that a test run elsewhere on the machine (whose
 # candidates sleep too) is not mistaken for a survivor of this one.
@@ -141,3 +141,28 @@ def test_no_process_left_after_close():
     env.close()
     time.sleep(0.2)
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_a_next_generation_that_cannot_start_does_not_cost_this_step(monkeypatch):
+    """Starting the next candidate generation (at release) can fail (a full disk, a dead zygote): the step
+    that released keeps its verdict, and the next step starts its own generation or says why it cannot."""
+    env = make_env(world_size=2, target_speedup=float("inf"))
+    try:
+        obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
+        executor = env.unwrapped.executor
+        real = executor._start
+        failures = []
+
+        def refuse(role):
+            failures.append(role)
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(executor, "_start", refuse)
+        _, _, _, _, info = env.step(obs["reference"])
+        assert info["correct"], info["feedback"]
+        assert failures and executor._next is None
+        monkeypatch.setattr(executor, "_start", real)
+        _, _, _, _, info = env.step(obs["reference"])
+        assert info["correct"], info["feedback"]
+    finally:
+        env.close()

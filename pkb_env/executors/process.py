@@ -133,7 +133,10 @@ class ProcessExecutor:
         if not gen.cell.contained:  # a contained generation took everything with it: nothing to sweep
             self.sweep()
         if self._next is None or self._next.closed:
-            self._next = self._start("candidate")
+            try:
+                self._next = self._start("candidate")
+            except Exception:  # noqa: BLE001  (this step's result stands; the next step starts one and says why not)
+                self._next = None
 
     def sweep(self, seconds: float = 1.0) -> None:
         """Kill whatever the zygote adopted that is not the cell of a live generation.
