@@ -112,6 +112,21 @@ raise RuntimeError("SEEN " + " ".join(seen) + " END")"""
     assert tmp_entries.count("pkb-left-behind") == 1, tmp_entries  # only this generation's own write
 
 
+def test_the_namespace_probe_runs_in_a_fresh_interpreter(monkeypatch):
+    """The probe never forks the judge itself (which may run threads: a forked copy can deadlock on a lock
+    another thread held; Python 3.12 warns), and says why where the child refuses."""
+    from pkb_env.executors import namespaces
+
+    def no_fork():
+        raise AssertionError("the probe forked the judge's own process")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    answer = namespaces.probe()
+    assert answer is None or answer.strip(), answer
+    monkeypatch.setattr(namespaces, "_PROBE", "print('unshare refused: Operation not permitted')")
+    assert namespaces.probe() == "unshare refused: Operation not permitted"
+
+
 def test_without_namespaces_the_judge_still_works(monkeypatch):
     monkeypatch.setenv("PKB_ENV_NAMESPACES", "0")
     env = make_env(world_size=2)

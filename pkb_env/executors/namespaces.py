@@ -135,20 +135,34 @@ def _write(path: str, text: str) -> None:
 
 
 def probe() -> str | None:
-    """None where this process may create a cell's namespaces, else why not (tried in a throwaway child)."""
+    """None where this process may create a cell's namespaces, else why not.
+
+    Tried in a fresh interpreter (fork and exec), not in a fork of this one: the judge may run threads
+    (CUDA, wandb, a trainer's), and a forked copy of a multi-threaded process may deadlock on a lock one
+    of them held. The child loads only this module (standard library only) and exits.
+    """
     if not os.uname().sysname == "Linux":
         return f"unavailable on {os.uname().sysname}"
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            unshare(user=os.geteuid() != 0)
-            os.write(write_end, b"ok")
-        except BaseException as exc:
-            os.write(write_end, str(exc).encode()[:4000] or b"error")
-        os._exit(0)
-    os.close(write_end)
-    answer = os.read(read_end, 4096)
-    os.close(read_end)
-    os.waitpid(pid, 0)
-    return None if answer == b"ok" else answer.decode(errors="replace")
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", _PROBE, __file__], capture_output=True,
+                              timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the namespace probe did not run ({type(exc).__name__}: {exc})"
+    answer = done.stdout.decode(errors="replace").strip()
+    return None if answer == "ok" else (answer or done.stderr.decode(errors="replace").strip()[-4000:] or "error")
+
+
+_PROBE = """
+import importlib.util, os, sys
+spec = importlib.util.spec_from_file_location("pkb_namespaces_probe", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+try:
+    module.unshare(user=os.geteuid() != 0)
+    print("ok")
+except BaseException as exc:
+    print(str(exc)[:4000] or "error")
+"""
