@@ -129,7 +129,7 @@ def test_the_namespace_probe_runs_in_a_fresh_interpreter(monkeypatch):
 
 def test_without_namespaces_the_judge_still_works(monkeypatch):
     monkeypatch.setenv("PKB_ENV_NAMESPACES", "0")
-    env = make_env(world_size=2)
+    env = make_env(world_size=2, target_speedup=float("inf"))  # one episode of three steps
     try:
         with pytest.warns(RuntimeWarning, match="without namespaces.*PKB_ENV_REQUIRE_CONTAINMENT"):
             obs, _ = env.reset(seed=0)
