@@ -9,12 +9,14 @@ Built on torch.distributed._symmetric_memory (CUDA backend). A SymmetricBuffer g
   barrier()         a stream-ordered barrier across ranks (a signal-pad kernel on the current stream)
 
 Allocation and rendezvous are collective and slow (they exchange memory handles), so buffers are made
-once and reused across calls. The first allocation in a process also sets torch's symmetric memory up,
-which on one H200 (torch 2.11) took 2.3-3.5 s over 7 fresh processes (it loads NVSHMEM even for the CUDA
-backend) and later ones about 1 ms: a candidate pays it in its build or first trial, never in a timed call
-(the judge does not set it up for every generation: that put 2 s on every step, docs/timing.md): `symmetric_buffer` caches them by (shape, dtype, tag, group). Reusing a
+once and reused across calls: `symmetric_buffer` caches them by (shape, dtype, tag, group). Reusing a
 buffer across calls means a fast rank can overwrite its buffer while a slow peer still reads it: put a
 barrier after the last remote read of a call (the pattern in this package's docstring).
+
+The first allocation in a process also sets torch's symmetric memory up: on one H200 (torch 2.11) that
+took 1.9-3.5 s over 10 fresh processes (it loads NVSHMEM even for the CUDA backend), later ones about
+1 ms. A candidate pays it in its build or first trial, never in a timed call; the judge no longer sets it
+up for every generation, which made warm steps wait up to 1.6 s for their ranks (docs/timing.md).
 """
 from __future__ import annotations
 
