@@ -121,6 +121,7 @@ def test_exploit_is_defeated(adv_env, baseline, name):
     # The judge is intact: the reference itself is judged correct on the next step (and its time joins the
     # honest distribution, measured under the load the exploit ran under).
     try:
+        obs, _ = adv_env.reset(options={"task": e.task})  # a new episode: the exploit's step may have ended its own
         _, ref_reward, _, _, info = adv_env.step(obs["reference"])
         if info["correct"]:
             baseline.add(e.task, info["record"])
