@@ -98,20 +98,25 @@ class ProcessExecutor:
 
     def candidate_generation(self) -> Generation:
         """A fresh generation for one candidate (give it back with `release`, which starts the next one)."""
+        self._ensure_next()
         gen, self._next = self._next, None
-        if gen is None or not gen.alive():
-            if gen is not None:
-                gen.close()
-            gen = self._start("candidate")
         return gen
+
+    def _ensure_next(self) -> None:
+        """A live pre-started candidate generation, started now unless one is waiting (a dead one is closed:
+        whoever ran before may have killed it)."""
+        if self._next is not None and self._next.alive():
+            return
+        if self._next is not None:
+            self._next.close()
+            self._next = None
+        self._next = self._start("candidate")
 
     def settle(self, timeout: float) -> None:
         """Wait until the pre-started candidate generation has finished starting. Its ranks import torch and
         make their CUDA contexts and communicators: the judge's own work, competing for the cores (and the
         GPU) with a reference being timed or a calibration, whose results are cached and used for every
-        later step. (On one H200 the reference against itself read 1.05-1.11x; whether this was the cause
-        is not measured yet: docs/timing.md.) A generation that fails to start is dropped; the next step
-        starts another."""
+        later step. A generation that fails to start is dropped; the next step starts another."""
         gen = self._next
         if gen is None or gen.closed:
             return
@@ -132,11 +137,10 @@ class ProcessExecutor:
         gen.close()
         if not gen.cell.contained:  # a contained generation took everything with it: nothing to sweep
             self.sweep()
-        if self._next is None or self._next.closed:
-            try:
-                self._next = self._start("candidate")
-            except Exception:  # noqa: BLE001  (this step's result stands; the next step starts one and says why not)
-                self._next = None
+        try:
+            self._ensure_next()
+        except Exception:  # noqa: BLE001  (this step's result stands; the next step starts one and says why not)
+            self._next = None
 
     def sweep(self, seconds: float = 1.0) -> None:
         """Kill whatever the zygote adopted that is not the cell of a live generation.
@@ -224,8 +228,7 @@ class ProcessExecutor:
     def prestart(self) -> None:
         """Start the zygote, the reference generation and the next candidate generation now (their ranks make
         their CUDA contexts and communicators in parallel), so the first step need not wait for them."""
-        if self._next is None or not self._next.alive():
-            self._next = self._start("candidate")
+        self._ensure_next()
         self.reference_generation()
 
     def reference_generation(self) -> Generation:
