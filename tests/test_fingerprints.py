@@ -136,15 +136,22 @@ def test_sampled_outputs_are_compared_in_full_and_rank_problems_count():
     assert any("elements differ" in m for m in messages)
 
 
-@pytest.mark.parametrize("forge", ["missing_key", "short_skeletons", "wrong_dtype", "no_sample", "bad_problem"])
+@pytest.mark.parametrize("forge", ["missing_key", "short_form", "form_out_of_range", "call_twice", "wrong_dtype",
+                                   "needs_grad", "no_sample", "bad_problem"])
 def test_a_malformed_payload_is_a_forgery(forge):
     x = torch.randn(64)
     exp = payload([x, x], 3, FP32, reference=True, sample=[1])
     got = payload([x, x], 3, FP32, sample=[1])
     if forge == "missing_key":
         del got["inputs"]
-    elif forge == "short_skeletons":
-        got["outputs"]["skeletons"].pop()
+    elif forge == "short_form":
+        got["outputs"]["form"] = got["outputs"]["form"][:-1]
+    elif forge == "form_out_of_range":
+        got["outputs"]["form"][1] = 5
+    elif forge == "call_twice":  # call 0 listed twice, call 1 nowhere: each tensor has one fingerprint
+        got["outputs"]["groups"][0]["calls"][1] = 0
+    elif forge == "needs_grad":  # not an array the judge can read as it is
+        got["outputs"]["groups"][0]["p"].requires_grad_(True)
     elif forge == "wrong_dtype":
         got["outputs"]["groups"][0]["p"] = got["outputs"]["groups"][0]["p"].float()
     elif forge == "no_sample":
@@ -153,6 +160,29 @@ def test_a_malformed_payload_is_a_forgery(forge):
         got["problems"] = [[5, "call out of range"]]
     with pytest.raises(ChannelError):
         compare_burst(exp, got, {"output": Check(FP32)}, 0, 0)
+
+
+def test_a_structure_no_rank_could_send_is_a_forgery_and_another_one_is_wrong():
+    """A form the judge cannot even read is forged; a readable form of another structure is a wrong answer."""
+    out = [(torch.randn(8), torch.randn(8))]
+    exp = payload(out, 3, FP32, reference=True)
+    got = payload(out, 3, FP32)
+    got["outputs"]["forms"] = [["sequence", 3]]
+    with pytest.raises(ChannelError):
+        compare_burst(exp, got, {"output": Check(FP32)}, 0, 0)
+    got["outputs"]["forms"] = [["tensor", "float32", [8]]]
+    assert compare_burst(exp, got, {"output": Check(FP32)}, 0, 0)[0].message.startswith("expected a sequence")
+
+
+def test_calls_of_several_structures_are_each_compared_in_call_order():
+    """Calls of one burst may differ in structure (a ragged output); every call is checked against its own."""
+    outs = [torch.randn(4), torch.randn(6), torch.randn(4), torch.randn(6)]
+    wrong = [o.clone() for o in outs]
+    wrong[3][0] += 1.0
+    wrong[1][2] += 1.0
+    found = judge(outs, wrong, FP32)
+    assert [m.trial for m in found] == ["timed call 1 of burst 0", "timed call 3 of burst 0"]
+    assert not judge(outs, [o.clone() for o in outs], FP32)
 
 
 def test_rows_that_form_a_set_may_come_in_any_order():

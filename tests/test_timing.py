@@ -139,6 +139,40 @@ def solution(tensor):
 """
 
 
+def test_the_candidate_is_being_killed_while_the_reference_replays_and_gone_when_the_step_returns(monkeypatch):
+    """After its timing the candidate's generation is told to end (retire) and not waited for: its end
+    overlaps the reference's replay of the timed calls. When the step returns it is confirmed gone."""
+    import pkb_env.judge.pipeline as pipeline
+    import psutil
+
+    env = make_env(world_size=2, judge_settings=PRODUCTION, target_speedup=float("inf"))
+    executor = env.unwrapped.executor
+    taken, ending_at_replay = [], []
+    take, replay = executor.candidate_generation, pipeline.ops.replay
+
+    def spy_take():
+        taken.append(take())
+        return taken[-1]
+
+    def spy_replay(gen, *args, **kwargs):
+        cell = taken[-1].cell  # told to end; a contained one is not waited for (an uncontained one is swept)
+        ending_at_replay.append(cell.ending and (taken[-1].closed != cell.contained))
+        return replay(gen, *args, **kwargs)
+
+    monkeypatch.setattr(executor, "candidate_generation", spy_take)
+    monkeypatch.setattr(pipeline.ops, "replay", spy_replay)
+    try:
+        obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
+        _, _, _, _, info = env.step(obs["reference"])
+        assert info["correct"], info["feedback"]
+        assert ending_at_replay and all(ending_at_replay), ending_at_replay
+        gen = taken[-1]
+        assert gen.closed
+        assert not [p for p in gen.pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    finally:
+        env.close()
+
+
 def test_no_scored_burst_is_longer_than_the_warm_up_bursts(monkeypatch):
     """The warm-up grows the bursts to the plan's upper size, so a scored burst never holds more outputs
     than the ranks held before (a fresh process's memory pool must not grow inside a timed burst)."""

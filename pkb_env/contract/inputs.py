@@ -58,8 +58,8 @@ class InputContext:
         return size_env(self.dims, self.world_size, self.layout)
 
     def generator(self, scope: Sequence[str], name: str) -> torch.Generator:
-        """The stream of input `name` at `scope`; draws are made on `rng_device` (the CPU for trials, so
-        that a CPU reference can check ranks on any device; the rank's device for timing sets)."""
+        """The stream of input `name` at `scope`; draws are made on `rng_device` (the CPU where a CPU
+        reference checks ranks on GPUs, so both draw alike; the ranks' device where all are on GPUs)."""
         key = self.layout.scope_key(scope, self.rank)
         if key not in self.seeds:
             raise KeyError(f"rank {self.rank} holds no seed for scope {key!r}: the seeds were made for "

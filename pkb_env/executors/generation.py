@@ -263,6 +263,15 @@ class Generation:
         self.cell.drain()
         return all(pid not in self.cell.exit_status and running(pid) for pid in self.pids)
 
+    def retire(self) -> None:
+        """Start ending the generation without waiting (`close` waits and cleans up). Only for a contained
+        generation: its cell's end kills the namespace's PID 1, and the kernel every process in it, so
+        nothing of it runs code again whatever it does meanwhile; its ranks' CUDA contexts may still be
+        coming down."""
+        if not self.cell.contained:
+            raise RuntimeError("only a contained generation ends without being waited for")
+        self.cell.end()
+
     def close(self) -> list[int]:
         """Kill every process of the generation and delete its directory; returns pids that survived."""
         if self.closed:

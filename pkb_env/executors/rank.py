@@ -174,6 +174,7 @@ class RankServer:
         deadline = JUDGE.monotonic() + RELEASE_WAIT_S
         self.held, times = bursts.timed_burst(workload, sets, self.clock, message["epoch"], message["marks_every"],
                                               message["capture_every"], deadline, lambda: self.send("gated"))
+        self.staged = (workload, sets)  # refilled by the next burst, after any fingerprints of these
         self.check_tools()
         self.send("burst", seen_at=times.seen_at, ended_at=times.ended_at, busy_s=times.busy_s,
                   host_s=times.host_s, idle_s=times.idle_s, marks=times.marks)
@@ -183,7 +184,6 @@ class RankServer:
         if held is None:
             raise RuntimeError("no burst to fingerprint")
         data = bursts.fingerprints(held, message["seed"], message["rules"], message["sample"])
-        self.staged = (held.workload, held.inputs)
         self.check_tools()  # a candidate's thread may have patched the fingerprinting meanwhile
         self.send("sketches", JUDGE.pack(data), burst=message["burst"])
 

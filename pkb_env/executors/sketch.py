@@ -19,6 +19,9 @@ inputs, and the judge compares them (pkb_env/judge/fingerprints.py). Two kinds:
   right ones: docs/timing.md, "Every timed output is checked".
 
 Everything is plain torch on the rank's own device; the same code runs for candidate and reference.
+A burst's calls almost always share one structure, so the payload names each distinct structure once
+(`forms`) and gives every call the index of its own (`form`); call lists are int64 tensors. The judge
+reads hundreds of these per step: unpickling one small list per call cost more than fingerprinting.
 """
 from __future__ import annotations
 
@@ -38,7 +41,9 @@ MULTIPLIERS = 2
 MIN_BLOCK = 4096
 MAX_BLOCKS = 64
 COLUMNS = 1 << 21          # elements of one tensor handled at once
-WORK_ELEMENTS = 1 << 23    # calls x columns handled at once (bounds the float64 temporaries)
+WORK_ELEMENTS = {"cpu": 1 << 23, "cuda": 1 << 25}  # calls x columns handled at once (bounds the float64
+                           # temporaries: 64 MiB each on CPU ranks, 256 MiB on a GPU, where each chunk
+                           # costs a host synchronisation and a dozen launches whatever its size)
 _WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -52,7 +57,8 @@ def layout(n: int) -> tuple[int, int]:
 
 def sketch_calls(values: list[Any], seed: int, rules: dict[str, list] | None, bound: bool = False,
                  root: str = "output") -> dict[str, Any]:
-    """{"skeletons": one per call, "groups": fingerprints of tensors sharing (path, dtype, shape)}.
+    """{"forms": the distinct skeletons, "form": per call the index of its skeleton (int64 tensor),
+    "groups": fingerprints of tensors sharing (path, dtype, shape), each with its "calls" (int64 tensor)}.
 
     `rules`: path -> [atol, rtol, rows form a set] (the step's comparison checks; the longest declared
     path a tensor lies under applies); None: everything exact and in order, and objects that are not
@@ -60,7 +66,15 @@ def sketch_calls(values: list[Any], seed: int, rules: dict[str, list] | None, bo
     whose tolerance is zero is compared bit-exactly. `bound`: also compute the bound terms (the
     reference's side). `root` names the values in paths.
     """
-    skeletons = [skeleton(v, root, strict=rules is not None) for v in values]
+    forms: dict[str, int] = {}
+    distinct, form = [], []
+    for v in values:
+        structure = skeleton(v, root, strict=rules is not None)
+        key = repr(structure)
+        if key not in forms:
+            forms[key] = len(distinct)
+            distinct.append(structure)
+        form.append(forms[key])
     by_kind: dict[tuple, list[tuple[int, torch.Tensor]]] = defaultdict(list)
     for call, value in enumerate(values):
         for path, t in tensors(value, root):
@@ -70,14 +84,14 @@ def sketch_calls(values: list[Any], seed: int, rules: dict[str, list] | None, bo
         atol, rtol, unordered = _rule(path, rules)
         flat = [_flat(_sorted_rows(t) if unordered else t) for _, t in members]
         entry: dict[str, Any] = {"path": path, "dtype": str(dtype).removeprefix("torch."), "shape": list(shape),
-                                 "calls": [c for c, _ in members]}
+                                 "calls": torch.tensor([c for c, _ in members], dtype=torch.int64)}
         floating = dtype.is_floating_point or dtype.is_complex
         if floating and (atol or rtol):
             entry.update(_projected(flat, derive_seed(seed, path), (atol, rtol) if bound else None))
         else:
             entry.update(_exact(flat, derive_seed(seed, path), floating))
         groups.append(entry)
-    return {"skeletons": skeletons, "groups": groups}
+    return {"forms": distinct, "form": torch.tensor(form, dtype=torch.int64), "groups": groups}
 
 
 def _rule(path: str, rules: dict[str, list] | None) -> tuple[float, float, bool]:
@@ -127,6 +141,11 @@ def _stack(flat: list[torch.Tensor], rows: slice, start: int, stop: int, width: 
     return part
 
 
+def _work_rows(device: torch.device, width: int) -> int:
+    """Calls handled at once for `width` columns (WORK_ELEMENTS)."""
+    return max(1, WORK_ELEMENTS.get(device.type, WORK_ELEMENTS["cpu"]) // max(width, 1))
+
+
 def _multipliers(device: torch.device, seed: int, width: int) -> torch.Tensor:
     return torch.empty((MULTIPLIERS, width), dtype=torch.int64, device=device).random_(
         generator=_generator(device, seed))
@@ -139,7 +158,7 @@ def _exact(flat: list[torch.Tensor], seed: int, floating: bool) -> dict[str, Any
     for start, stop in _spans(n, 1):
         width = stop - start
         mult = _multipliers(device, derive_seed(seed, "exact", start), width)
-        step = max(1, WORK_ELEMENTS // max(width, 1))
+        step = _work_rows(device, width)
         for row in range(0, calls, step):
             rows = slice(row, row + step)
             words = _words(_stack(flat, rows, start, stop, width), floating)
@@ -175,7 +194,7 @@ def _projected(flat: list[torch.Tensor], seed: int, tolerance: tuple[float, floa
                               dtype=torch.int8).to(torch.float64).mul_(2).sub_(1)
         mult = _multipliers(device, derive_seed(seed, "special", start), width)
         real = (torch.arange(width, device=device) < stop - start).view(count, block)  # not padding
-        step = max(1, WORK_ELEMENTS // width)
+        step = _work_rows(device, width)
         for row in range(0, calls, step):
             rows = slice(row, row + step)
             values = _stack(flat, rows, start, stop, width).to(torch.float64)
@@ -201,4 +220,5 @@ def _projected(flat: list[torch.Tensor], seed: int, tolerance: tuple[float, floa
     return entry
 
 
-watch(sys.modules[__name__], "sketch_calls", "_exact", "_projected", "_words", "_stack", "_rule", "_sorted_rows")
+watch(sys.modules[__name__], "sketch_calls", "_exact", "_projected", "_words", "_stack", "_rule", "_sorted_rows",
+      "_work_rows")

@@ -186,6 +186,7 @@ class Cell(ForkServer):
         self.zygote = zygote
         self.isolation: dict[str, str] = {}  # what was applied, in words
         self.contained = False                # in its own namespaces (ending it ends all it started)
+        self.ending = False                   # told to end (`end`), not yet confirmed gone (`close`)
 
     def spawn(self, spec: dict, fd: int) -> int:
         return self.fork("spawn", spec, fd)
@@ -194,12 +195,18 @@ class Cell(ForkServer):
         self.zygote.drain()
         return self.zygote.alive() and self.pid not in self.zygote.exit_status
 
+    def end(self) -> None:
+        """Tell the cell to end now, without waiting for it (`close` waits)."""
+        if not self.ending:
+            self.ending = True
+            try:
+                channel.send(self.conn, {"op": "exit"})
+            except OSError:
+                pass
+
     def close(self) -> bool:
         """End the cell and with it every process of its generation; True when it is confirmed gone."""
-        try:
-            channel.send(self.conn, {"op": "exit"})
-        except OSError:
-            pass
+        self.end()
         gone = self.zygote.status_of(self.pid, wait=3.0) is not None
         if not gone:
             try:

@@ -176,7 +176,7 @@ class Judge:
         # Expected outputs and the reference's time first, while no process of this candidate exists to
         # interfere with the reference ranks (the time is measured once per task and cached).
         with _stage(record, Stage.VERIFY):
-            expected = self._reference_trials(task, _workload(record, "cpu"),
+            expected = self._reference_trials(task, _workload(record, self._rng()),
                                               seeds.per_rank("trial", range(self.settings.trials)), "trials")
         if record.performance_available:
             with _stage(record, Stage.TIME):
@@ -208,7 +208,7 @@ class Judge:
         with _stage(record, Stage.RUN):
             start = time.perf_counter()
             try:
-                got = ops.trials(gen, _workload(record, "cpu"), trial_seeds, "trials", s.trial_timeout_s)
+                got = ops.trials(gen, _workload(record, self._rng()), trial_seeds, "trials", s.trial_timeout_s)
             except CANDIDATE_FAILURES as exc:
                 record.run = _run_failure(exc, s.trials)
                 record.fail(Stage.RUN, *_verdict_for(exc, record))
@@ -230,7 +230,8 @@ class Judge:
             log = self._time_candidate(task, record, gen, seeds, reuses)
         if log is None:
             return
-        self.executor.release(gen)  # nothing of the candidate may run while the reference works
+        # Killed now (its end is confirmed at release): the reference replays the timed calls beside no candidate.
+        self.executor.retire(gen)
         with _stage(record, Stage.VERIFY):
             try:
                 check = self._verify_timed(task, record, log)
@@ -307,8 +308,10 @@ class Judge:
         return floor.bound.bound_s if floor is not None else None
 
     def _rng(self) -> str:
-        """Where timed input sets are drawn: on the ranks' devices (fast), where the reference runs alike."""
-        return "device" if self.executor.placement.gpu else "cpu"
+        """Where input sets are drawn: on the ranks' devices (fast) where the reference's ranks are on GPUs
+        too, else on the CPU (emulated ranks: a CPU reference checks ranks on GPUs, and must draw alike)."""
+        executor = self.executor
+        return "device" if executor.placement.gpu and executor.reference_placement.gpu else "cpu"
 
     def _limits(self, gen: Generation, reference: ReferenceTiming) -> CallLimits:
         """Calls per burst (memory) and in all (the reference's replay), for a session on `gen`."""

@@ -131,10 +131,12 @@ def run_bursts(gen: Generation, workload: dict, plan: SeedPlan, protocol: Timing
                capture_every: bool = False) -> BurstLog:
     """Warm up, then time bursts until the figures settle or the budget ends (module docstring).
 
-    With `rules` (the step's comparison checks, pipeline.fingerprint_rules), every burst (warm-up
-    included, so that a candidate cannot tell them apart) is followed by a fingerprint request with a
-    fresh secret seed; the scored bursts' answers are kept. `capture_every`: the ranks copy every output
-    as its call returns (bursts.timed_burst).
+    With `rules` (the step's comparison checks, pipeline.fingerprint_rules), every scored burst is
+    followed by a fingerprint request with a fresh secret seed. Warm-up bursts are not: their outputs
+    count for nothing, and fingerprinting them cost a third of a GPU step's timing (docs/timing.md). A
+    rank learns that a burst was scored only after it, when its outputs exist; and from the first scored
+    burst on, every burst is checked. `capture_every`: the ranks copy every output as its call returns
+    (bursts.timed_burst).
     """
     rng = random.SystemRandom()
     log = BurstLog(statistic=protocol.statistic)
@@ -144,14 +146,12 @@ def run_bursts(gen: Generation, workload: dict, plan: SeedPlan, protocol: Timing
     def one(calls: int, purpose: str, index: int, scored: bool) -> ops.BurstRecord:
         seeds = [per_rank[0] for per_rank in plan.per_rank(purpose, [index])]
         record = ops.burst(gen, workload, seeds, calls, max(1, -(-calls // marks)), capture_every, timeout)
-        if rules is not None:
+        if rules is not None and scored:
             seed = secrets.randbits(62)
-            sample = [rng.randrange(calls)] if scored and len(log.bursts) < protocol.samples else []
-            answers = ops.fingerprints(gen, len(log.bursts), seed, rules, sample, timeout)
-            if scored:
-                log.sketch_seeds.append(seed)
-                log.samples.append(sample)
-                log.sketches.append(answers)
+            sample = [rng.randrange(calls)] if len(log.bursts) < protocol.samples else []
+            log.sketches.append(ops.fingerprints(gen, len(log.bursts), seed, rules, sample, timeout))
+            log.sketch_seeds.append(seed)
+            log.samples.append(sample)
         if scored:
             log.bursts.append(record)
             log.seeds.append(seeds)
