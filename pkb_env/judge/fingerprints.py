@@ -133,9 +133,9 @@ NON_FINITE_DIFFERS = ("NaN or infinity where the reference has none, or the reve
 def _differs(exp: dict, e: np.ndarray, got: dict, g: np.ndarray) -> list[str | None]:
     """Per row pair (exp's rows `e`, got's rows `g`): why got's fingerprint is not a right answer's, or None.
 
-    In NumPy: these arrays are small (calls x blocks), and torch's CPU kernels hand arrays this size to
-    its thread pool, which stalled for milliseconds per operation on a GPU host whose cores the ranks
-    kept busy (38 ms per burst compared, against 2 ms in a quiet process)."""
+    In NumPy: these arrays are small (calls x blocks). The same operations in torch took milliseconds
+    each inside a GPU step (38-58 ms per burst compared, against 2 ms in a quiet process; the cause was
+    not pinned down), where NumPy's take tens of microseconds."""
     if exp["kind"] != got["kind"] or exp["n"] != got["n"]:
         raise ChannelError("a fingerprint of another kind than the reference's")
     codes_differ = ~(exp["e"].numpy()[e] == got["e"].numpy()[g]).all(-1)

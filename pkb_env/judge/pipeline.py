@@ -230,7 +230,7 @@ class Judge:
             log = self._time_candidate(task, record, gen, seeds, reuses)
         if log is None:
             return
-        # Killed now (its end is confirmed at release): the reference replays the timed calls beside no candidate.
+        # Told to end now (release confirms it is gone): the reference replays the timed calls while it comes down.
         self.executor.retire(gen)
         with _stage(record, Stage.VERIFY):
             try:

@@ -133,7 +133,7 @@ def run_bursts(gen: Generation, workload: dict, plan: SeedPlan, protocol: Timing
 
     With `rules` (the step's comparison checks, pipeline.fingerprint_rules), every scored burst is
     followed by a fingerprint request with a fresh secret seed. Warm-up bursts are not: their outputs
-    count for nothing, and fingerprinting them cost a third of a GPU step's timing (docs/timing.md). A
+    count for nothing, and fingerprinting them cost about a quarter of a GPU step's timing (docs/timing.md). A
     rank learns that a burst was scored only after it, when its outputs exist; and from the first scored
     burst on, every burst is checked. `capture_every`: the ranks copy every output as its call returns
     (bursts.timed_burst).
