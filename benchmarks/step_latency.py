@@ -6,12 +6,14 @@
 
 `--operations` adds where the judge's time went, per warm step: each request to the ranks (bursts,
 fingerprints, the reference's replay, trials, loads), the comparison of fingerprints, waiting for a
-generation and ending one (the judge's functions wrapped with a timer in this process).
+generation (wait_ready; `settle` is the part of it spent waiting for spares before bursts) and ending one
+(retire and release, which start the next spares) (the judge's functions wrapped with a timer in this
+process).
 
-`reset` starts the zygote (one torch import) and pre-starts the reference and the first candidate
-generation. The first step pays for waiting on them (CUDA contexts, communicators and their
+`reset` starts the zygote (one torch import) and pre-starts the reference and the spare candidate
+generations. The first step pays for waiting on them (CUDA contexts, communicators and their
 connections are made at generation start), a calibration (unless cached) and the reference's timing.
-Warm steps pay for one candidate generation (pre-started during the previous step), build, trials,
+Warm steps pay for whatever part of a spare's start the previous step did not hide, build, trials,
 verification, timing and the check of every timed call. With several `--candidates`, each gets its
 first step and `--steps` warm steps in the same env, in order.
 """
@@ -42,8 +44,8 @@ def timed_operations(spent: dict[str, list[float]]):
     from pkb_env.judge import pipeline
 
     targets = [(operations, name) for name in ("burst", "fingerprints", "replay", "trials", "load")]
-    targets += [(pipeline, "compare_burst"), (Generation, "wait_ready"), (process.ProcessExecutor, "retire"),
-                (process.ProcessExecutor, "release")]
+    targets += [(pipeline, "compare_burst"), (Generation, "wait_ready"), (process.ProcessExecutor, "settle"),
+                (process.ProcessExecutor, "retire"), (process.ProcessExecutor, "release")]
     saved = [(owner, name, getattr(owner, name)) for owner, name in targets]
 
     def timer(name, fn):

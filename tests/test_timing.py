@@ -83,8 +83,7 @@ def test_the_reference_is_timed_while_no_rank_is_starting(monkeypatch):
 
     def spy(gen, *args, **kwargs):
         if gen.role == "reference":
-            upcoming = env.unwrapped.executor._next
-            seen.append(upcoming is None or upcoming.ready)
+            seen.append(not any(spare.starting for spare in env.unwrapped.executor._spares))
         return real(gen, *args, **kwargs)
 
     monkeypatch.setattr(pipeline, "run_bursts", spy)
@@ -98,9 +97,12 @@ def test_the_reference_is_timed_while_no_rank_is_starting(monkeypatch):
         env.close()
 
 
-def test_no_generation_starts_while_a_candidate_is_timed(monkeypatch):
-    """The next candidate generation starts when the current one is released, after its timing: no rank
-    makes its context or communicators beside the candidate's bursts, and the candidate cannot reach it."""
+@pytest.mark.parametrize("depth", [1, 3])
+def test_no_generation_starts_while_a_candidate_is_timed(monkeypatch, depth):
+    """Spares start, and move from one phase of their start to the next, once a candidate's timing is over,
+    and no phase is still running when the next bursts begin: no rank makes its context or communicators
+    beside a candidate's bursts. Spares wait beside a running candidate only where cells have their own
+    namespaces (the candidate cannot reach them); elsewhere none exists until the candidate is gone."""
     import pkb_env.judge.pipeline as pipeline
 
     seen = []
@@ -108,19 +110,27 @@ def test_no_generation_starts_while_a_candidate_is_timed(monkeypatch):
 
     def spy(gen, *args, **kwargs):
         if gen.role == "candidate":
-            seen.append(env.unwrapped.executor._next)
+            spares = env.unwrapped.executor._spares
+            seen.append((len(spares), not any(s.starting for s in spares), all(s.cell.contained for s in spares)))
         return real(gen, *args, **kwargs)
 
     monkeypatch.setattr(pipeline, "run_bursts", spy)
-    env = make_env(world_size=2, judge_settings=PRODUCTION, target_speedup=float("inf"))  # one episode, 2 steps
+    env = make_env(world_size=2, judge_settings=PRODUCTION, target_speedup=float("inf"))  # one episode, 3 steps
+    executor = env.unwrapped.executor
+    if depth > 1 and executor.namespaces_missing:
+        env.close()
+        pytest.skip(f"spares wait beside a candidate only in cells with namespaces ({executor.namespaces_missing})")
+    executor.spare_depth = depth  # CPU placements keep one; GPU placements three (a start in two long phases)
     try:
         obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
-        for _ in range(2):
+        for _ in range(3):
             _, _, _, _, info = env.step(obs["reference"])
             assert info["correct"], info["feedback"]
-            upcoming = env.unwrapped.executor._next
-            assert upcoming is not None and not upcoming.closed  # started for the next step
-        assert seen == [None, None], seen
+            assert len(executor._spares) == executor.spare_depth  # started for the next steps
+            # all but the newest on to their process group; a lone one started whole
+            assert [s.joined for s in executor._spares] == [True] * (depth - 1) + [depth == 1]
+            assert all(not s.closed for s in executor._spares)
+        assert seen == [(depth - 1, True, True)] * 3, seen
     finally:
         env.close()
 

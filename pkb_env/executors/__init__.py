@@ -89,7 +89,7 @@ def make_executor(name: str, world_size: int) -> ProcessExecutor:
     topology = machine.topology_name if machine.gpus else "unknown_gpu"
     if name == "cuda":
         placement = Placement(tuple(f"cuda:{r}" for r in range(world_size)), "nccl", ResourceLimits(), clock="cuda",
-                              calibration_sizes=GPU_CALIBRATION_SIZES)
+                              calibration_sizes=GPU_CALIBRATION_SIZES, spares=3)
         info = ExecutorInfo("cuda", f"cuda/{model}/x{world_size}", True, topology)
     else:
         placement = Placement(tuple(f"cuda:{r % gpus}" for r in range(world_size)), "gloo", ResourceLimits(),

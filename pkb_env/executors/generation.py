@@ -48,7 +48,9 @@ class Placement:
 
     devices: one device string per rank; backend: the process-group backend; clock: "host" (CPU ranks)
     or "cuda" (CUDA events behind a device gate); calibration_sizes: all_reduce sizes (bytes) whose best
-    bus bandwidth is the calibrated B (GPUs need large messages to saturate a link).
+    bus bandwidth is the calibrated B (GPUs need large messages to saturate a link); spares: candidate
+    generations kept pre-started where cells have namespaces (executors/process.py, `_fill_spares`): a
+    GPU rank starts in two phases of about a third of a second each, CPU ranks in a fraction of that.
     """
 
     devices: tuple[str, ...]
@@ -57,6 +59,7 @@ class Placement:
     clock: str = "host"
     calibration_sizes: tuple[int, ...] = (1 << 20, 8 << 20)
     pg_timeout_s: float = 120.0
+    spares: int = 1
 
     @property
     def world_size(self) -> int:
@@ -77,7 +80,10 @@ class Delivery:
 class Generation:
     def __init__(self, zygote: Zygote, placement: Placement, env: dict[str, str], role: str, root: str,
                  uid: int | None = None, containment: Containment = Containment(),
-                 progress: Callable[[str, str, int, int], None] | None = None):
+                 progress: Callable[[str, str, int, int], None] | None = None, hold: bool = False):
+        """Fork the ranks; they start at once. A start has two phases: each rank's CUDA context, then the
+        process group (NCCL's communicator and its connections). With `hold`, the ranks stop after the
+        first until `join`, so the judge can run the phases when nothing is being timed."""
         self.placement = placement
         self.role = role
         self.progress = progress  # progress(role, phase, ranks_done, world_size) as each rank completes a phase
@@ -93,6 +99,8 @@ class Generation:
         self.conns: list[Connection] = []
         self.pids: list[int] = []
         self.ready = False
+        self.started = not hold   # the first phase is over (known only for a held start)
+        self.joined = not hold    # the second phase was asked for
         self.closed = False
         self.facts: list[dict[str, Any]] = []    # per rank, from its ready event (before any candidate code)
         self.page = ReleasePage()
@@ -117,18 +125,41 @@ class Generation:
                 send_handle(conn, self.page.fd, self.pids[-1])  # the first thing the rank reads
             except OSError:
                 pass  # the rank died already; wait_ready() will say how
-        self.ask({"op": "init", "label": "start-up"})
+        self.ask({"op": "init", "hold": hold, "label": "start-up"})
 
     @property
     def world_size(self) -> int:
         return self.placement.world_size
 
-    # -- messaging ---------------------------------------------------------------------------------
+    # -- starting ----------------------------------------------------------------------------------
+    @property
+    def starting(self) -> bool:
+        """A phase of the start is running (its ranks are making contexts or communicators)."""
+        return not self.closed and not (self.ready if self.joined else self.started)
+
+    def settle(self, timeout: float) -> None:
+        """Wait for the phase of the start that is running, without beginning the next."""
+        if self.joined:
+            self.wait_ready(timeout)
+        elif not self.started:
+            self.collect("started", 1, time.monotonic() + timeout, "start-up")
+            self.started = True
+
+    def join(self, timeout: float) -> None:
+        """Begin the second phase of a held start (waiting for the first to end); returns at once."""
+        if not self.joined:
+            self.settle(timeout)
+            self.ask({"op": "join", "label": "start-up"})
+            self.joined = True
+
     def wait_ready(self, timeout: float) -> None:
         if not self.ready:
+            self.join(timeout)
             got = self.collect("ready", 1, time.monotonic() + timeout, "start-up")
             self.facts = [dict(d[0].header["facts"]) for d in got]
             self.ready = True
+
+    # -- messaging ---------------------------------------------------------------------------------
 
     def ask(self, requests: list[dict] | dict) -> str:
         """Send a request to every rank (a dict) or one per rank (a list) under a fresh nonce; the nonce."""

@@ -96,6 +96,7 @@ class Schema:
 
 _ANSWER = {"nonce": _nonce, "rank": _int}
 SCHEMAS: dict[str, Schema] = {
+    "started": Schema(dict(_ANSWER), payload=False),
     "ready": Schema({**_ANSWER, "facts": _facts}, payload=False),
     "built": Schema({**_ANSWER, "seconds": _real}, payload=False),
     "trial": Schema({**_ANSWER, "index": _int, "seconds": _real, "aliases": _names, "mutated": _names,

@@ -6,7 +6,7 @@ code paths. It owns:
   * the zygote (torch imported once; each generation is a forked cell with its own namespaces, whose
     ranks are forks of it),
   * the trusted reference generation, reused across steps (it never runs candidate code),
-  * candidate generations, one per step, pre-started so that a step rarely waits for one,
+  * candidate generations, one per step, pre-started (spares) so that a step rarely waits for one,
   * build cells, one per build of a candidate's kernels (the compile service's, judge/compiler.py).
 """
 from __future__ import annotations
@@ -83,7 +83,9 @@ class ProcessExecutor:
         self._warned = False  # about running without namespaces: once per executor
         self._zygote: Zygote | None = None
         self._reference: Generation | None = None
-        self._next: Generation | None = None
+        # Pre-started candidate generations, oldest first (see _fill_spares).
+        self._spares: list[Generation] = []
+        self.spare_depth = placement.spares if self.namespaces_missing is None else 1
 
     @property
     def world_size(self) -> int:
@@ -97,71 +99,89 @@ class ProcessExecutor:
         return self._zygote
 
     def candidate_generation(self) -> Generation:
-        """A fresh generation for one candidate (end it with `retire` or `release`, which start the next one)."""
-        self._ensure_next()
-        gen, self._next = self._next, None
-        return gen
+        """A fresh generation for one candidate, the oldest spare, joining if it was held (end it with
+        `retire` or `release`, which start the next spares)."""
+        self._drop_dead_spares()
+        while self._spares:
+            gen = self._spares.pop(0)
+            try:
+                gen.join(self.start_timeout)
+                return gen
+            except GenerationFailed:  # its first phase failed: not the candidate's fault, try another
+                gen.close()
+        return self._start("candidate", hold=False)
 
-    def _ensure_next(self) -> None:
-        """A live pre-started candidate generation, started now unless one is waiting (a dead one is closed:
-        whoever ran before may have killed it)."""
-        if self._next is not None and self._next.alive():
-            return
-        if self._next is not None:
-            self._next.close()
-            self._next = None
-        self._next = self._start("candidate")
+    def _drop_dead_spares(self) -> None:
+        """Close spares that died (whoever ran before may have killed one, or its start failed)."""
+        for gen in [g for g in self._spares if not g.alive()]:
+            gen.close()
+            self._spares.remove(gen)
+
+    def _fill_spares(self) -> None:
+        """Move every spare one phase on and start new ones up to `spare_depth`.
+
+        Called only once a timing is over: a starting rank makes its CUDA context or communicator, GPU
+        and host work beside any burst, and `settle` waits for the running phases before the next
+        bursts. With three spares (GPU placements) each phase of a start has the time between two
+        timings to itself, so a step waits less: the oldest spare is ready, the next one makes its
+        communicator, the newest its contexts. With one (CPU ranks, or cells without namespaces, where
+        a spare beside a running candidate could be reached by it: same uid) the spare is started whole
+        once the candidate's timing is over (and, without namespaces, once the candidate is gone). A failure to start is not the calling step's: its result stands, and the next step starts
+        its own generation or says why it cannot.
+        """
+        self._drop_dead_spares()
+        for gen in list(self._spares):
+            try:
+                gen.join(self.start_timeout)
+            except GenerationFailed:
+                gen.close()
+                self._spares.remove(gen)
+        try:
+            while len(self._spares) < self.spare_depth:
+                self._spares.append(self._start("candidate", hold=self.spare_depth > 1))
+        except Exception:  # noqa: BLE001
+            pass
 
     def settle(self, timeout: float) -> None:
-        """Wait until the pre-started candidate generation has finished starting. Its ranks import torch and
-        make their CUDA contexts and communicators: the judge's own work, competing for the cores (and the
-        GPU) with a reference being timed or a calibration, whose results are cached and used for every
-        later step. A generation that fails to start is dropped; the next step starts another."""
-        gen = self._next
-        if gen is None or gen.closed:
-            return
-        try:
-            gen.wait_ready(timeout)
-        except GenerationFailed:
-            gen.close()
-            self._next = None
+        """Wait until no spare is in the middle of a phase of its start, before anything is timed (a
+        reference, a calibration, a candidate's bursts): its ranks make CUDA contexts and communicators,
+        the judge's own work, competing for the cores and the GPU with the ranks being timed. A spare that
+        fails to start is dropped; the next step starts another."""
+        for gen in list(self._spares):
+            try:
+                gen.settle(timeout)
+            except GenerationFailed:
+                gen.close()
+                self._spares.remove(gen)
 
     def retire(self, gen: Generation) -> None:
-        """Kill a candidate generation now and start the next one; `release` confirms the end later.
+        """Kill a candidate generation now and start the next spares; `release` confirms the end later.
 
         A contained generation is told to end and not waited for: the kernel kills its processes with its
         namespace, and their CUDA contexts (0.14-0.16 s on one H200, docs/timing.md) come down while the
         judge checks the timed outputs. An uncontained one is ended and swept at once.
 
-        The next generation starts here, once the candidate's timing is over, and not while a candidate
-        works: its ranks make CUDA contexts and communicators (GPU work that time-slices with the ranks
-        being timed) and run as the same user as the candidate, which could reach them. It has the rest of
-        this step (the check of the timed outputs) and the time until the next candidate to get ready.
+        Spares move on here (`_fill_spares`), once the candidate's timing is over.
         """
         if gen.cell.contained and not gen.closed:
             gen.retire()
         else:
             self._end(gen)
-        self._start_next()
+        self._fill_spares()
 
     def release(self, gen: Generation) -> None:
         """End a candidate generation for good (waiting until it is gone) and everything it left behind;
-        the next one is started if `retire` did not."""
+        the spares move on here unless `retire` moved them (once per step: a spare forked at `retire` is
+        still making its contexts, and joining it now would wait for them)."""
+        retired = gen.cell.ending or gen.closed
         self._end(gen)
-        self._start_next()
+        if not retired:
+            self._fill_spares()
 
     def _end(self, gen: Generation) -> None:
         gen.close()
         if not gen.cell.contained:  # a contained generation took everything with it: nothing to sweep
             self.sweep()
-
-    def _start_next(self) -> None:
-        """`_ensure_next`, where a failure is not the releasing step's: its result stands, and the next
-        step starts its own generation or says why it cannot."""
-        try:
-            self._ensure_next()
-        except Exception:  # noqa: BLE001
-            self._next = None
 
     def sweep(self, seconds: float = 1.0) -> None:
         """Kill whatever the zygote adopted that is not the cell of a live generation.
@@ -175,7 +195,7 @@ class ProcessExecutor:
             return
         import psutil
 
-        live = {gen.cell.pid for gen in (self._reference, self._next) if gen is not None and not gen.closed}
+        live = {gen.cell.pid for gen in (self._reference, *self._spares) if gen is not None and not gen.closed}
         root = psutil.Process(self._zygote.pid)
         deadline = time.monotonic() + seconds  # bounded: a process that forks and exits faster than we scan
         first = True                           # can outrun this (a PID namespace cannot be outrun)
@@ -247,10 +267,12 @@ class ProcessExecutor:
             shutil.rmtree(workdir, ignore_errors=True)
 
     def prestart(self) -> None:
-        """Start the zygote, the reference generation and the next candidate generation now (their ranks make
-        their CUDA contexts and communicators in parallel), so the first step need not wait for them."""
-        self._ensure_next()
+        """Start the zygote, the reference generation and the spare candidate generations now (their ranks
+        make their CUDA contexts and communicators in parallel), so the first step need not wait for them."""
         self.reference_generation()
+        if not self._spares:  # the first step's, started whole (a failure here is the caller's to see)
+            self._spares.append(self._start("candidate", hold=False))
+        self._fill_spares()
 
     def reference_generation(self) -> Generation:
         if self._reference is None or not self._reference.alive():
@@ -266,9 +288,9 @@ class ProcessExecutor:
             self._reference.close()
             self._reference = None
 
-    def _start(self, role: str) -> Generation:
+    def _start(self, role: str, hold: bool) -> Generation:
         gen = Generation(self.zygote, self.placement, self.env, role, root=self.root, uid=self.candidate_uid,
-                         containment=self.containment, progress=self._report_progress)
+                         containment=self.containment, progress=self._report_progress, hold=hold)
         self._warn_if_uncontained(gen.cell.contained, gen.cell.isolation)
         return gen
 
@@ -290,9 +312,9 @@ class ProcessExecutor:
         Keys: pid, network, filesystem (in words), visible (the host paths a rank can see, where there is an
         allowlisted root), user (where a user namespace was needed), privileges.
         """
-        if self._next is None or self._next.closed:
+        if not any(not gen.closed for gen in self._spares):
             self.prestart()
-        return {**self._next.cell.isolation, "privileges": self.privileges}
+        return {**next(g for g in self._spares if not g.closed).cell.isolation, "privileges": self.privileges}
 
     def protection(self, gen: Generation) -> dict[str, str]:
         """What protects the judge while `gen` runs: its cell's isolation and the privileges (for the record)."""
@@ -319,10 +341,10 @@ class ProcessExecutor:
         return [root.pid] + [c.pid for c in root.children(recursive=True)]
 
     def close(self) -> None:
-        for gen in (self._next, self._reference):
+        for gen in (*self._spares, self._reference):
             if gen is not None:
                 gen.close()
-        self._next = self._reference = None
+        self._spares, self._reference = [], None
         if self._zygote is not None:
             self._zygote.close()
             self._zygote = None

@@ -7,7 +7,8 @@ obeys the judge's requests. It knows only its own seeds. Candidate ranks are use
 killed; reference ranks never run candidate code and are reused.
 
 Requests (judge -> rank) all carry a nonce; every answer echoes it (messages.py has the schemas):
-  init                                  -> ready {facts}
+  init      {hold}                      -> ready {facts}, or with hold: started (the CUDA context is made)
+  join                                  -> ready {facts}    (after a held init: the process group)
   load      {task, source|None}         -> built {seconds}    (and the task's process groups, before candidate code)
   trials    {workload, seeds}           -> trial {index, seconds, aliases, mutated, shares, ...} + outputs, per seed
   burst     {workload, seeds, calls, epoch, marks_every, capture_every}
@@ -70,9 +71,12 @@ def run_forked(spec: dict, fd: int) -> NoReturn:
 
 class RankServer:
     def __init__(self, conn: Connection, spec: dict):
+        """The first phase of a start: the rank's own state and its CUDA context (about a third of a start
+        on one H200, docs/timing.md). The process group is the second phase (`join`)."""
         started = JUDGE.clock()
         self.conn = conn
         self.page = PageView(recv_handle(conn))  # the judge sends it before anything else
+        self.spec = spec
         self.rank = spec["rank"]
         self.world_size = spec["world_size"]
         self.device = torch.device(spec["device"])
@@ -85,26 +89,34 @@ class RankServer:
         self.staged: tuple[bursts.Workload, list[tuple]] | None = None  # the last burst's inputs, to refill
         self._workloads: dict[str, bursts.Workload] = {}
         self.nonce = ""
+        self.clock = None
         torch.set_num_threads(1)
         if self.gpu:
             torch.cuda.set_device(self.device)
+            torch.cuda.current_stream(self.device).synchronize()  # the context exists once this returns
+        self.facts: dict[str, Any] = {"context_s": JUDGE.clock() - started}
+        # Kernel compiles are requested from the judge (pkb_env.runtime); the link never sees the channel module.
+        send, recv = channel.send, channel.recv
+        link.attach(lambda header: (send(conn, header), recv(conn))[1])
+
+    def join(self) -> None:
+        """The second phase of a start: the process group (NCCL's communicator, made now rather than
+        mid-trial), the clock, and the connections of the collectives the tasks use."""
+        spec = self.spec
+        started = JUDGE.clock()
         store = dist.FileStore(spec["store"], self.world_size)
-        eager = {"device_id": self.device} if spec["backend"] == "nccl" else {}  # NCCL init now, not mid-trial
+        eager = {"device_id": self.device} if spec["backend"] == "nccl" else {}
         dist.init_process_group(spec["backend"], store=store, rank=self.rank, world_size=self.world_size,
                                 timeout=timedelta(seconds=spec["pg_timeout_s"]), **eager)
         grouped = JUDGE.clock()
         self.clock = make_clock(spec["clock"], self.page, self.device)
         if spec["backend"] == "nccl":
             _connect(self.device)
-        connected = JUDGE.clock()
-        self.facts = {**self.clock.facts(), "group_s": grouped - started, "connect_s": connected - grouped}
-        # Kernel compiles are requested from the judge (pkb_env.runtime); the link never sees the channel module.
-        send, recv = channel.send, channel.recv
-        link.attach(lambda header: (send(conn, header), recv(conn))[1])
+        self.facts.update(self.clock.facts(), group_s=grouped - started, connect_s=JUDGE.clock() - grouped)
 
     # -- loop ------------------------------------------------------------------------------------
     def serve(self) -> None:
-        handlers = {"init": self.ready, "load": self.load, "trials": self.trials, "burst": self.burst,
+        handlers = {"init": self.init, "join": self.joined, "load": self.load, "trials": self.trials, "burst": self.burst,
                     "fingerprints": self.fingerprints, "replay": self.replay, "copies": self.copies}
         while True:
             message, _ = channel.recv(self.conn)
@@ -130,7 +142,18 @@ class RankServer:
             raise Tampered(f"the candidate replaced {', '.join(sorted(set(changed))[:6])}")
 
     # -- operations --------------------------------------------------------------------------------
-    def ready(self, message: dict) -> None:
+    def init(self, message: dict) -> None:
+        """The judge's first request: go on to the process group now, or say the context is made and wait
+        for `join` (a held start: the judge runs the second phase when nothing is being timed)."""
+        if message.get("hold"):
+            self.send("started")
+        else:
+            self.joined(message)
+
+    def joined(self, message: dict) -> None:
+        if self.clock is not None:
+            raise RuntimeError("joined twice")
+        self.join()
         self.send("ready", facts=self.facts)
 
     def load(self, message: dict) -> None:

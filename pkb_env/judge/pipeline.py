@@ -258,6 +258,7 @@ class Judge:
         """
         s, p = self.settings, self.protocol
         reference = self._reference_time(task, record, None)
+        self.executor.settle(s.start_timeout_s)  # no spare starting beside the candidate's bursts
         try:
             log = run_bursts(gen, _workload(record, self._rng()), seeds, p, self._limits(gen, reference),
                              s.timing_timeout_s, p.budget_s, rules=fingerprint_rules(checks_for(task, record)),
