@@ -13,6 +13,7 @@ import pytest
 from adversarial.exploits import BY_NAME as EXPLOITS
 from conftest import make_env
 from pkb_env.executors.gate import ReleasePage, PageView
+from pkb_env.executors.messages import START_PHASES
 from pkb_env.executors.operations import BurstRecord, RankBurst
 from pkb_env.judge.timing import BurstLog, TimingProtocol, check_claims, clock_allowance, suspect_reason
 from pkb_env.judge.pipeline import JudgeSettings
@@ -97,7 +98,7 @@ def test_the_reference_is_timed_while_no_rank_is_starting(monkeypatch):
         env.close()
 
 
-@pytest.mark.parametrize("depth", [1, 3])
+@pytest.mark.parametrize("depth", [1, 4])
 def test_no_generation_starts_while_a_candidate_is_timed(monkeypatch, depth):
     """Spares start, and move from one phase of their start to the next, once a candidate's timing is over,
     and no phase is still running when the next bursts begin: no rank makes its context or communicators
@@ -115,22 +116,25 @@ def test_no_generation_starts_while_a_candidate_is_timed(monkeypatch, depth):
         return real(gen, *args, **kwargs)
 
     monkeypatch.setattr(pipeline, "run_bursts", spy)
-    env = make_env(world_size=2, judge_settings=PRODUCTION, target_speedup=float("inf"))  # one episode, 3 steps
+    env = make_env(world_size=2, judge_settings=PRODUCTION, target_speedup=float("inf"))  # one episode, 4 steps
     executor = env.unwrapped.executor
     if depth > 1 and executor.namespaces_missing:
         env.close()
         pytest.skip(f"spares wait beside a candidate only in cells with namespaces ({executor.namespaces_missing})")
-    executor.spare_depth = depth  # CPU placements keep one; GPU placements three (a start in two long phases)
+    executor.spare_depth = depth  # CPU placements keep one; GPU placements one per phase and a ready one
     try:
         obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
-        for _ in range(3):
+        last = len(START_PHASES) - 1
+        for step in range(4):
             _, _, _, _, info = env.step(obs["reference"])
             assert info["correct"], info["feedback"]
             assert len(executor._spares) == executor.spare_depth  # started for the next steps
-            # all but the newest on to their process group; a lone one started whole
-            assert [s.joined for s in executor._spares] == [True] * (depth - 1) + [depth == 1]
             assert all(not s.closed for s in executor._spares)
-        assert seen == [(depth - 1, True, True)] * 3, seen
+            if step:  # from the second step on (reset starts the held ones together): oldest first, each
+                # one phase further on than the next, the newest in its first; a lone one started whole
+                asked = [min(last, depth - 1 - i) for i in range(depth)] if depth > 1 else [last]
+                assert [s.asked for s in executor._spares] == asked
+        assert seen == [(depth - 1, True, True)] * 4, seen
     finally:
         env.close()
 

@@ -18,6 +18,7 @@ import platform
 from pkb_env.executors.capacity import world_size_limit
 from pkb_env.executors.generation import Placement
 from pkb_env.executors.limits import ResourceLimits
+from pkb_env.executors.messages import START_PHASES
 from pkb_env.executors.process import ExecutorInfo, ProcessExecutor
 
 EXECUTORS = ("auto", "cpu", "cuda", "cuda-emulated")
@@ -89,7 +90,7 @@ def make_executor(name: str, world_size: int) -> ProcessExecutor:
     topology = machine.topology_name if machine.gpus else "unknown_gpu"
     if name == "cuda":
         placement = Placement(tuple(f"cuda:{r}" for r in range(world_size)), "nccl", ResourceLimits(), clock="cuda",
-                              calibration_sizes=GPU_CALIBRATION_SIZES, spares=3)
+                              calibration_sizes=GPU_CALIBRATION_SIZES, spares=len(START_PHASES) + 1)
         info = ExecutorInfo("cuda", f"cuda/{model}/x{world_size}", True, topology)
     else:
         placement = Placement(tuple(f"cuda:{r % gpus}" for r in range(world_size)), "gloo", ResourceLimits(),

@@ -31,6 +31,7 @@ from pkb_env.executors.limits import ResourceLimits, describe_status, kill_tree,
 from pkb_env.executors.zygote import Containment, Zygote
 from pkb_env.record import RankFailure
 
+LAST_PHASE = len(messages.START_PHASES) - 1
 GRACE_S = 0.3        # how long the other ranks may still report after one fails
 LOG_TAIL_BYTES = 1500
 SERVICE_BUDGET_S = 900.0  # judge time (kernel compiles) one generation may ask for in all
@@ -50,7 +51,8 @@ class Placement:
     or "cuda" (CUDA events behind a device gate); calibration_sizes: all_reduce sizes (bytes) whose best
     bus bandwidth is the calibrated B (GPUs need large messages to saturate a link); spares: candidate
     generations kept pre-started where cells have namespaces (executors/process.py, `_fill_spares`): a
-    GPU rank starts in two phases of about a third of a second each, CPU ranks in a fraction of that.
+    GPU rank starts in three phases of 0.2-0.4 s each (messages.START_PHASES), CPU ranks in a fraction
+    of that.
     """
 
     devices: tuple[str, ...]
@@ -81,9 +83,10 @@ class Generation:
     def __init__(self, zygote: Zygote, placement: Placement, env: dict[str, str], role: str, root: str,
                  uid: int | None = None, containment: Containment = Containment(),
                  progress: Callable[[str, str, int, int], None] | None = None, hold: bool = False):
-        """Fork the ranks; they start at once. A start has two phases: each rank's CUDA context, then the
-        process group (NCCL's communicator and its connections). With `hold`, the ranks stop after the
-        first until `join`, so the judge can run the phases when nothing is being timed."""
+        """Fork the ranks; they start at once. A start runs in phases (messages.START_PHASES: each rank's
+        CUDA context, the process group with NCCL's communicator and connections, the warm-up of the
+        kernels a step's requests launch). With `hold`, the ranks stop after the first until `advance`,
+        so that the judge can run each phase when nothing is being timed."""
         self.placement = placement
         self.role = role
         self.progress = progress  # progress(role, phase, ranks_done, world_size) as each rank completes a phase
@@ -98,9 +101,8 @@ class Generation:
             raise
         self.conns: list[Connection] = []
         self.pids: list[int] = []
-        self.ready = False
-        self.started = not hold   # the first phase is over (known only for a held start)
-        self.joined = not hold    # the second phase was asked for
+        self.asked = 0 if hold else LAST_PHASE  # the last phase of the start the ranks were asked to run
+        self.done = -1                          # the last phase the judge knows every rank has finished
         self.closed = False
         self.facts: list[dict[str, Any]] = []    # per rank, from its ready event (before any candidate code)
         self.page = ReleasePage()
@@ -125,7 +127,7 @@ class Generation:
                 send_handle(conn, self.page.fd, self.pids[-1])  # the first thing the rank reads
             except OSError:
                 pass  # the rank died already; wait_ready() will say how
-        self.ask({"op": "init", "hold": hold, "label": "start-up"})
+        self._ask_phase()
 
     @property
     def world_size(self) -> int:
@@ -133,34 +135,44 @@ class Generation:
 
     # -- starting ----------------------------------------------------------------------------------
     @property
+    def ready(self) -> bool:
+        return self.done == LAST_PHASE
+
+    @property
     def starting(self) -> bool:
-        """A phase of the start is running (its ranks are making contexts or communicators)."""
-        return not self.closed and not (self.ready if self.joined else self.started)
+        """A phase of the start is running (its ranks make contexts or communicators, or load kernels)."""
+        return not self.closed and self.done < self.asked
+
+    def _ask_phase(self) -> None:
+        self.ask({"op": "start", "phase": messages.START_PHASES[self.asked], "label": "start-up"})
 
     def settle(self, timeout: float) -> None:
         """Wait for the phase of the start that is running, without beginning the next."""
-        if self.joined:
-            self.wait_ready(timeout)
-        elif not self.started:
-            self.collect("started", 1, time.monotonic() + timeout, "start-up")
-            self.started = True
+        if self.done < self.asked:
+            final = self.asked == LAST_PHASE
+            got = self.collect("ready" if final else "started", 1, time.monotonic() + timeout, "start-up")
+            if final:
+                self.facts = [dict(d[0].header["facts"]) for d in got]
+            self.done = self.asked
 
-    def join(self, timeout: float) -> None:
-        """Begin the second phase of a held start (waiting for the first to end); returns at once."""
-        if not self.joined:
+    def advance(self, timeout: float, through: int | None = None) -> None:
+        """Begin the next phase of a held start (or every phase up to `through`), after waiting for the
+        one running; returns at once."""
+        target = min(LAST_PHASE, self.asked + 1 if through is None else through)
+        if target > self.asked:
             self.settle(timeout)
-            self.ask({"op": "join", "label": "start-up"})
-            self.joined = True
+            self.asked = target
+            self._ask_phase()
+
+    def finish(self, timeout: float) -> None:
+        """Ask for every phase not asked for yet (after waiting for the one running); returns at once."""
+        self.advance(timeout, through=LAST_PHASE)
 
     def wait_ready(self, timeout: float) -> None:
-        if not self.ready:
-            self.join(timeout)
-            got = self.collect("ready", 1, time.monotonic() + timeout, "start-up")
-            self.facts = [dict(d[0].header["facts"]) for d in got]
-            self.ready = True
+        self.finish(timeout)
+        self.settle(timeout)
 
     # -- messaging ---------------------------------------------------------------------------------
-
     def ask(self, requests: list[dict] | dict) -> str:
         """Send a request to every rank (a dict) or one per rank (a list) under a fresh nonce; the nonce."""
         self.nonce = messages.new_nonce()

@@ -24,6 +24,11 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, Callable
 
+# A rank's start, in order: its CUDA context (made as the process starts), its generation's process group
+# (NCCL's communicator, its connections, the collectives' kernels), the kernels of a step's own requests.
+# The judge asks for them one at a time for a held spare (executors/process.py), all at once otherwise;
+# each is answered `started`, the last `ready`.
+START_PHASES = ("context", "group", "warm")
 NONCE_CHARS = 32
 MAX_TEXT = 4000        # error messages (the feedback shows a few hundred characters of them)
 MAX_MARKS = 4096       # intermediate events of one burst

@@ -99,15 +99,15 @@ class ProcessExecutor:
         return self._zygote
 
     def candidate_generation(self) -> Generation:
-        """A fresh generation for one candidate, the oldest spare, joining if it was held (end it with
-        `retire` or `release`, which start the next spares)."""
+        """A fresh generation for one candidate: the oldest spare, asked for the rest of its start if it was
+        held (end it with `retire` or `release`, which move the spares on)."""
         self._drop_dead_spares()
         while self._spares:
             gen = self._spares.pop(0)
             try:
-                gen.join(self.start_timeout)
+                gen.finish(self.start_timeout)
                 return gen
-            except GenerationFailed:  # its first phase failed: not the candidate's fault, try another
+            except GenerationFailed:  # a phase of its start failed: not the candidate's fault, try another
                 gen.close()
         return self._start("candidate", hold=False)
 
@@ -118,21 +118,24 @@ class ProcessExecutor:
             self._spares.remove(gen)
 
     def _fill_spares(self) -> None:
-        """Move every spare one phase on and start new ones up to `spare_depth`.
+        """Move every spare one phase of its start on and start new ones up to `spare_depth`.
 
-        Called only once a timing is over: a starting rank makes its CUDA context or communicator, GPU
-        and host work beside any burst, and `settle` waits for the running phases before the next
-        bursts. With three spares (GPU placements) each phase of a start has the time between two
-        timings to itself, so a step waits less: the oldest spare is ready, the next one makes its
-        communicator, the newest its contexts. With one (CPU ranks, or cells without namespaces, where
-        a spare beside a running candidate could be reached by it: same uid) the spare is started whole
-        once the candidate's timing is over (and, without namespaces, once the candidate is gone). A failure to start is not the calling step's: its result stands, and the next step starts
-        its own generation or says why it cannot.
+        Called only once a timing is over: a starting rank makes its CUDA context or communicator or loads
+        kernels, GPU and host work beside any burst, and `settle` waits for the running phases before the
+        next bursts. With one spare per phase and a ready one (GPU placements: four), each phase of a
+        start has the time between two timings to itself, and phases of different spares run side by
+        side, so a step back to back waits only for the longest phase beyond that time (on one H200 the
+        context took 0.42 s, the process group 0.40 s, the warm-up 0.20 s; the time between two timings
+        is about 0.4 s: docs/timing.md). With one (CPU ranks, whose start is short, or cells without
+        namespaces, where a spare beside a running candidate could be reached by it: same uid) the
+        spare is started whole once the candidate's timing is over (and, without namespaces, once the
+        candidate is gone). A failure to start is not the calling step's: its result stands, and the
+        next step starts its own generation or says why it cannot.
         """
         self._drop_dead_spares()
         for gen in list(self._spares):
             try:
-                gen.join(self.start_timeout)
+                gen.advance(self.start_timeout)
             except GenerationFailed:
                 gen.close()
                 self._spares.remove(gen)
@@ -172,7 +175,7 @@ class ProcessExecutor:
     def release(self, gen: Generation) -> None:
         """End a candidate generation for good (waiting until it is gone) and everything it left behind;
         the spares move on here unless `retire` moved them (once per step: a spare forked at `retire` is
-        still making its contexts, and joining it now would wait for them)."""
+        still making its contexts, and advancing it now would wait for them)."""
         retired = gen.cell.ending or gen.closed
         self._end(gen)
         if not retired:

@@ -7,8 +7,8 @@ obeys the judge's requests. It knows only its own seeds. Candidate ranks are use
 killed; reference ranks never run candidate code and are reused.
 
 Requests (judge -> rank) all carry a nonce; every answer echoes it (messages.py has the schemas):
-  init      {hold}                      -> ready {facts}, or with hold: started (the CUDA context is made)
-  join                                  -> ready {facts}    (after a held init: the process group)
+  start     {phase}                     -> started, or ready {facts} after the last phase (messages.START_PHASES:
+                                           the phases up to `phase` not run yet, in order)
   load      {task, source|None}         -> built {seconds}    (and the task's process groups, before candidate code)
   trials    {workload, seeds}           -> trial {index, seconds, aliases, mutated, shares, ...} + outputs, per seed
   burst     {workload, seeds, calls, epoch, marks_every, capture_every}
@@ -37,16 +37,18 @@ import torch
 import torch.distributed as dist
 
 from pkb_env.contract import GroupCache
-from pkb_env.executors import bursts, channel, peaks
+from pkb_env.executors import bursts, channel, peaks, sketch
 from pkb_env.executors.clocks import make_clock
 from pkb_env.executors.forking import enter_child
 from pkb_env.executors.gate import PageView
+from pkb_env.executors.messages import START_PHASES
 from pkb_env.executors.outputs import aliases, check_size, clone_args, export, mutated, nbytes, shared_with, stage
 from pkb_env.executors.tripwire import JUDGE, tampered, watch
 from pkb_env.runtime import link
 from pkb_env.task import load_reference, load_task
 
 CANDIDATE_FILE = "candidate.py"
+WARM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # the presets' dtypes, warmed at a start
 RELEASE_WAIT_S = 600.0  # a rank waits this long for a release before it gives up (the judge died)
 
 
@@ -71,8 +73,8 @@ def run_forked(spec: dict, fd: int) -> NoReturn:
 
 class RankServer:
     def __init__(self, conn: Connection, spec: dict):
-        """The first phase of a start: the rank's own state and its CUDA context (about a third of a start
-        on one H200, docs/timing.md). The process group is the second phase (`join`)."""
+        """The first phase of a start ("context"): the rank's own state and its CUDA context (0.42 s of a
+        1.0 s start on one H200, docs/timing.md). The others run when the judge asks (`start`)."""
         started = JUDGE.clock()
         self.conn = conn
         self.page = PageView(recv_handle(conn))  # the judge sends it before anything else
@@ -90,6 +92,7 @@ class RankServer:
         self._workloads: dict[str, bursts.Workload] = {}
         self.nonce = ""
         self.clock = None
+        self.phase = 0  # the last of messages.START_PHASES run
         torch.set_num_threads(1)
         if self.gpu:
             torch.cuda.set_device(self.device)
@@ -99,9 +102,9 @@ class RankServer:
         send, recv = channel.send, channel.recv
         link.attach(lambda header: (send(conn, header), recv(conn))[1])
 
-    def join(self) -> None:
-        """The second phase of a start: the process group (NCCL's communicator, made now rather than
-        mid-trial), the clock, and the connections of the collectives the tasks use."""
+    def group(self) -> None:
+        """The process group (NCCL's communicator, made now rather than mid-trial), the clock, and the
+        connections and kernels of the collectives the tasks use."""
         spec = self.spec
         started = JUDGE.clock()
         store = dist.FileStore(spec["store"], self.world_size)
@@ -114,9 +117,14 @@ class RankServer:
             _connect(self.device)
         self.facts.update(self.clock.facts(), group_s=grouped - started, connect_s=JUDGE.clock() - grouped)
 
+    def warm(self) -> None:
+        started = JUDGE.clock()
+        _rehearse(self.device)
+        self.facts["warm_s"] = JUDGE.clock() - started
+
     # -- loop ------------------------------------------------------------------------------------
     def serve(self) -> None:
-        handlers = {"init": self.init, "join": self.joined, "load": self.load, "trials": self.trials, "burst": self.burst,
+        handlers = {"start": self.start, "load": self.load, "trials": self.trials, "burst": self.burst,
                     "fingerprints": self.fingerprints, "replay": self.replay, "copies": self.copies}
         while True:
             message, _ = channel.recv(self.conn)
@@ -142,19 +150,20 @@ class RankServer:
             raise Tampered(f"the candidate replaced {', '.join(sorted(set(changed))[:6])}")
 
     # -- operations --------------------------------------------------------------------------------
-    def init(self, message: dict) -> None:
-        """The judge's first request: go on to the process group now, or say the context is made and wait
-        for `join` (a held start: the judge runs the second phase when nothing is being timed)."""
-        if message.get("hold"):
-            self.send("started")
+    def start(self, message: dict) -> None:
+        """Run the phases of the start up to `phase` that have not run, in order (a held spare is asked
+        for one at a time, so that the judge runs each when nothing is being timed)."""
+        target = START_PHASES.index(message["phase"])
+        if target < self.phase:
+            raise RuntimeError(f"phase {message['phase']} of the start has run already")
+        steps = {"group": self.group, "warm": self.warm}
+        for name in START_PHASES[self.phase + 1:target + 1]:
+            steps[name]()
+        self.phase = target
+        if target == len(START_PHASES) - 1:
+            self.send("ready", facts=self.facts)
         else:
-            self.joined(message)
-
-    def joined(self, message: dict) -> None:
-        if self.clock is not None:
-            raise RuntimeError("joined twice")
-        self.join()
-        self.send("ready", facts=self.facts)
+            self.send("started")
 
     def load(self, message: dict) -> None:
         start = JUDGE.clock()
@@ -254,17 +263,46 @@ watch(RankServer, "send", "check_tools", "burst", "trials", "fingerprints", "rep
 def _connect(device: torch.device) -> None:
     """Make the default NCCL group's connections now, while the generation is pre-started (not in a step).
 
-    NCCL sets up the transport of a collective on its first use (ring buffers, peer-to-peer channels);
-    each kind the tasks use is run once here on a few bytes, so a step's first call does not pay for it.
+    NCCL sets up the transport of a collective on its first use (ring buffers, peer-to-peer channels), and
+    CUDA loads each of its kernels (one per collective, operation and dtype) on its first launch; each kind
+    the tasks use is run once here on a few bytes, in the dtypes of the presets, so a step's first call
+    does not pay for either.
     """
     world = dist.get_world_size()
-    x = torch.zeros(world * 8, device=device)
-    dist.all_reduce(x[:8])
-    dist.broadcast(x[:8], src=0)
-    dist.all_gather_into_tensor(x, x[:8].clone())
-    dist.reduce_scatter_tensor(x[:8].clone(), x)
-    dist.all_to_all_single(torch.empty_like(x), x)
+    for dtype in WARM_DTYPES:
+        x = torch.zeros(world * 8, device=device, dtype=dtype)
+        dist.all_reduce(x[:8])
+        dist.broadcast(x[:8], src=0)
+        dist.all_gather_into_tensor(x, x[:8].clone())
+        dist.reduce_scatter_tensor(x[:8].clone(), x)
+        dist.all_to_all_single(torch.empty_like(x), x)
     torch.cuda.synchronize(device)
+
+
+def _rehearse(device: torch.device) -> None:
+    """Run the kernels of a step's own requests once, on small tensors, while the generation is a spare.
+
+    Every candidate generation is fresh, and CUDA loads a kernel on its first launch: the first trial's
+    input draws and copies, and above all the first fingerprint (float64 projections, integer words),
+    paid for that loading in every step (the first fingerprint in a fresh process took 0.17-0.39 s on one
+    H200, docs/timing.md). This is the same code the requests run (draws as the tasks' distributions make
+    them, `stage`, `export`, `sketch_calls` of both kinds, the reference's bound terms), on nothing secret.
+    """
+    gen = torch.Generator(device=device)
+    gen.manual_seed(0)
+    n = 2 * sketch.MIN_BLOCK  # two blocks: the projected path's per-block sums
+    values: list[Any] = []
+    for dtype in (*WARM_DTYPES, torch.float64):
+        x = torch.randn(n, generator=gen, device=device, dtype=torch.float32).to(dtype)
+        u = torch.empty(n, device=device).uniform_(generator=gen).to(dtype)
+        values += [stage(x), u]
+        export(x)
+    ints = torch.randint(0, 7, (n,), generator=gen, device=device, dtype=torch.int64)
+    values += [ints, ints.to(torch.int32), ints > 3]
+    sketch.sketch_calls(values, 1, {"output": [1e-2, 1e-2, False]}, bound=True)
+    sketch.sketch_calls(values, 2, None)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _collective(name: str, size: int, device: torch.device) -> bursts.Workload:
