@@ -1,6 +1,7 @@
 """An independent truth for the judge's clock: the NCCL references timed nccl-tests' way, beside the judge.
 
     python benchmarks/independent_truth.py --out $OUT            # every GPU, bench and large, 4 collectives
+    python benchmarks/independent_truth.py --world-size 1 --out $OUT   # one GPU: the host-bound regime
 
 Part 1 shares no code with the judge (torch and torch.distributed only; nothing of pkb_env is imported
 until part 2): one process per GPU, each task's reference call re-written here as the task's
@@ -9,9 +10,13 @@ reduce_scatter: new_empty + reduce_scatter_tensor; all_to_all: new_empty + all_t
 sizes (bench: (M, N) = (1024, 1024) bf16 blocks; large: (4096, 2048)). Timed nccl-tests' way: warm-up,
 then `--reps` times a host barrier, a device synchronisation, a CUDA event, N calls back to back on one
 input buffer (N such that the loop takes ~5 ms, at least 20), an event; per call = elapsed / N, the
-slowest rank; the median over repetitions is the truth. Two more columns: the same with N different
-input buffers (together > 3x L2, as the judge rotates fresh inputs), and the bare collective (no clone
-or allocation) for context.
+slowest rank; the median over repetitions is the truth. More columns, for finding where the judge
+and the truth part: the same with N different input buffers (together > 3x L2, as the judge rotates
+fresh inputs); the same again holding every call's output until the loop ends (as the judge's bursts
+hold them, and a training step its activations: with outputs freed, the allocator reuses one block
+and torch's NCCL watchdog frees stashed outputs as calls complete); the bare collective (no clone or
+allocation); and the SM clock of rank 0's GPU right after the loops (a GPU that idles between loops
+may not be at its boost clock).
 
 Part 2 asks the judge (`pkb_env`, executor "cuda") for its reference time of the same task and size:
 one step of the reference per task and preset, reading the cached reference timing.
@@ -44,10 +49,12 @@ def main() -> int:
     parser.add_argument("--tasks", nargs="+", default=list(TASKS))
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--skip-judge", action="store_true", help="part 1 only")
+    parser.add_argument("--world-size", type=int, default=None, help="ranks, one per GPU (default: every GPU)")
     args = parser.parse_args()
-    world = torch.cuda.device_count()
-    if world < 2:
-        parser.error(f"needs at least 2 GPUs, found {world}")
+    gpus = torch.cuda.device_count()
+    world = args.world_size or gpus
+    if not 1 <= world <= gpus:
+        parser.error(f"--world-size {world}: this machine has {gpus} GPU(s); one rank per GPU")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -64,12 +71,15 @@ def main() -> int:
                      "judge_over_rotated": j and j["time_us"] / t["rotated_us"], "judge": j})
     header = (f"{world} x {torch.cuda.get_device_name(0)}; us per call, slowest rank; truth = median of {args.reps} "
               f"repetitions of >= 20 calls back to back (nccl-tests' way); judge = the judge's reference time")
-    lines = [header, "", "| task | preset | truth (same buffer) | truth (rotated inputs) | bare collective | judge | "
-             "judge / truth | judge / rotated |", "|---|---|---|---|---|---|---|---|"]
+    lines = [header, "", "| task | preset | truth (same buffer) | truth (rotated inputs) | rotated, outputs held | "
+             "bare collective | SM MHz | judge | judge / truth | judge / rotated | judge / held |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        over_held = r["judge_us"] and r["judge_us"] / r["held_us"]
         lines.append(f"| {r['task']} | {r['preset']} | {r['same_buffer_us']:.1f} ({r['same_buffer_range']}) | "
-                     f"{r['rotated_us']:.1f} | {r['bare_us']:.1f} | {_num(r['judge_us'])} | "
-                     f"{_num(r['judge_over_truth'], '.3f')} | {_num(r['judge_over_rotated'], '.3f')} |")
+                     f"{r['rotated_us']:.1f} | {r['held_us']:.1f} | {r['bare_us']:.1f} | {_num(r['sm_mhz'], '.0f')} | "
+                     f"{_num(r['judge_us'])} | {_num(r['judge_over_truth'], '.3f')} | "
+                     f"{_num(r['judge_over_rotated'], '.3f')} | {_num(over_held, '.3f')} |")
     text = "\n".join(lines) + "\n"
     print("\n" + text)
     (out / "truth.md").write_text(f"`{' '.join(sys.argv)}`\n\n" + text)
@@ -156,16 +166,24 @@ def _rank(rank: int, world: int, tmp: str, tasks, presets, reps: int) -> None:
             turn = iter(range(10 ** 9))
             rotated = [_loop(lambda: _reference(task, pool[next(turn) % len(pool)], world), calls, host)
                        for _ in range(reps)]
+            kept: list[torch.Tensor] = []
+            held = []
+            for _ in range(reps):
+                held.append(_loop(lambda: kept.append(_reference(task, pool[next(turn) % len(pool)], world)),
+                                  calls, host))
+                kept.clear()
+            clock = _sm_clock()
             out = _reference(task, x, world)
             bare = [_loop(lambda: _bare(task, x, out), calls, host) for _ in range(reps)]
             del pool
             torch.cuda.empty_cache()
-            slowest = [_max(torch.tensor(v, dtype=torch.float64), host) for v in (same, rotated, bare)]
+            slowest = [_max(torch.tensor(v, dtype=torch.float64), host) for v in (same, rotated, held, bare)]
             results[f"{task}/{preset}"] = {
                 "calls": calls, "bytes_per_rank": bytes_,
                 "same_buffer_us": statistics.median(slowest[0]) * 1e6,
                 "same_buffer_range": f"{min(slowest[0]) * 1e6:.1f}-{max(slowest[0]) * 1e6:.1f}",
-                "rotated_us": statistics.median(slowest[1]) * 1e6, "bare_us": statistics.median(slowest[2]) * 1e6}
+                "rotated_us": statistics.median(slowest[1]) * 1e6, "held_us": statistics.median(slowest[2]) * 1e6,
+                "bare_us": statistics.median(slowest[3]) * 1e6, "sm_mhz": clock}
     if rank == 0:
         Path(tmp, "truth.json").write_text(json.dumps(results))
     dist.destroy_process_group()
@@ -184,6 +202,14 @@ def _loop(call, calls: int, host) -> float:
     end.record()
     end.synchronize()
     return begin.elapsed_time(end) / 1e3 / calls
+
+
+def _sm_clock() -> float | None:
+    """This GPU's SM clock now, in MHz (NVML through torch; None where NVML is missing)."""
+    try:
+        return float(torch.cuda.clock_rate())
+    except Exception:  # noqa: BLE001 - a diagnostic column, not the measurement
+        return None
 
 
 def _max(values: torch.Tensor, group) -> list[float] | float:

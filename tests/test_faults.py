@@ -166,3 +166,28 @@ def test_a_next_generation_that_cannot_start_does_not_cost_this_step(monkeypatch
         assert info["correct"], info["feedback"]
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("depth", [1, 4])
+def test_spares_killed_in_any_phase_of_their_start_are_replaced(depth):
+    """A pre-started generation can die before it is used, in any phase of its start (whoever ran before
+    killed it, or the machine did): the next step takes another or starts its own, and the spares are
+    made up again, whatever phase each was in."""
+    env = make_env(world_size=2, target_speedup=float("inf"))
+    try:
+        executor = env.unwrapped.executor
+        if depth > 1 and executor.namespaces_missing:
+            pytest.skip(f"held spares need cells with namespaces ({executor.namespaces_missing})")
+        executor.spare_depth = depth
+        obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
+        for _ in range(2):
+            _, _, _, _, info = env.step(obs["reference"])
+            assert info["correct"], info["feedback"]
+            assert len(executor._spares) == depth
+            for spare in executor._spares:  # one rank of every spare, wherever its start has got to
+                os.kill(spare.pids[-1], 9)
+        _, _, _, _, info = env.step(obs["reference"])
+        assert info["correct"], info["feedback"]
+        assert len(executor._spares) == depth and all(s.alive() for s in executor._spares)
+    finally:
+        env.close()
