@@ -191,3 +191,36 @@ def test_spares_killed_in_any_phase_of_their_start_are_replaced(depth):
         assert len(executor._spares) == depth and all(s.alive() for s in executor._spares)
     finally:
         env.close()
+
+
+def test_ranks_that_cannot_start_are_the_judges_failure_not_the_candidates(monkeypatch):
+    """No candidate code has run in a generation that fails to start (a host out of processes, a spare
+    killed before it was used): after the spares and a second fresh start, the step raises JudgeError
+    instead of charging the candidate a build error or an exploit flag, and the next step is judged."""
+    from pkb_env.judge.pipeline import JudgeError
+
+    env = make_env(world_size=2, target_speedup=float("inf"))
+    try:
+        obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
+        executor = env.unwrapped.executor
+        real = executor._start
+        starts = []
+
+        def doomed(role, hold=False):
+            gen = real(role, hold)
+            starts.append(gen)
+            for pid in gen.pids:
+                os.kill(pid, 9)
+            return gen
+
+        for spare in executor._spares:
+            os.kill(spare.pids[0], 9)
+        monkeypatch.setattr(executor, "_start", doomed)
+        with pytest.raises(JudgeError, match="failed to start"):
+            env.step(obs["reference"])
+        assert len(starts) == 2 and all(gen.closed for gen in starts)  # FRESH_STARTS, each closed
+        monkeypatch.setattr(executor, "_start", real)
+        _, _, _, _, info = env.step(obs["reference"])
+        assert info["correct"], info["feedback"]
+    finally:
+        env.close()

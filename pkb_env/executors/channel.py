@@ -70,7 +70,7 @@ def _wait(conn: Connection, deadline: float | None) -> None:
 def _read(conn: Connection, limit: int) -> bytes:
     try:
         return conn.recv_bytes(limit)
-    except EOFError:
+    except (EOFError, ConnectionError):  # a peer that died mid-frame resets the connection: it is gone
         raise ChannelClosed("channel closed") from None
     except OSError as exc:  # "bad message length" for oversize messages
         raise ChannelError(f"unreadable message: {exc}") from None

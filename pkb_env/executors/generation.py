@@ -172,6 +172,12 @@ class Generation:
         self.finish(timeout)
         self.settle(timeout)
 
+    def ping(self, timeout: float) -> None:
+        """Every rank answers now, or GenerationFailed: a spare's `ready` may have waited in its channel
+        since before a rank of it was killed. Asks for the start's last phase again (nothing left to run)."""
+        self.ask({"op": "start", "phase": messages.START_PHASES[LAST_PHASE], "label": "start-up"})
+        self.collect("ready", 1, time.monotonic() + timeout, "start-up")
+
     # -- messaging ---------------------------------------------------------------------------------
     def ask(self, requests: list[dict] | dict) -> str:
         """Send a request to every rank (a dict) or one per rank (a list) under a fresh nonce; the nonce."""

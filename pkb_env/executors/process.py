@@ -37,6 +37,8 @@ from pkb_env.executors.zygote import Containment, Zygote
 BUILD_LIMITS = ResourceLimits(file_size_bytes=512 << 20, open_files=1024, address_space_bytes=16 << 30,
                               cpu_seconds=600)
 BUILD_PROCESSES = 256
+FRESH_STARTS = 2            # tries at a new candidate generation when no spare could be used
+FRESH_START_PAUSE_S = 1.0   # between them
 MAX_BUILD_BYTES = 256 << 20
 BUILD_SIGNALS = {"SIGXCPU": "its CPU-time limit", "SIGKILL": "out of memory or a limit",
                  "SIGXFSZ": "a file over its size limit", "SIGSEGV": "a crash of the compiler or of the build's code"}
@@ -99,17 +101,35 @@ class ProcessExecutor:
         return self._zygote
 
     def candidate_generation(self) -> Generation:
-        """A fresh generation for one candidate: the oldest spare, asked for the rest of its start if it was
-        held (end it with `retire` or `release`, which move the spares on)."""
+        """A fresh generation for one candidate, started and ready to load it: the oldest spare that
+        finishes its start, else a new one (end it with `retire` or `release`, which move the spares on).
+
+        No candidate code has run in it yet, so a start that fails is never the candidate's: a spare that
+        died before it was used (killed, or out of memory; `alive` cannot see a death that is still on its
+        way, and its `ready` may have been sent before: `ping`) is closed and the next one tried, and a new generation is started up to `FRESH_STARTS` times
+        (a host briefly out of processes or threads answers EAGAIN). GenerationFailed (or the OSError of a
+        cell that cannot be made) after that: the judge's to report.
+        """
         self._drop_dead_spares()
         while self._spares:
             gen = self._spares.pop(0)
             try:
-                gen.finish(self.start_timeout)
+                gen.wait_ready(self.start_timeout)
+                gen.ping(self.start_timeout)
                 return gen
-            except GenerationFailed:  # a phase of its start failed: not the candidate's fault, try another
+            except GenerationFailed:
                 gen.close()
-        return self._start("candidate", hold=False)
+        for attempt in range(FRESH_STARTS):
+            if attempt:
+                time.sleep(FRESH_START_PAUSE_S)
+            gen = self._start("candidate", hold=False)
+            try:
+                gen.wait_ready(self.start_timeout)
+                return gen
+            except GenerationFailed as exc:
+                gen.close()
+                failure = exc
+        raise failure
 
     def _drop_dead_spares(self) -> None:
         """Close spares that died (whoever ran before may have killed one, or its start failed)."""
@@ -125,8 +145,8 @@ class ProcessExecutor:
         next bursts. With one spare per phase and a ready one (GPU placements: four), each phase of a
         start has the time between two timings to itself, and phases of different spares run side by
         side, so a step back to back waits only for the longest phase beyond that time (on one H200 the
-        context took 0.42 s, the process group 0.40 s, the warm-up 0.20 s; the time between two timings
-        is about 0.4 s: docs/timing.md). With one (CPU ranks, whose start is short, or cells without
+        context took 0.42-0.57 s, the process group 0.40-0.52 s, the warm-up 0.20-0.44 s; the time between
+        two timings is about 0.4 s: docs/timing.md). With one (CPU ranks, whose start is short, or cells without
         namespaces, where a spare beside a running candidate could be reached by it: same uid) the
         spare is started whole once the candidate's timing is over (and, without namespaces, once the
         candidate is gone). A failure to start is not the calling step's: its result stands, and the

@@ -73,8 +73,8 @@ def run_forked(spec: dict, fd: int) -> NoReturn:
 
 class RankServer:
     def __init__(self, conn: Connection, spec: dict):
-        """The first phase of a start ("context"): the rank's own state and its CUDA context (0.42 s of a
-        1.0 s start on one H200, docs/timing.md). The others run when the judge asks (`start`)."""
+        """The first phase of a start ("context"): the rank's own state and its CUDA context (0.42-0.57 s of
+        a 1.0-1.6 s start on one H200, docs/timing.md). The others run when the judge asks (`start`)."""
         started = JUDGE.clock()
         self.conn = conn
         self.page = PageView(recv_handle(conn))  # the judge sends it before anything else
@@ -118,8 +118,10 @@ class RankServer:
         self.facts.update(self.clock.facts(), group_s=grouped - started, connect_s=JUDGE.clock() - grouped)
 
     def warm(self) -> None:
+        """The kernels of a step's own requests, loaded before the step (`_rehearse`)."""
         started = JUDGE.clock()
         _rehearse(self.device)
+        self.clock.sync()
         self.facts["warm_s"] = JUDGE.clock() - started
 
     # -- loop ------------------------------------------------------------------------------------
@@ -152,7 +154,8 @@ class RankServer:
     # -- operations --------------------------------------------------------------------------------
     def start(self, message: dict) -> None:
         """Run the phases of the start up to `phase` that have not run, in order (a held spare is asked
-        for one at a time, so that the judge runs each when nothing is being timed)."""
+        for one at a time, so that the judge runs each when nothing is being timed). Asked for the last
+        again, it only answers (the judge's `ping` of a spare before use)."""
         target = START_PHASES.index(message["phase"])
         if target < self.phase:
             raise RuntimeError(f"phase {message['phase']} of the start has run already")
@@ -301,8 +304,6 @@ def _rehearse(device: torch.device) -> None:
     values += [ints, ints.to(torch.int32), ints > 3]
     sketch.sketch_calls(values, 1, {"output": [1e-2, 1e-2, False]}, bound=True)
     sketch.sketch_calls(values, 2, None)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _collective(name: str, size: int, device: torch.device) -> bursts.Workload:

@@ -181,7 +181,11 @@ class Judge:
         if record.performance_available:
             with _stage(record, Stage.TIME):
                 self._reference_time(task, record, expected)
-        gen = self.executor.candidate_generation()
+        with _stage(record, Stage.BUILD):
+            try:
+                gen = self.executor.candidate_generation()
+            except (GenerationFailed, OSError) as exc:  # before any of the candidate's code ran: not its failure
+                raise JudgeError(f"the candidate's ranks failed to start: {exc}") from exc
         record.containment = self.executor.protection(gen)
         gen.request_handler = self.kernels.handle
         try:
@@ -195,7 +199,6 @@ class Judge:
         record.stage = Stage.BUILD
         with _stage(record, Stage.BUILD):
             try:
-                gen.wait_ready(s.start_timeout_s)
                 record.build = BuildResult(seconds=ops.load(gen, task.name, record.parse.code, s.build_timeout_s))
             except CANDIDATE_FAILURES as exc:
                 record.build = BuildResult(error=_failure_text(exc))
