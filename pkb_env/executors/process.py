@@ -106,9 +106,10 @@ class ProcessExecutor:
 
         No candidate code has run in it yet, so a start that fails is never the candidate's: a spare that
         died before it was used (killed, or out of memory; `alive` cannot see a death that is still on its
-        way, and its `ready` may have been sent before: `ping`) is closed and the next one tried, and a new generation is started up to `FRESH_STARTS` times
-        (a host briefly out of processes or threads answers EAGAIN). GenerationFailed (or the OSError of a
-        cell that cannot be made) after that: the judge's to report.
+        way, and its `ready` may have been sent before: `ping`) is closed and the next one tried, and a new
+        generation is started up to `FRESH_STARTS` times (a host briefly out of processes or threads
+        answers EAGAIN). GenerationFailed (or the OSError of a cell that cannot be made) after that: the
+        judge's to report.
         """
         self._drop_dead_spares()
         while self._spares:
@@ -145,12 +146,12 @@ class ProcessExecutor:
         next bursts. With one spare per phase and a ready one (GPU placements: four), each phase of a
         start has the time between two timings to itself, and phases of different spares run side by
         side, so a step back to back waits only for the longest phase beyond that time (on one H200 the
-        context took 0.42-0.57 s, the process group 0.40-0.52 s, the warm-up 0.20-0.44 s; the time between
-        two timings is about 0.4 s: docs/timing.md). With one (CPU ranks, whose start is short, or cells without
-        namespaces, where a spare beside a running candidate could be reached by it: same uid) the
-        spare is started whole once the candidate's timing is over (and, without namespaces, once the
-        candidate is gone). A failure to start is not the calling step's: its result stands, and the
-        next step starts its own generation or says why it cannot.
+        context took 0.42-0.57 s, the process group 0.40-0.52 s, the warm-up 0.20-0.44 s; the time
+        between two timings is about 0.4 s: docs/timing.md). With one (CPU ranks, whose start is short,
+        or cells without namespaces, where a spare beside a running candidate could be reached by it:
+        same uid) the spare is started whole once the candidate's timing is over (and, without
+        namespaces, once the candidate is gone). A failure to start is not the calling step's: its result
+        stands, and the next step starts its own generation or says why it cannot.
         """
         self._drop_dead_spares()
         for gen in list(self._spares):
