@@ -173,9 +173,11 @@ class Generation:
         self.settle(timeout)
 
     def ping(self, timeout: float) -> None:
-        """Every rank answers now, or GenerationFailed: a spare's `ready` may have waited in its channel
-        since before a rank of it was killed. Asks for the start's last phase again (nothing left to run)."""
-        self.ask({"op": "start", "phase": messages.START_PHASES[LAST_PHASE], "label": "start-up"})
+        """`wait_ready`, then every rank answers once more, or GenerationFailed: a spare's `ready` may have
+        waited in its channel since before a rank of it was killed. Asks for the start's last phase again
+        (nothing left to run)."""
+        self.wait_ready(timeout)
+        self._ask_phase()
         self.collect("ready", 1, time.monotonic() + timeout, "start-up")
 
     # -- messaging ---------------------------------------------------------------------------------

@@ -115,7 +115,6 @@ class ProcessExecutor:
         while self._spares:
             gen = self._spares.pop(0)
             try:
-                gen.wait_ready(self.start_timeout)
                 gen.ping(self.start_timeout)
                 return gen
             except GenerationFailed:
@@ -154,12 +153,7 @@ class ProcessExecutor:
         stands, and the next step starts its own generation or says why it cannot.
         """
         self._drop_dead_spares()
-        for gen in list(self._spares):
-            try:
-                gen.advance(self.start_timeout)
-            except GenerationFailed:
-                gen.close()
-                self._spares.remove(gen)
+        self._each_spare(lambda gen: gen.advance(self.start_timeout))
         try:
             while len(self._spares) < self.spare_depth:
                 self._spares.append(self._start("candidate", hold=self.spare_depth > 1))
@@ -171,9 +165,13 @@ class ProcessExecutor:
         reference, a calibration, a candidate's bursts): its ranks make CUDA contexts and communicators,
         the judge's own work, competing for the cores and the GPU with the ranks being timed. A spare that
         fails to start is dropped; the next step starts another."""
+        self._each_spare(lambda gen: gen.settle(timeout))
+
+    def _each_spare(self, step: Callable[[Generation], None]) -> None:
+        """`step` on every spare; one whose start failed meanwhile is closed and dropped."""
         for gen in list(self._spares):
             try:
-                gen.settle(timeout)
+                step(gen)
             except GenerationFailed:
                 gen.close()
                 self._spares.remove(gen)
