@@ -57,7 +57,9 @@ def solution(tensor):
 ```
 Scalars go through `i32`, `i64`, `u64`, `f32`, `f64` (the C type the kernel declares). Also available:
 `buf.peer(r)` (rank r's buffer as a tensor; `copy_` to or from it uses the copy engine),
-`buf.signal_pad_ptrs` with `pkb_env.runtime.SIGNAL_PAD_CUDA` (barriers inside kernels),
+`buf.signal_pad_ptrs` with `pkb_env.runtime.SIGNAL_PAD_CUDA` (barriers inside kernels), CUDA helpers to
+prepend to your source: `COPY_CUDA` (`copy_span`: 16-byte-pack copies) and `REDUCE_CUDA` (`reduce_span`:
+float32 sums of the ranks' buffers),
 `compile_cuda(src, backend="nvcc")`, `pkb_env.runtime.load_inline(...)` (torch extensions, built once),
 and Triton kernels.'''
 

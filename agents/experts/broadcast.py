@@ -8,40 +8,14 @@ overwriting its buffer on the next call while a slow peer still reads it.
 import torch
 import torch.distributed as dist
 
-from pkb_env.runtime import compile_cuda, i32, i64, symmetric_buffer
+from pkb_env.runtime import COPY_CUDA, compile_cuda, i32, i64, symmetric_buffer
 
-SRC = r"""
+_HEADER = r"""
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+"""
 
-// Elements before the first 16-byte boundary when `a` and `b` share their alignment, else all n (scalar).
-template <typename T>
-__device__ __forceinline__ long long vector_head(const void* a, const void* b, long long n) {
-    const unsigned long long x = reinterpret_cast<unsigned long long>(a);
-    const unsigned long long y = reinterpret_cast<unsigned long long>(b);
-    if (((x ^ y) & 15ull) != 0ull) return n;
-    const long long head = (long long)(((16ull - (x & 15ull)) & 15ull) / sizeof(T));
-    return head < n ? head : n;
-}
-
-// dst[i] = src[i] for i in [0, n): 16-byte packs in the aligned middle, single elements at the ends.
-// This thread is worker `tid` of `nthreads`.
-template <typename T>
-__device__ __forceinline__ void copy_span(T* dst, const T* src, long long n, long long tid, long long nthreads) {
-    constexpr int V = 16 / sizeof(T);
-    const long long head = vector_head<T>(src, dst, n);
-    const long long nvec = (n - head) / V;
-    const long long tail = head + nvec * V;
-    const uint4* vs = reinterpret_cast<const uint4*>(src + head);
-    uint4* vd = reinterpret_cast<uint4*>(dst + head);
-    for (long long i = tid; i < nvec; i += nthreads) vd[i] = vs[i];
-    const long long scalars = head + (n - tail);
-    for (long long k = tid; k < scalars; k += nthreads) {
-        const long long i = k < head ? k : tail + (k - head);
-        dst[i] = src[i];
-    }
-}
-
+_KERNELS = r"""
 // out = the root's buffer (n elements).
 template <typename T>
 __device__ __forceinline__ void broadcast(const long long* ptrs, T* out, int src, long long n) {
@@ -60,6 +34,8 @@ extern "C" __global__ void __launch_bounds__(512) bc_f16(const long long* ptrs, 
     broadcast<__half>(ptrs, out, src, n);
 }
 """
+
+SRC = _HEADER + COPY_CUDA + _KERNELS
 
 THREADS = 512
 _SUFFIX = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}

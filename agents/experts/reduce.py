@@ -9,151 +9,20 @@ one keeps every rank from overwriting its buffer on the next call while the root
 import torch
 import torch.distributed as dist
 
-from pkb_env.runtime import compile_cuda, i32, i64, symmetric_buffer
+from pkb_env.runtime import REDUCE_CUDA, compile_cuda, i32, i64, symmetric_buffer
 
-SRC = r"""
+_HEADER = r"""
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+"""
 
-// ---- float32 accumulation of 16-byte packs (4 floats, or 8 bfloat16 / half) ----------------------
-template <typename T> struct Pack;
-
-template <> struct Pack<float> {
-    static __device__ __forceinline__ void init(float* a, const uint4& v) {
-        a[0] = __uint_as_float(v.x); a[1] = __uint_as_float(v.y);
-        a[2] = __uint_as_float(v.z); a[3] = __uint_as_float(v.w);
-    }
-    static __device__ __forceinline__ void add(float* a, const uint4& v) {
-        a[0] += __uint_as_float(v.x); a[1] += __uint_as_float(v.y);
-        a[2] += __uint_as_float(v.z); a[3] += __uint_as_float(v.w);
-    }
-    static __device__ __forceinline__ uint4 pack(const float* a) {
-        return make_uint4(__float_as_uint(a[0]), __float_as_uint(a[1]), __float_as_uint(a[2]), __float_as_uint(a[3]));
-    }
-};
-
-template <> struct Pack<__nv_bfloat16> {
-    static __device__ __forceinline__ void init(float* a, const uint4& v) {
-        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) { const float2 f = __bfloat1622float2(h[i]); a[2 * i] = f.x; a[2 * i + 1] = f.y; }
-    }
-    static __device__ __forceinline__ void add(float* a, const uint4& v) {
-        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) { const float2 f = __bfloat1622float2(h[i]); a[2 * i] += f.x; a[2 * i + 1] += f.y; }
-    }
-    static __device__ __forceinline__ uint4 pack(const float* a) {
-        uint4 v;
-        __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(a[2 * i], a[2 * i + 1]);
-        return v;
-    }
-};
-
-template <> struct Pack<__half> {
-    static __device__ __forceinline__ void init(float* a, const uint4& v) {
-        const __half2* h = reinterpret_cast<const __half2*>(&v);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) { const float2 f = __half22float2(h[i]); a[2 * i] = f.x; a[2 * i + 1] = f.y; }
-    }
-    static __device__ __forceinline__ void add(float* a, const uint4& v) {
-        const __half2* h = reinterpret_cast<const __half2*>(&v);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) { const float2 f = __half22float2(h[i]); a[2 * i] += f.x; a[2 * i + 1] += f.y; }
-    }
-    static __device__ __forceinline__ uint4 pack(const float* a) {
-        uint4 v;
-        __half2* h = reinterpret_cast<__half2*>(&v);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) h[i] = __floats2half2_rn(a[2 * i], a[2 * i + 1]);
-        return v;
-    }
-};
-
-__device__ __forceinline__ float to_f32(float v) { return v; }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
-template <typename T> __device__ __forceinline__ T from_f32(float v);
-template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
-
-// Elements before the first 16-byte boundary when `a` and `b` share their alignment, else all n (scalar).
-template <typename T>
-__device__ __forceinline__ long long vector_head(const void* a, const void* b, long long n) {
-    const unsigned long long x = reinterpret_cast<unsigned long long>(a);
-    const unsigned long long y = reinterpret_cast<unsigned long long>(b);
-    if (((x ^ y) & 15ull) != 0ull) return n;
-    const long long head = (long long)(((16ull - (x & 15ull)) & 15ull) / sizeof(T));
-    return head < n ? head : n;
-}
-
-// dst[i] = sum over ranks r of buffer_r[off + i], for i in [0, n).
-// Summed in float32 in rank order. This thread is worker `tid` of `nthreads`. W > 0: the world size,
-// fixed at compile time (loads of all ranks issued before the adds); W == 0: any world size.
-template <typename T, int W>
-__device__ __forceinline__ void reduce_span(T* dst, const long long* ptrs, int ws, long long off,
-                                            long long n, long long tid, long long nthreads) {
-    constexpr int V = 16 / sizeof(T);
-    const T* base0 = reinterpret_cast<const T*>(ptrs[0]) + off;
-    const long long head = vector_head<T>(base0, dst, n);
-    const long long nvec = (n - head) / V;
-    const long long tail = head + nvec * V;
-    const T* src[W > 0 ? W : 1];  // the ranks' buffers, read once (a store to dst might alias ptrs[])
-#pragma unroll
-    for (int r = 0; r < (W > 0 ? W : 1); ++r) src[r] = reinterpret_cast<const T*>(ptrs[r]);
-    for (long long i = tid; i < nvec; i += nthreads) {
-        const long long e = off + head + i * V;
-        float acc[V];
-        if constexpr (W > 0) {
-            uint4 v[W];
-#pragma unroll
-            for (int r = 0; r < W; ++r) v[r] = *reinterpret_cast<const uint4*>(src[r] + e);
-            Pack<T>::init(acc, v[0]);
-#pragma unroll
-            for (int r = 1; r < W; ++r) Pack<T>::add(acc, v[r]);
-        } else {
-            Pack<T>::init(acc, *reinterpret_cast<const uint4*>(src[0] + e));
-            for (int r = 1; r < ws; ++r) Pack<T>::add(acc, *reinterpret_cast<const uint4*>(reinterpret_cast<const T*>(ptrs[r]) + e));
-        }
-        *reinterpret_cast<uint4*>(dst + head + i * V) = Pack<T>::pack(acc);
-    }
-    // the unaligned head and the tail that does not fill a 16-byte pack, one element per thread
-    const long long scalars = head + (n - tail);
-    for (long long k = tid; k < scalars; k += nthreads) {
-        const long long i = k < head ? k : tail + (k - head);
-        float acc = to_f32(src[0][off + i]);
-        if constexpr (W > 0) {
-#pragma unroll
-            for (int r = 1; r < W; ++r) acc += to_f32(src[r][off + i]);
-        } else {
-            for (int r = 1; r < ws; ++r) acc += to_f32(reinterpret_cast<const T*>(ptrs[r])[off + i]);
-        }
-        dst[i] = from_f32<T>(acc);
-    }
-}
-
-#define PKB_FOR_WORLD_SIZE(ws, CALL)                                  \
-    switch (ws) {                                                      \
-        case 1: { constexpr int W = 1; CALL; } break;                  \
-        case 2: { constexpr int W = 2; CALL; } break;                  \
-        case 3: { constexpr int W = 3; CALL; } break;                  \
-        case 4: { constexpr int W = 4; CALL; } break;                  \
-        case 5: { constexpr int W = 5; CALL; } break;                  \
-        case 6: { constexpr int W = 6; CALL; } break;                  \
-        case 7: { constexpr int W = 7; CALL; } break;                  \
-        case 8: { constexpr int W = 8; CALL; } break;                  \
-        default: { constexpr int W = 0; CALL; } break;                 \
-    }
-
+_KERNELS = r"""
 // out = sum over all ranks of their whole buffers (n elements).
 template <typename T>
 __device__ __forceinline__ void reduce_to_root(const long long* ptrs, T* out, int ws, long long n) {
     const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long nthreads = (long long)gridDim.x * blockDim.x;
-    PKB_FOR_WORLD_SIZE(ws, (reduce_span<T, W>(out, ptrs, ws, 0, n, tid, nthreads)));
+    PKB_FOR_WORLD_SIZE(ws, (reduce_span<T, W>(out, nullptr, ptrs, ws, 0, n, tid, nthreads)));
 }
 
 extern "C" __global__ void __launch_bounds__(512) rd_f32(const long long* ptrs, float* out, int ws, long long n) {
@@ -166,6 +35,8 @@ extern "C" __global__ void __launch_bounds__(512) rd_f16(const long long* ptrs, 
     reduce_to_root<__half>(ptrs, out, ws, n);
 }
 """
+
+SRC = _HEADER + REDUCE_CUDA + _KERNELS
 
 THREADS = 512
 _SUFFIX = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
