@@ -1,5 +1,5 @@
-"""GRPO on pkb-env in one file (CleanRL style): sample G completions per prompt, judge each one in the real
-environment, normalise the rewards within each group, take a clipped policy-gradient step on the
+"""GRPO on pkb-env in one file (CleanRL style): sample G completions per prompt, judge each one with the real
+judge (a JudgeService), normalise the rewards within each group, take a clipped policy-gradient step on the
 completion tokens. Read it top to bottom: arguments, helpers, setup, loop.
 
     pip install 'pkb-env[train]'                                            # transformers and TRL
@@ -8,9 +8,10 @@ completion tokens. Read it top to bottom: arguments, helpers, setup, loop.
         --executor cuda --world-size 8 --group-size 8 --prompts-per-batch 2 --track
 
 ## The algorithm (GRPO without a value function)
-For each of `--prompts-per-batch` tasks: reset the env with the task, render obs["prompt"] through the
-tokenizer's chat template (if it has one), sample `--group-size` (G) completions. Each completion is one
-single-turn episode: env.reset(options={"task": task}) then env.step(completion); the reward is the env's.
+For each of `--prompts-per-batch` tasks (drawn from `--tasks`): open the task on the judge, render its
+prompt through the tokenizer's chat template (if it has one), sample `--group-size` (G) completions. Each
+completion is judged on its task (`judge.open(task).judge(completion)`) and scored by `--reward`: the
+value a single-turn episode of the env would return.
 Advantages are group-normalised, A_i = (r_i - mean(r_group)) / (std(r_group) + eps), and shared by every
 token of completion i. The loss is PPO's clipped surrogate, -min(A ratio, A clip(ratio, 1-eps, 1+eps)),
 averaged over each completion's tokens (prompt and padding masked out), then over completions; the
@@ -21,13 +22,13 @@ a frozen copy of the initial policy is kept and the k3 estimator of KL(policy ||
 
 ## The sanity task (`--sanity`): NOT kernel writing
 The policy chooses among 4 fixed all_reduce programs through ONE generated token; sampling and the
-log-probabilities are restricted to the four letter tokens, and the env judges the program the letter
-maps to (every choice is a real env step: real rank processes, real verification and timing):
+log-probabilities are restricted to the four letter tokens, and the judge judges the program the letter
+maps to (every choice is a real judged step: real rank processes, real verification and timing):
     A  the task's reference program: correct, speedup ~1x         -> the best shaped reward (~0.5-0.7 on CPU)
     B  a wrong program (returns twice the sum)                    -> "wrong", -0.2
     C  a program that raises                                      -> "runtime_error", -0.5
     D  the reference plus time.sleep(0.002) per call: correct but ~10x slower -> ~0.31 (no speed credit)
-It tests that the reward flows from the env through the advantages into the policy: with a tiny random
+It tests that the reward flows from the judge through the advantages into the policy: with a tiny random
 model the mean reward and P(A) must rise within ~20 updates. Nothing is cached: each of the G x steps
 choices is judged afresh (hence the short timing protocol, `--fast-judge`, on by default here).
 """
@@ -41,14 +42,14 @@ import random
 import time
 from pathlib import Path
 
-import gymnasium
 import numpy as np
 import torch
 
-import pkb_env  # noqa: F401  (registers pkb_env/ParallelKernel-v0)
+import pkb_env
+from pkb_env import JudgeConfig, JudgeService
 from pkb_env.extras import MissingExtra, require
-from pkb_env.judge.pipeline import JudgeSettings
-from pkb_env.judge.timing import TimingProtocol
+from pkb_env.config import TimingProtocol
+from pkb_env.rewards import load_reward
 from pkb_env.task import load_task, task_names
 
 
@@ -239,7 +240,7 @@ if __name__ == "__main__":
     print(f"run {run_name}\nargs {json.dumps(vars(args))}")
     if args.sanity:
         print("SANITY TASK (not kernel writing): the policy picks one of 4 fixed all_reduce programs with ONE token "
-              "(A reference | B wrong | C raises | D reference + 2 ms sleep); every pick is judged by the real env, "
+              "(A reference | B wrong | C raises | D reference + 2 ms sleep); every pick is judged by the real judge, "
               "nothing cached. Success = mean reward and P(A) rise.")
 
     # TRY NOT TO MODIFY: seeding
@@ -248,13 +249,15 @@ if __name__ == "__main__":
     torch.manual_seed(args.seed)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
-    # ---- env setup: one env, one single-turn episode per completion ----------------------------------------
-    judge = (JudgeSettings(trials=2, trial_timeout_s=10.0, build_timeout_s=30.0, timing_timeout_s=30.0,
-                           protocol=TimingProtocol.quick("host"))
-             if args.fast_judge else None)
-    env = gymnasium.make(pkb_env.ENV_ID, task=args.tasks, world_size=args.world_size, executor=args.executor,
-                         reward=args.reward, max_turns=1, judge_settings=judge)
-    env.reset(seed=args.seed)
+    # ---- judge setup: one JudgeService judges every completion ------------------------------------------
+    config = JudgeConfig(executor=args.executor, world_size=args.world_size)
+    if args.fast_judge:
+        config = config.replace(trials=2, trial_timeout_s=10.0, build_timeout_s=30.0, timing_timeout_s=30.0,
+                                protocol=TimingProtocol.quick("host"))
+    judge = JudgeService(config)
+    reward_fn = load_reward(args.reward)
+    task_pool = args.tasks or judge.tasks()
+    rng = np.random.default_rng(args.seed)
     programs = sanity_programs() if args.sanity else None
 
     # ---- policy setup ---------------------------------------------------------------------------------
@@ -319,9 +322,9 @@ if __name__ == "__main__":
         # ROLLOUT: pick tasks, render prompts
         batch_tasks, prompt_texts = [], []
         for _ in range(args.prompts_per_batch):
-            obs, info = env.reset()
-            batch_tasks.append(info["task"])
-            text = SANITY_PROMPT.format(task=info["task"], world=args.world_size) if args.sanity else obs["prompt"]
+            task = task_pool[int(rng.integers(len(task_pool)))]
+            batch_tasks.append(task)
+            text = SANITY_PROMPT.format(task=task, world=args.world_size) if args.sanity else judge.open(task).prompt
             prompt_texts.append(render(tokenizer, text))
         enc = tokenizer(prompt_texts, return_tensors="pt", padding=True, add_special_tokens=add_special).to(device)
         prompt_ids = enc.input_ids.repeat_interleave(args.group_size, 0)
@@ -344,19 +347,18 @@ if __name__ == "__main__":
         texts = tokenizer.batch_decode(completion * completion_mask.long() + tokenizer.pad_token_id * (1 - completion_mask.long()),
                                        skip_special_tokens=True)
 
-        # ROLLOUT: judge every completion in the env (one single-turn episode each)
+        # ROLLOUT: judge every completion on its task
         t0 = time.time()
         rewards, correct, speedups, verdicts = [], [], [], []
         for i, text in enumerate(texts):
             task = batch_tasks[i // args.group_size]
             action = programs[text.strip()][1] if args.sanity else text
-            env.reset(options={"task": task})
-            _, reward, _, _, info = env.step(action)
-            rewards.append(reward)
-            correct.append(info["correct"])
-            verdicts.append(info["verdict"])
-            if info["correct"] and info["speedup"] is not None:
-                speedups.append(info["speedup"])
+            record = judge.open(task).judge(action)
+            rewards.append(float(reward_fn(record).value))
+            correct.append(record.correct)
+            verdicts.append(record.verdict.value)
+            if record.speedup is not None:
+                speedups.append(record.speedup)
         judge_s = time.time() - t0
         total_env_steps += len(texts)
 
@@ -443,7 +445,7 @@ if __name__ == "__main__":
     if args.sanity:
         print(f"final P(choice) {json.dumps({k: round(v, 4) for k, v in sanity_choice_probs().items()})}")
     print(f"done: {args.steps} updates, {total_env_steps} env steps in {time.time() - start_time:.1f}s; metrics in {log_dir}")
-    env.close()
+    judge.close()
     metrics_file.close()
     if args.track:
         wandb.finish()

@@ -10,7 +10,7 @@ here, changing one thing at a time (us per call, the slowest rank, median of --r
   b2b               events around N calls only (nccl-tests' way)
   b2b+events        an event recorded after every call (events made before the loop)
   b2b+new-events    the same, each event made inside the loop (as the prototype did)
-  gate              the judge's device gate (pkb_env.executors.cuda_gate) released by one host store, then N
+  gate              the judge's device gate (pkb_env.ranks.cuda_gate) released by one host store, then N
                     calls; every host polls the page and starts queueing at the release
   gate+events       the same with an event after every call
   gate+16-marks     the same with 16 events per burst (what the judge records)
@@ -77,8 +77,8 @@ def _rank(rank: int, world: int, tmp: str, page: str, calls: int, reps: int) -> 
     import numpy as np
     import torch.distributed as dist
 
-    from pkb_env.executors.cuda_gate import DeviceGate
-    from pkb_env.executors.gate import PageView
+    from pkb_env.ranks.cuda_gate import DeviceGate
+    from pkb_env.wire.gate import PageView
 
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", store=dist.FileStore(os.path.join(tmp, "store"), world), rank=rank,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from pkb_env.report import table
+from pkb_env.tables import table
 
 CALLS = 200
 

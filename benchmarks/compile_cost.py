@@ -67,6 +67,7 @@ def main() -> int:
     os.makedirs(out_dir, exist_ok=True)
     os.environ["PKB_ENV_CACHE"] = tempfile.mkdtemp(prefix="pkb-compile-cost-")  # cold cache
 
+    from pkb_env import JudgeConfig
     from pkb_env.executors import make_executor
     from pkb_env.judge.compiler import KernelService
     from pkb_env.redaction import Redactor
@@ -74,9 +75,10 @@ def main() -> int:
 
     backends = [b for b, ok in (("nvrtc", _has_cupy()), ("nvcc", toolchain.nvcc_path() is not None)) if ok]
     results: dict = {"arch": args.arch, "python": sys.version.split()[0]}
-    executor = make_executor("cpu", 1)
+    config = JudgeConfig(executor="cpu", world_size=1)
+    executor = make_executor(config)   # the compile service alone, on the executor's build cells (no judge step)
     try:
-        service = KernelService(executor, Redactor.of_judge())
+        service = KernelService(executor, Redactor.of_judge(), config)
         executor.prestart()
         results["isolation"] = executor.isolation()
         for backend in backends:

@@ -24,10 +24,8 @@ import time
 from importlib import resources
 from pathlib import Path
 
-import gymnasium
-
-import pkb_env  # noqa: F401
-from pkb_env.judge.pipeline import JudgeError
+from pkb_env import JudgeConfig, JudgeService
+from pkb_env.errors import JudgeError
 from pkb_env.task import runnable_tasks
 
 EXPERTS = Path(__file__).resolve().parents[1] / "agents" / "experts"
@@ -114,21 +112,16 @@ def main() -> int:
                 plan.append((task, "alternative"))
             if args.experts and (EXPERTS / f"{task}.py").exists():
                 plan.append((task, "expert"))
-        env = gymnasium.make("pkb_env/ParallelKernel-v0", task="all_reduce", world_size=args.world_size,
-                             executor=args.executor, preset=preset, max_turns=10 ** 6)
-        try:
-            env.reset(seed=0)
+        with JudgeService(JudgeConfig(executor=args.executor, world_size=args.world_size, preset=preset)) as service:
             for i in range(args.steps):
                 task, kind = plan[i % len(plan)]
-                obs, _ = env.reset(options={"task": task})
-                code = {"reference": lambda: obs["reference"], "alternative": lambda: ALTERNATIVES[task],
+                session = service.open(task)
+                code = {"reference": lambda: session.reference, "alternative": lambda: ALTERNATIVES[task],
                         "expert": lambda: (EXPERTS / f"{task}.py").read_text()}[kind]()
-                steps.append(judge(env, preset, task, kind, code))
+                steps.append(judge(session, preset, task, kind, code))
                 write(args, steps, started)   # after every step: a run cut short still leaves its rows
                 if i % 20 == 0:
                     print(f"{preset} step {i}: {time.time() - started:.0f} s", file=sys.stderr)
-        finally:
-            env.close()
     summary, bad = write(args, steps, started)
     print(json.dumps({k: v for k, v in summary.items() if k != "experts"}, indent=1))
     for s in bad[:5]:
@@ -136,23 +129,22 @@ def main() -> int:
     return 0 if not bad else 1
 
 
-def judge(env, preset: str, task: str, kind: str, code: str) -> dict:
+def judge(session, preset: str, task: str, kind: str, code: str) -> dict:
     """One step's row; the judge's own failure (its reference failed) is a row too, not the end of the run."""
     t0 = time.time()
     try:
-        _, _, _, _, info = env.step(code)
+        record = session.judge(code)
     except JudgeError as exc:
         return {"preset": preset, "task": task, "kind": kind, "verdict": "judge_error", "flags": [], "suspect": None,
                 "speedup": None, "time_us": None, "margin_ms": None, "claim_ratio": None, "roofline": None,
                 "step_s": time.time() - t0, "feedback": str(exc)[:600]}
-    record = info["record"]
     t = record.timing
-    return {"preset": preset, "task": task, "kind": kind, "verdict": info["verdict"],
+    return {"preset": preset, "task": task, "kind": kind, "verdict": record.verdict.value,
             "flags": [f.code for f in record.exploit_flags], "suspect": t and t.suspect,
-            "speedup": info["speedup"], "time_us": t and t.time_s * 1e6,
+            "speedup": record.speedup, "time_us": t and t.time_s * 1e6,
             "margin_ms": t and t.clock_margin_s is not None and t.clock_margin_s * 1e3,
-            "claim_ratio": t and t.claim_ratio, "roofline": info["roofline_fraction"],
-            "step_s": time.time() - t0, "feedback": info["feedback"][:600] if info["verdict"] != "correct" else None}
+            "claim_ratio": t and t.claim_ratio, "roofline": record.roofline_fraction,
+            "step_s": time.time() - t0, "feedback": record.feedback[:600] if not record.correct else None}
 
 
 def write(args, steps: list[dict], started: float) -> tuple[dict, list[dict]]:

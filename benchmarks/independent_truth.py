@@ -222,33 +222,25 @@ def _max(values: torch.Tensor, group) -> list[float] | float:
 # -- part 2: the judge ---------------------------------------------------------------------------------------
 
 def measure_judge(world: int, tasks, presets) -> dict:
+    """The judge's figures for the same references, through the JudgeService: the reference's own cached time
+    (`reference_timing`) and a step that judges the reference against it."""
     os.environ.setdefault("PKB_ENV_CACHE", tempfile.mkdtemp(prefix="pkb-truth-"))
-    import gymnasium
-
-    import pkb_env  # noqa: F401
+    from pkb_env import JudgeConfig, JudgeService
 
     results = {}
     for preset in presets:
-        env = gymnasium.make("pkb_env/ParallelKernel-v0", task=tasks[0], world_size=world, executor="cuda",
-                             preset=preset, max_turns=10_000)
-        try:
-            env.reset(seed=0)
+        with JudgeService(JudgeConfig(executor="cuda", world_size=world, preset=preset)) as judge:
+            gate = judge.reference_facts()[0].get("gate")
             for task in tasks:
-                obs, _ = env.reset(options={"task": task})
-                _, _, _, _, info = env.step(obs["reference"])
-                record = info["record"]
-                judge = env.unwrapped.judge
-                key = (task, preset, record.dtype, world, env.unwrapped.executor.info.hardware)
-                ref = judge._reference_times[key].result
+                session = judge.open(task)
+                record = session.judge(session.reference)
+                ref = judge.reference_timing(task)
                 results[f"{task}/{preset}"] = {
                     "time_us": ref.time_s * 1e6, "bursts": ref.bursts, "calls": ref.calls, "rse": ref.rse,
                     "spread": ref.spread, "launch_us": ref.launch_s * 1e6, "per_call_us": {
                         k: v * 1e6 for k, v in ref.per_call.items()},
-                    "step_verdict": info["verdict"], "step_speedup": info["speedup"],
-                    "step_time_us": record.timing.time_s * 1e6 if record.timing else None,
-                    "gate": env.unwrapped.executor._reference.facts[0].get("gate")}
-        finally:
-            env.close()
+                    "step_verdict": record.verdict.value, "step_speedup": record.speedup,
+                    "step_time_us": record.timing.time_s * 1e6 if record.timing else None, "gate": gate}
     return results
 
 

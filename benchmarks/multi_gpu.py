@@ -5,7 +5,7 @@ direct NCCL measurement; repeatability of the times a policy is rewarded on.
 
 For each preset and task (tasks without that preset are skipped): one step of the reference (unless
 `--skip-reference-step`), then `--steps` steps of the expert (agents/experts/<task>.py), each in a fresh
-candidate generation as in training. Reported per row: the reference's time per call, the expert's median over steps and its
+candidate rank set as in training. Reported per row: the reference's time per call, the expert's median over steps and its
 max/min (repeatability), the speedup, the expert's bus bandwidth (nccl-tests' definition), its fraction of
 the calibrated roofline and of the datasheet roofline, the dominant term of the bound, and the reference's
 own fraction of the calibrated roofline (the cost model's sanity: both must stay at or below 1).
@@ -25,12 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import gymnasium
 import torch
 from tqdm import tqdm
 
-import pkb_env  # noqa: F401
-from pkb_env.report import table
+from pkb_env import JudgeConfig, JudgeService
+from pkb_env.tables import table
 from pkb_env.task import load_task
 
 EXPERTS = Path(__file__).resolve().parents[1] / "agents" / "experts"
@@ -46,7 +45,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=3, help="expert steps per task and preset")
     parser.add_argument("--skip-reference-step", action="store_true",
                         help="no step of the reference itself (the expert's step still times the reference and "
-                             "checks against its outputs; saves a generation per task and preset)")
+                             "checks against its outputs; saves a rank set per task and preset)")
     parser.add_argument("--json", default=None)
     parser.add_argument("--markdown", default=None)
     args = parser.parse_args()
@@ -57,17 +56,12 @@ def main() -> int:
     direct = direct_nccl_busbw(args.world_size)
     rows, calibration, isolation = [], None, None
     for preset in args.presets:
-        env = gymnasium.make("pkb_env/ParallelKernel-v0", task=args.tasks[0], world_size=args.world_size,
-                             executor="cuda", preset=preset, max_turns=100000)
-        try:
-            env.reset(seed=0)
-            isolation = env.unwrapped.executor.isolation()
+        with JudgeService(JudgeConfig(executor="cuda", world_size=args.world_size, preset=preset)) as judge:
+            isolation = judge.isolation()
             for task in tqdm([t for t in args.tasks if preset in load_task(t).presets],
                              desc=f"{preset} x{args.world_size}", unit="task"):
-                rows.append(measure(env, task, preset, args.steps, not args.skip_reference_step))
-            calibration = env.unwrapped.judge.calibration()
-        finally:
-            env.close()
+                rows.append(measure(judge.open(task), task, preset, args.steps, not args.skip_reference_step))
+            calibration = judge.calibration()
 
     headers = ["task", "preset", "ref us", "expert us", "max/min", "speedup", "busbw GB/s", "roofline",
                "datasheet roofline", "bound", "ref roofline"]
@@ -90,18 +84,17 @@ def main() -> int:
     return 0
 
 
-def measure(env, task: str, preset: str, steps: int, reference_step: bool = True) -> dict:
-    obs, _ = env.reset(options={"task": task})
+def measure(session, task: str, preset: str, steps: int, reference_step: bool = True) -> dict:
     if reference_step:
-        _, _, _, _, info = env.step(obs["reference"])
-        assert info["correct"], f"{task} reference: {info['feedback']}"
+        record = session.judge(session.reference)
+        assert record.correct, f"{task} reference: {record.feedback}"
     expert = (EXPERTS / f"{task}.py").read_text()
     times, records = [], []
     for _ in range(steps):
-        _, _, _, _, info = env.step(expert)
-        assert info["correct"], f"{task} expert: {info['feedback']}"
-        times.append(info["record"].timing.time_s)
-        records.append(info["record"])
+        record = session.judge(expert)
+        assert record.correct, f"{task} expert: {record.feedback}"
+        times.append(record.timing.time_s)
+        records.append(record)
     middle = records[sorted(range(steps), key=lambda i: times[i])[steps // 2]]
     roofline = middle.roofline
     return {"task": task, "preset": preset, "reference_us": middle.timing.reference_s * 1e6,

@@ -438,17 +438,14 @@ def run_env(args: argparse.Namespace, work: Path, bar_factory, res: dict[str, An
     sources, skipped = env_sources()
     res.update({"cache_dir": str(cache), "skipped": skipped, "candidates": {},
                 "settings": {"task": TASK, "world_size": WORLD, "executor": ENV_EXECUTOR, "preset": ENV_PRESET,
-                             "warm_steps": args.env_warm_steps, "judge_settings": "defaults"}})
+                             "warm_steps": args.env_warm_steps, "config": "defaults"}})
     start = time.perf_counter()
     env = gymnasium.make(ENV_ID, task=TASK, world_size=WORLD, executor=ENV_EXECUTOR, preset=ENV_PRESET,
                          max_turns=1000)
     res["make_s"] = time.perf_counter() - start
-    try:
-        settings = env.unwrapped.judge.settings
-        res["settings"]["judge_settings"] = {k: getattr(settings, k) for k in ("trials", "build_timeout_s")}
-        res["settings"]["protocol"] = dict(vars(env.unwrapped.judge.protocol))
-    except AttributeError:
-        pass
+    judge = env.unwrapped.judge  # the env's JudgeService: its config and timing protocol, for the record
+    res["settings"]["config"] = {k: getattr(judge.config, k) for k in ("trials", "build_timeout_s")}
+    res["settings"]["protocol"] = dict(vars(judge.protocol))
     try:
         steps_total = len(sources) * (1 + args.env_warm_steps)
         with bar_factory(total=steps_total, desc="pkb-env steps", unit="step") as bar:
@@ -634,7 +631,7 @@ def write_json(path: Path, results: dict[str, Any]) -> None:
 
 def render(results: dict[str, Any]) -> tuple[str, str]:
     """(plain-text tables for the terminal, Markdown summary)."""
-    from pkb_env.report import table
+    from pkb_env.tables import table
 
     m = results["meta"]
     head = (f"{TASK} {PRESET} world {WORLD} on {m.get('gpu')} (torch {m.get('torch')}, {m.get('nvcc')}); "

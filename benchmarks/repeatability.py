@@ -4,7 +4,7 @@
     python benchmarks/repeatability.py --executor cpu --world-size 2 --presets tiny --processes 3 \\
         --candidate agents/candidates/all_reduce_ring.py --self-steps 10 --out .out
 
-Each of `--processes` fresh Python processes makes its own env (its own zygote, generations and reference
+Each of `--processes` fresh Python processes makes its own env (its own zygote, rank sets and reference
 timing; only the calibration, which no time depends on, is measured once and shared), then judges, per preset, the reference
 submitted as a candidate and `--candidate` (default: the expert all_reduce), once each. The first
 process also submits the reference `--self-steps` times at the first preset (the reference against its
@@ -88,35 +88,28 @@ def _fmt(row: dict) -> str:
 
 
 def child(args) -> dict:
-    import gymnasium
-
-    import pkb_env  # noqa: F401
+    from pkb_env import JudgeConfig, JudgeService
 
     result = {}
     candidate = Path(args.candidate).read_text()
     for preset in args.presets:
-        env = gymnasium.make("pkb_env/ParallelKernel-v0", task=args.task, world_size=args.world_size,
-                             executor=args.executor, preset=preset, max_turns=10_000)
-        try:
-            obs, _ = env.reset(seed=args.child)
+        config = JudgeConfig(executor=args.executor, world_size=args.world_size, preset=preset)
+        with JudgeService(config) as judge:
+            session = judge.open(args.task)
             steps = {}
-            for name, code in (("reference", obs["reference"]), ("candidate", candidate)):
-                _, _, _, _, info = env.step(code)
-                if not info["correct"]:
-                    raise SystemExit(f"{name} at {preset}: {info['feedback']}")
-                steps[name] = info["record"]
+            for name, code in (("reference", session.reference), ("candidate", candidate)):
+                record = session.judge(code)
+                if not record.correct:
+                    raise SystemExit(f"{name} at {preset}: {record.feedback}")
+                steps[name] = record
             selfs = []
             if args.child == 0 and preset == args.presets[0]:
-                for _ in range(args.self_steps):
-                    _, _, _, _, info = env.step(obs["reference"])
-                    selfs.append(info["speedup"])
+                selfs = [session.judge(session.reference).speedup for _ in range(args.self_steps)]
             t = steps["reference"].timing
             result[preset] = {"reference_us": t.time_s * 1e6, "reference_cached_us": t.reference_s * 1e6,
                               "candidate_us": steps["candidate"].timing.time_s * 1e6,
                               "candidate_rse": steps["candidate"].timing.rse, "reference_rse": t.rse,
                               "self_speedups": selfs}
-        finally:
-            env.close()
     return result
 
 

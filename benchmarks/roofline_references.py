@@ -16,19 +16,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-import gymnasium
-
-import pkb_env  # noqa: F401  (registers the env)
-from pkb_env.report import table
-from pkb_env.task import runnable_tasks
+from pkb_env import JudgeConfig, JudgeService
+from pkb_env.tables import table
 
 
-def measure(env, task: str) -> dict:
-    obs, _ = env.reset(options={"task": task})
-    _, _, _, _, info = env.step(obs["reference"])
-    record = info["record"]
+def measure(judge: JudgeService, task: str) -> dict:
+    session = judge.open(task)
+    record = session.judge(session.reference)
     row = {"task": task, "preset": record.preset, "dtype": record.dtype, "world_size": record.world_size,
-           "correct": info["correct"], "feedback": info["feedback"]}
+           "correct": record.correct, "feedback": record.feedback}
     if record.timing is None or record.roofline is None:
         return row
     r = record.roofline
@@ -53,15 +49,9 @@ def main() -> int:
 
     rows = []
     for preset in args.presets:
-        tasks = args.tasks or runnable_tasks(args.world_size, preset)
-        env = gymnasium.make("pkb_env/ParallelKernel-v0", task=tasks, world_size=args.world_size,
-                             executor=args.executor, preset=preset, max_turns=100000)
-        try:
-            env.reset(seed=0)
-            rows += [measure(env, task) for task in tasks]
-            calibration = env.unwrapped.judge.calibration()
-        finally:
-            env.close()
+        with JudgeService(JudgeConfig(executor=args.executor, world_size=args.world_size, preset=preset)) as judge:
+            rows += [measure(judge, task) for task in args.tasks or judge.tasks()]
+            calibration = judge.calibration()
     headers = ["task", "preset", "time us", "bound us", "dominant", "fraction", "datasheet us", "spec fraction"]
     print(table(headers, [[r["task"], r["preset"], r.get("time_us"), r.get("bound_us"), r.get("dominant"),
                            r.get("fraction"), r.get("datasheet_bound_us"), r.get("spec_fraction")] for r in rows]))

@@ -21,8 +21,8 @@ import psutil
 from tqdm import tqdm
 
 import pkb_env  # noqa: F401
-from pkb_env.judge.pipeline import JudgeSettings
-from pkb_env.report import table
+from pkb_env.config import JudgeConfig
+from pkb_env.tables import table
 
 CANDIDATES = {
     "reference": None,
@@ -52,11 +52,11 @@ def main() -> int:
     parser.add_argument("--out", default=None, help="write a PNG plot of the samples here")
     args = parser.parse_args()
 
-    settings = JudgeSettings(trials=2, trial_timeout_s=4.0, build_timeout_s=20.0)
+    settings = JudgeConfig(trials=2, trial_timeout_s=4.0, build_timeout_s=20.0)  # world size, executor: below
     env = gymnasium.make("pkb_env/ParallelKernel-v0", task="all_reduce", world_size=args.world_size,
-                         executor=args.executor, max_turns=args.steps + 1, judge_settings=settings)
+                         executor=args.executor, max_turns=args.steps + 1, config=settings)
     obs, _ = env.reset(seed=0)
-    executor = env.unwrapped.executor
+    judge = env.unwrapped.judge  # the env's JudgeService (its processes and files, for the leak columns)
     me = psutil.Process()
     names = list(CANDIDATES)
     samples, verdicts = [], {}
@@ -69,9 +69,9 @@ def main() -> int:
             verdicts.setdefault(name, set()).add(info["verdict"])
             samples.append({"step": step, "candidate": name, "verdict": info["verdict"],
                             "seconds": time.monotonic() - t0, "judge_rss_mb": me.memory_info().rss / 2**20,
-                            "judge_fds": me.num_fds(), "executor_processes": len(executor.process_ids()),
+                            "judge_fds": me.num_fds(), "executor_processes": len(judge.process_ids()),
                             "machine_processes": len(psutil.pids()),
-                            "tmp_bytes": executor.directory_bytes()})
+                            "tmp_bytes": judge.directory_bytes()})
     finally:
         env.close()
     leftovers = [p.info for p in psutil.process_iter(["pid", "cmdline"]) if p.info["cmdline"] == ["sleep", "300"]]

@@ -4,18 +4,19 @@
     python benchmarks/step_latency.py --executor cuda --world-size 2 --preset bench --steps 8 \
         --candidates reference agents/experts/all_reduce.py --json step_latency.json
 
-`--operations` adds where the judge's time went, per warm step: each request to the ranks (bursts,
-fingerprints, the reference's replay, trials, loads), the comparison of fingerprints, waiting for a
-generation (wait_ready; `settle` is the part of it spent waiting for spares before bursts) and ending one
-(retire and release, which start the next spares) (the judge's functions wrapped with a timer in this
-process).
+`--operations` adds where the judge's time went, per warm step, from the service's trace
+(pkb_env/tracing.py): each request to the ranks (burst, fingerprints, the reference's replay, trials,
+load), the comparison of fingerprints, waiting for a candidate's ranks (candidate ranks), waiting for
+spares before a burst (settle, part of burst) and ending the candidate's ranks (end, release: they start
+the next spares).
 
-`reset` starts the zygote (one torch import) and pre-starts the reference and the spare candidate
-generations. The first step pays for waiting on them (CUDA contexts, communicators and their
-connections are made at generation start), a calibration (unless cached) and the reference's timing.
-Warm steps pay for whatever part of a spare's start the previous step did not hide, build, trials,
-verification, timing and the check of every timed call. With several `--candidates`, each gets its
-first step and `--steps` warm steps in the same env, in order.
+`open` starts the zygote (one torch import), pre-starts the reference and the spare candidate rank sets,
+and measures a calibration unless one is cached. The first step pays for waiting on them (CUDA
+contexts, communicators and their connections are made at a rank set's start) and the reference's
+timing. Warm steps pay for whatever part of a spare's start the previous step did not hide, build,
+trials, verification, timing and the check of every timed call. With several `--candidates`, each gets
+its first step and `--steps` warm steps on the same service, in order. Columns are the record's stage
+times (the candidate's), `reference` (the reference's part of the step) and the step's wall time.
 """
 from __future__ import annotations
 
@@ -27,43 +28,11 @@ import statistics
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 
-import gymnasium
 from tqdm import tqdm
 
-import pkb_env  # noqa: F401
-from pkb_env.report import table
-
-
-@contextmanager
-def timed_operations(spent: dict[str, list[float]]):
-    """Wrap the judge's requests to the ranks and its own checks with timers; `spent[name]` gets seconds."""
-    from pkb_env.executors import operations, process
-    from pkb_env.executors.generation import Generation
-    from pkb_env.judge import pipeline
-
-    targets = [(operations, name) for name in ("burst", "fingerprints", "replay", "trials", "load")]
-    targets += [(pipeline, "compare_burst"), (Generation, "wait_ready"), (process.ProcessExecutor, "settle"),
-                (process.ProcessExecutor, "retire"), (process.ProcessExecutor, "release")]
-    saved = [(owner, name, getattr(owner, name)) for owner, name in targets]
-
-    def timer(name, fn):
-        def run(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                spent[name].append(time.perf_counter() - start)
-        return run
-
-    for owner, name, fn in saved:
-        setattr(owner, name, timer(name, fn))
-    try:
-        yield
-    finally:
-        for owner, name, fn in saved:
-            setattr(owner, name, fn)
+from pkb_env import JudgeConfig, JudgeService
+from pkb_env.tables import table
 
 
 def main() -> int:
@@ -80,42 +49,39 @@ def main() -> int:
     args = parser.parse_args()
     os.environ.setdefault("PKB_ENV_CACHE", tempfile.mkdtemp(prefix="pkb-bench-cache-"))  # cold calibration
 
+    spent: dict[str, list[float]] = collections.defaultdict(list)
+    trace = (lambda name, seconds: spent[name].append(seconds)) if args.operations else None
     start = time.perf_counter()
-    # One episode holds every step of every candidate; an unreachable target keeps it from terminating.
-    env = gymnasium.make("pkb_env/ParallelKernel-v0", task=args.task, world_size=args.world_size,
-                         executor=args.executor, preset=args.preset,
-                         max_turns=(args.steps + 1) * len(args.candidates), target_speedup=float("inf"))
+    judge = JudgeService(JudgeConfig(executor=args.executor, world_size=args.world_size, preset=args.preset),
+                         trace=trace)
     made = time.perf_counter() - start
-    start = time.perf_counter()
-    obs, _ = env.reset(seed=0)
-    reset_s = time.perf_counter() - start
     runs = {}
     try:
+        start = time.perf_counter()
+        session = judge.open(args.task)
+        reset_s = time.perf_counter() - start
         for name in args.candidates:
-            action = obs["reference"] if name == "reference" else open(name).read()
+            action = session.reference if name == "reference" else open(name).read()
             steps = runs[name] = []
             for _ in tqdm(range(args.steps + 1), desc=os.path.basename(name), unit="step"):
-                spent: dict[str, list[float]] = collections.defaultdict(list)
+                spent.clear()
                 start = time.perf_counter()
-                if args.operations:
-                    with timed_operations(spent):
-                        _, _, _, _, info = env.step(action)
-                else:
-                    _, _, _, _, info = env.step(action)
+                record = session.judge(action)
                 total = time.perf_counter() - start
-                timing = info["record"].timing
-                steps.append({"total_s": total, "verdict": info["verdict"], "speedup": info["speedup"],
+                timing, work = record.timing, record.reference
+                steps.append({"total_s": total, "verdict": record.verdict.value, "speedup": record.speedup,
                               "call_s": timing.time_s if timing else None, "bursts": timing and timing.bursts,
                               "timed_calls": timing and timing.calls, "timing_wall_s": timing and timing.wall_s,
-                              **{f"{k}_s": v for k, v in info["stage_seconds"].items()},
+                              **{f"{k}_s": v for k, v in record.stage_seconds.items()},
+                              "reference_s": work.trials_s + work.timing_s + work.replay_s if work else 0.0,
                               "operations": {k: [sum(v), len(v)] for k, v in spent.items()}})
-        facts = env.unwrapped.executor._reference.facts if env.unwrapped.executor._reference else []
+        facts = judge.reference_facts()
     finally:
-        env.close()
+        judge.close()
 
     print(f"\n{args.task} {args.preset} world {args.world_size} on {args.executor}: make {made * 1e3:.0f} ms, "
-          f"reset {reset_s * 1e3:.0f} ms (starts the zygote and pre-starts the generations)")
-    print(f"rank start-up (reference generation): {facts}\n")
+          f"open {reset_s * 1e3:.0f} ms (starts the zygote, pre-starts the rank sets, calibrates unless cached)")
+    print(f"rank start-up (reference rank set): {facts}\n")
     first = True
     for name, steps in runs.items():
         stages = [k for k in steps[0] if k.endswith("_s") and k not in ("total_s", "call_s", "timing_wall_s")]
@@ -141,7 +107,7 @@ def main() -> int:
                   f"verdicts {sorted({s['verdict'] for s in steps})}\n")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "make_s": made, "reset_s": reset_s, "rank_facts": facts, "runs": runs},
+            json.dump({"args": vars(args), "make_s": made, "open_s": reset_s, "rank_facts": facts, "runs": runs},
                       f, indent=1)
     return 0
 

@@ -1,12 +1,32 @@
 """pkb-env: a Gymnasium environment for training and judging code models that write multi-GPU kernels.
 
-`import pkb_env` registers `pkb_env/ParallelKernel-v0`:
+The judge's one front door is `JudgeService`, configured by one `JudgeConfig`:
+
+    from pkb_env import JudgeConfig, JudgeService
+    with JudgeService(JudgeConfig(executor="cpu", world_size=4)) as judge:
+        record = judge.open("all_reduce").judge(code)
+
+`import pkb_env` also registers `pkb_env/ParallelKernel-v0`, the Gymnasium env over it:
 
     env = gymnasium.make("pkb_env/ParallelKernel-v0", task="all_reduce", world_size=4, executor="cpu")
+
+The names below are imported on first use, so that `import pkb_env` stays cheap (no torch) for commands
+that refuse bad arguments before anything starts.
 """
+from importlib import import_module
+
 from pkb_env.registration import ENV_ID, register_envs
 
-__version__ = "0.1.0"
-__all__ = ["ENV_ID", "register_envs", "__version__"]
+__version__ = "0.2.0"
+_LAZY = {"JudgeConfig": "pkb_env.config", "JudgeService": "pkb_env.service", "TaskSession": "pkb_env.service",
+         "EvaluationRecord": "pkb_env.record", "JudgeError": "pkb_env.errors"}
+__all__ = ["ENV_ID", "register_envs", "__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'pkb_env' has no attribute {name!r}")
+
 
 register_envs()

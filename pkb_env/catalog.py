@@ -93,7 +93,7 @@ def markdown() -> str:
 
 def listing() -> str:
     """The `pkb-env tasks` text: one table per family."""
-    from pkb_env.report import table
+    from pkb_env.tables import table
 
     blocks = []
     current, members = None, []

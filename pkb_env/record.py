@@ -1,16 +1,20 @@
-"""The evaluation record: one object that flows through every stage of a step.
+"""The evaluation record: all that is known about one judged step, assembled from the stages' own results.
 
-Each stage (parse, screen, build, run, verify, time, roofline, reward) fills in its own part and never
-touches another's; the record is what `info["record"]` carries, what wandb logs and what rewards read.
-`to_dict()` gives a JSON-safe view.
+Each stage (judge/pipeline.py lists them in order) returns its own result object and the pipeline puts
+it in its place; no stage writes another's part. The verdict is decided once, from the results, by
+judge/verdict.py. The record is what `info["record"]` carries, what wandb logs, what rewards read, and
+what crosses processes and the network: `to_dict()` gives plain JSON, `EvaluationRecord.from_dict`
+reads it back (`from_dict(r.to_dict()) == r`).
 """
 from __future__ import annotations
 
 import dataclasses
 import enum
 import math
+import types
+import typing
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Union
 
 
 class Stage(str, enum.Enum):
@@ -77,27 +81,51 @@ class BuildResult:
     """Import of the candidate module in every rank (and kernel compiles it triggers at import)."""
 
     seconds: float = 0.0
-    error: str | None = None
 
 
 @dataclass
 class RankFailure:
-    """Why a rank did not deliver: raised, exited, was killed, or ran out of time."""
+    """Why a rank did not deliver: raised, exited, was killed, ran out of time, or said what no honest rank says."""
 
     rank: int
-    kind: str          # "exception" | "exit" | "signal" | "timeout" | "forged" | "tampered" | "limit"
+    kind: str          # "exception" | "exit" | "signal" | "timeout" | "forged" | "tampered" | "forged_timing"
     message: str
-    phase: str         # "build" | "trial 0" | "timing" | ...
+    phase: str         # "build" | "trials" | "timing" | "timed-output check" | ...
     log_tail: str = ""
+
+
+@dataclass
+class StageFailure:
+    """What ended a step in a stage that ran candidate code: every failing rank's account, as the judge saw it.
+
+    `kind` of each failure decides the verdict (judge/verdict.py): a forged frame, tampering with the
+    judge's tools or a timing report the judge's clock rules out is an exploit; anything else a build or
+    runtime error."""
+
+    stage: Stage
+    error: str                                   # one line per failing rank, for the agent
+    failures: list[RankFailure] = field(default_factory=list)
+
+    @property
+    def log_tail(self) -> str:
+        return "\n".join(f"[rank {f.rank}] {f.log_tail}" for f in self.failures if f.log_tail.strip())
 
 
 @dataclass
 class RunResult:
     trials: int = 0
     seconds: float = 0.0
-    failures: list[RankFailure] = field(default_factory=list)
-    error: str | None = None
-    log_tail: str = ""
+
+
+@dataclass
+class ReferenceWork:
+    """The reference's part of a step, billed to it and not to the candidate's stages: its trials (the
+    expected outputs), its timing (once per task and size, cached after), its replay of the timed calls."""
+
+    trials_s: float = 0.0
+    timing_s: float = 0.0
+    timing_cached: bool = False
+    replay_s: float = 0.0
 
 
 @dataclass
@@ -120,7 +148,7 @@ class Mismatch:
 @dataclass
 class VerifyResult:
     correct: bool
-    checked: int = 0                       # output sets compared (trials x ranks + timed calls x ranks)
+    checked: int = 0                       # output sets compared (calls x ranks)
     mismatches: list[Mismatch] = field(default_factory=list)
     error: str | None = None
 
@@ -128,8 +156,8 @@ class VerifyResult:
 @dataclass
 class TimingResult:
     """Time per call of steady-state bursts (docs/timing.md): one figure per burst (the slowest rank's busy
-    time per call, or on CPU ranks its fastest mark interval), then the median over bursts. Written by the
-    TIME stage only."""
+    time per call, or on CPU ranks its fastest mark interval), then the median over bursts. Made whole by
+    the TIME stage (judge/candidate.py, `time_candidate`)."""
 
     time_s: float                         # the figure of merit: median burst figure (speedup, roofline)
     statistic: str                        # "burst-median" (GPUs) | "interval-min" (CPU ranks)
@@ -214,9 +242,9 @@ class RooflineResult:
         return self.bound.bound_s
 
 
-@dataclass
+@dataclass(eq=False)
 class EvaluationRecord:
-    """All that is known about one evaluation of one action."""
+    """All that is known about one evaluation of one action (the module docstring)."""
 
     task: str
     world_size: int
@@ -232,11 +260,15 @@ class EvaluationRecord:
     screen: ScreenResult | None = None
     build: BuildResult | None = None
     run: RunResult | None = None
-    verify: VerifyResult | None = None
+    verify: VerifyResult | None = None        # the trials, element by element
     timing: TimingResult | None = None
+    timed_check: VerifyResult | None = None   # every timed call, by fingerprints against the reference's replay
     roofline: RooflineResult | None = None
-    flags: list[Flag] = field(default_factory=list)
-    stage_seconds: dict[str, float] = field(default_factory=dict)
+    failure: StageFailure | None = None       # the ranks' failure that ended the step, if one did
+    reference: ReferenceWork | None = None
+    flags: list[Flag] = field(default_factory=list)     # the screen's and the verdict's (exploits found at run time)
+    stage_seconds: dict[str, float] = field(default_factory=dict)   # the candidate's stages only
+    wall_s: float = 0.0                                 # the whole step, the reference's part included
     feedback: str = ""
     # What protected the judge while the candidate ran (the executor's isolation(), in words): pid, network,
     # filesystem, privileges (and user where a user namespace was needed). Empty when nothing ran.
@@ -264,13 +296,19 @@ class EvaluationRecord:
             return None
         return self.roofline.fraction
 
-    def fail(self, stage: Stage, verdict: Verdict, error: str) -> "EvaluationRecord":
-        """Stop the pipeline at `stage` with a short message for the agent."""
-        self.stage, self.verdict, self.error = stage, verdict, error
-        return self
-
     def to_dict(self) -> dict[str, Any]:
         return jsonable(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "EvaluationRecord":
+        """The record `to_dict()` gave (read back field by field by type; unknown keys refused)."""
+        return from_jsonable(cls, data, "record")
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when their JSON forms are (NaN errors compare equal to themselves there, as they should)."""
+        return isinstance(other, EvaluationRecord) and self.to_dict() == other.to_dict()
+
+    __hash__ = None  # mutable
 
 
 def jsonable(value: Any) -> Any:
@@ -286,3 +324,38 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
     return value
+
+
+def from_jsonable(cls: type, data: Any, where: str) -> Any:
+    """The inverse of `jsonable` for a dataclass `cls`: every field read back by its annotation."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{where}: expected an object for {cls.__name__}, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"{where}: {cls.__name__} has no field(s) {unknown}")
+    return cls(**{name: _read(hints[name], value, f"{where}.{name}") for name, value in data.items()})
+
+
+def _read(hint: Any, value: Any, where: str) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        if value is None:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _read(inner, value, where)
+    if origin is list:
+        return [_read(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is tuple:
+        return tuple(_read(args[0], v, where) for v in value)
+    if origin is dict:
+        return {k: _read(args[1], v, f"{where}[{k!r}]") for k, v in value.items()}
+    if dataclasses.is_dataclass(hint):
+        return from_jsonable(hint, value, where)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return hint(value)
+    if hint is float:
+        return float(value)  # "inf", "-inf" and "nan" as jsonable wrote them, and JSON's ints
+    return value
+

@@ -1,7 +1,7 @@
 """The judge user's secrets, kept out of every text that a candidate's processes produced.
 
 What counts as a secret: the values of the judge's secret-bearing environment variables (names that
-executors/environment.py's SECRET matches: KEY, TOKEN, SECRET, PASSWORD, CREDENTIAL, AUTH; so
+sandbox/variables.py's SECRET matches: KEY, TOKEN, SECRET, PASSWORD, CREDENTIAL, AUTH; so
 WANDB_API_KEY, HF_TOKEN, HUGGING_FACE_HUB_TOKEN, OPENAI_API_KEY, ANTHROPIC_API_KEY; and every AWS_*,
 GOOGLE_*, GCP_*, GCLOUD_* and AZURE_* variable), the passwords and accounts in the judge user's ~/.netrc
 (or $NETRC; wandb keeps its key there), and a Hugging Face token file ($HF_TOKEN_PATH, $HF_HOME/token,
@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pkb_env.executors.environment import SECRET
+from pkb_env.sandbox.variables import SECRET
 
 REDACTED = "[redacted]"
 CLOUD = re.compile(r"^(AWS|GOOGLE|GCP|GCLOUD|AZURE)_")

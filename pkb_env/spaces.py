@@ -1,14 +1,19 @@
-"""Observation and action spaces. Text spaces need a charset that covers code, and explicit lengths.
+"""Observation and action spaces, and the observation itself. Text spaces need a charset that covers code,
+and explicit lengths.
 
 Gymnasium's default Text charset is alphanumeric; ours is Python's `string.printable` (ASCII letters,
-digits, punctuation and whitespace), and every text the env emits is passed through `to_charset`.
+digits, punctuation and whitespace), and every text an observation holds is passed through `to_charset`.
 """
 from __future__ import annotations
 
 import string
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gymnasium import spaces
+
+if TYPE_CHECKING:
+    from pkb_env.service import TaskSession
 
 CHARSET = frozenset(string.printable)
 MAX_PROMPT_CHARS = 64_000
@@ -40,6 +45,20 @@ def observation_space(max_turns: int) -> spaces.Dict:
         "world_size": spaces.Discrete(MAX_WORLD_SIZE + 1),
         "best_speedup": spaces.Box(0.0, MAX_SPEEDUP, shape=(), dtype=np.float32),
     })
+
+
+def observation(session: "TaskSession", feedback: str = "", turn: int = 0, best_speedup: float = 0.0) -> dict[str, Any]:
+    """The observation of `session`'s task at `turn` (the env's, and what agents read wherever they act)."""
+    return {
+        "prompt": to_charset(session.prompt_after(feedback, turn), MAX_PROMPT_CHARS),
+        "task_id": session.name,
+        "reference": to_charset(session.reference, MAX_CODE_CHARS),
+        "topology": to_charset(session.topology, MAX_FEEDBACK_CHARS),
+        "feedback": to_charset(feedback, MAX_FEEDBACK_CHARS),
+        "turn": turn,
+        "world_size": session.service.world_size,
+        "best_speedup": np.array(min(best_speedup, MAX_SPEEDUP), dtype=np.float32),
+    }
 
 
 def action_space() -> spaces.Text:

@@ -18,7 +18,7 @@ from pkb_env.contract import (DTYPES, EXACT, InputContext, Preset, TaskError, Ta
 from pkb_env.contract.signature import reference_parameters
 
 __all__ = ["DTYPES", "EXACT", "InputContext", "Preset", "TaskError", "TaskSpec", "Tolerance", "WorldSizes",
-           "derive_seed", "task_names", "runnable_tasks", "load_task", "load_reference", "TASKS_PACKAGE"]
+           "derive_seed", "task_names", "size_problem", "runnable_tasks", "load_task", "load_reference", "TASKS_PACKAGE"]
 
 TASKS_PACKAGE = "pkb_env.tasks"
 
@@ -30,12 +30,25 @@ def task_names() -> tuple[str, ...]:
     return tuple(sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if m.ispkg and not m.name.startswith("_")))
 
 
-def runnable_tasks(world_size: int, preset: str) -> list[str]:
-    """The tasks of the suite that take `world_size` at `preset` in the preset's dtype (what "the whole suite"
-    means there; the env further leaves out what its executor cannot judge)."""
-    return [n for n in task_names() if preset in load_task(n).presets
-            and load_task(n).world_size_problem(world_size, preset) is None
-            and load_task(n).output_problem(world_size, preset) is None]
+def size_problem(task: TaskSpec, world_size: int, preset: str, dtype: str | None = None,
+                 cpu_reference: bool = False) -> str | None:
+    """Why `task` cannot be judged at `world_size`, `preset` and `dtype` (None: the preset's), with the fix, or
+    None: the preset, the dtype, the world sizes it takes, outputs over what the judge takes from a call, and
+    with `cpu_reference` (the trusted reference runs on CPU ranks: cpu, cuda-emulated) a reference too heavy
+    for them."""
+    if preset not in task.presets:
+        return f"task {task.name!r} has no preset {preset!r}; choose one of {sorted(task.presets)}"
+    if dtype is not None and dtype not in task.dtypes:
+        return f"task {task.name!r} does not take dtype {dtype!r}; choose one of {list(task.dtypes)}"
+    resolved = task.resolve_dtype(preset, dtype)
+    return (task.world_size_problem(world_size, preset) or task.output_problem(world_size, preset, resolved)
+            or (task.cpu_reference_problem(world_size, preset, resolved) if cpu_reference else None))
+
+
+def runnable_tasks(world_size: int, preset: str, dtype: str | None = None, cpu_reference: bool = False) -> list[str]:
+    """The tasks of the suite that can be judged at this size (`size_problem`): what "the whole suite" means
+    there (JudgeService.tasks asks with its executor's `cpu_reference`)."""
+    return [n for n in task_names() if size_problem(load_task(n), world_size, preset, dtype, cpu_reference) is None]
 
 
 @lru_cache(maxsize=None)

@@ -3,8 +3,9 @@
 The roofline (pkb_env/contract/cost.py) needs per-rank peaks: one-way link bandwidth B, a fixed latency
 alpha, FLOP/s per dtype (matmul on tensor cores where the dtype has them, vector work), and HBM
 bandwidth. Datasheets give them for GPU boards (with sources in the YAML). A calibration (`pkb-env
-calibrate`, or automatically on first use) measures them on the actual machine with the judge's own
-timing loop, in the trusted reference generation, and is cached per hardware fingerprint and world size.
+calibrate`, or a JudgeService at its first open: JudgeConfig.calibration) measures them on the actual
+machine with the judge's own timing loop, in the trusted reference rank set, and is cached per hardware
+fingerprint and world size.
 Calibrated figures are best-observed values (the smallest latency, the largest bandwidth and rates of
 several probes), so that the bound stays a lower bound on any code's time; CPU ranks have only these.
 """
@@ -19,7 +20,6 @@ from pathlib import Path
 
 import yaml
 
-from pkb_env.cache import cache_root
 from pkb_env.contract import Peaks
 
 
@@ -111,23 +111,16 @@ class Calibration:
     probes: tuple[tuple[str, float], ...] = ()                # every latency (s) and bandwidth (GB/s) probe
     version: int = CALIBRATION_VERSION
 
-    @property
-    def bandwidth_bytes_per_s(self) -> float:
-        return self.bandwidth_gbps * 1e9
 
-
-def cache_dir() -> Path:
-    return cache_root() / "calibration"
-
-
-def calibration_path(hardware: str, world_size: int, statistic: str) -> Path:
+def calibration_path(cache: str | Path, hardware: str, world_size: int, statistic: str) -> Path:
+    """Where the calibration of `hardware` at `world_size` lives under the judge's cache (JudgeConfig.cache_dir)."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", hardware)
-    return cache_dir() / f"{slug}-ws{world_size}-{statistic}.json"
+    return Path(cache) / "calibration" / f"{slug}-ws{world_size}-{statistic}.json"
 
 
-def load_calibration(hardware: str, world_size: int, statistic: str) -> Calibration | None:
+def load_calibration(cache: str | Path, hardware: str, world_size: int, statistic: str) -> Calibration | None:
     try:
-        data = json.loads(calibration_path(hardware, world_size, statistic).read_text())
+        data = json.loads(calibration_path(cache, hardware, world_size, statistic).read_text())
         if data.get("version") != CALIBRATION_VERSION:
             return None
         for key in ("busbw_by_size", "peer_copy_gbps", "matmul_tflops", "probes"):
@@ -137,8 +130,8 @@ def load_calibration(hardware: str, world_size: int, statistic: str) -> Calibrat
         return None
 
 
-def save_calibration(cal: Calibration) -> Path:
-    path = calibration_path(cal.hardware, cal.world_size, cal.statistic)
+def save_calibration(cache: str | Path, cal: Calibration) -> Path:
+    path = calibration_path(cache, cal.hardware, cal.world_size, cal.statistic)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(asdict(cal), indent=2))

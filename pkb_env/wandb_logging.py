@@ -14,7 +14,7 @@ config (once, at start):
     env       the env id, task pool, world size, executor (requested and resolved), hardware, preset, dtype,
               topology name, max_turns, target_speedup, turn_credit
     reward    the reward function's name, kind, bounds and full config (configs/rewards/<name>.yaml + overrides)
-    judge     the JudgeSettings and the timing protocol in force
+    judge     the JudgeConfig and the timing protocol in force
     versions  pkb-env, torch, gymnasium, numpy, wandb, cupy (when importable), python
     ...       your own `config`, at the top level (the four keys above are reserved)
 per step (x axis `global_step`; nothing is logged with an explicit wandb `step`, so a run you pass in
@@ -49,8 +49,8 @@ The wrapper never reads an API key's value into anything it logs: the config is 
 attributes, never from environment variables; and every string it logs (code, feedback, verdict, your
 config) has the judge user's secrets (secret-looking environment variables, ~/.netrc passwords, a Hugging
 Face token file: pkb_env/redaction.py) replaced by "[redacted]". The candidate processes never see
-WANDB_API_KEY at all: pkb_env.executors.environment gives rank processes an allowlist, and their
-allowlisted root (executors/rootfs.py) holds no home and so no ~/.netrc.
+WANDB_API_KEY at all: pkb_env.sandbox.variables gives rank processes an allowlist, and their
+allowlisted root (sandbox/rootfs.py) holds no home and so no ~/.netrc.
 """
 from __future__ import annotations
 
@@ -269,7 +269,8 @@ def run_config(env: gymnasium.Env) -> dict[str, Any]:
     if not isinstance(base, ParallelKernelEnv):
         raise TypeError(f"WandbLogger wraps a ParallelKernelEnv, got {type(base).__name__}; create the env with "
                         f"gymnasium.make('pkb_env/ParallelKernel-v0', ...)")
-    info = base.executor.info
+    judge = base.judge
+    info, config = judge.info, judge.config
     spec = getattr(env, "spec", None) or getattr(base, "spec", None)
     reward_fn = base.reward_fn
     return {
@@ -278,11 +279,11 @@ def run_config(env: gymnasium.Env) -> dict[str, Any]:
             "task_pool": list(base.task_pool),
             "world_size": base.world_size,
             "executor": info.name,
-            "executor_requested": (spec.kwargs.get("executor", "auto") if spec is not None else info.name),
+            "executor_requested": config.executor,
             "hardware": info.hardware,
             "performance_available": info.performance_available,
-            "preset": base.preset,
-            "dtype": base.dtype if base.dtype is not None else f"{base.preset} preset default",
+            "preset": config.preset,
+            "dtype": config.dtype if config.dtype is not None else f"{config.preset} preset default",
             "topology": info.topology,
             "max_turns": base.max_turns,
             "target_speedup": base.target_speedup,
@@ -290,7 +291,7 @@ def run_config(env: gymnasium.Env) -> dict[str, Any]:
         },
         "reward": {"name": reward_fn.name, "kind": reward_fn.kind, "bounds": list(reward_fn.bounds),
                    "config": jsonable(dict(reward_fn.config))},
-        "judge": {"settings": jsonable(base.judge.settings), "protocol": jsonable(base.judge.protocol)},
+        "judge": {"config": jsonable(config), "protocol": jsonable(judge.protocol)},
         "versions": package_versions(),
     }
 

@@ -2,30 +2,37 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 
 import gymnasium
 import psutil
 import pytest
 
-import pkb_env  # noqa: F401  (registers the env)
-from pkb_env.judge.pipeline import JudgeSettings
-from pkb_env.judge.timing import TimingProtocol
+# Calibrations and kernels go to a private cache, not the user's ~/.cache; set before any JudgeConfig is made
+# (a config reads PKB_ENV_CACHE when it is made, FAST below at import).
+CACHE = tempfile.mkdtemp(prefix="pkb-test-cache-")
+os.environ["PKB_ENV_CACHE"] = CACHE
+
+import pkb_env  # noqa: E402,F401  (registers the env)
+from pkb_env.config import JudgeConfig  # noqa: E402
+from pkb_env.config import TimingProtocol  # noqa: E402
 
 # Short time limits so that hangs and deadlocks are cut quickly; shorter bursts and budgets than production for
 # speed (tests about timing itself use the production protocol, TimingProtocol.for_clock("host")).
-FAST = JudgeSettings(trials=2, trial_timeout_s=6.0, build_timeout_s=20.0, timing_timeout_s=30.0,
-                     protocol=TimingProtocol.quick("host"))
+FAST = JudgeConfig(trials=2, trial_timeout_s=6.0, build_timeout_s=20.0, timing_timeout_s=30.0,
+                   protocol=TimingProtocol.quick("host"))
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _private_cache(tmp_path_factory):
-    """Calibrations go to a temporary cache, not the user's ~/.cache."""
-    os.environ["PKB_ENV_CACHE"] = str(tmp_path_factory.mktemp("pkb-cache"))
+def _private_cache():
+    yield
+    shutil.rmtree(CACHE, ignore_errors=True)
 
 
 def make_env(task="all_reduce", world_size=4, **kwargs):
-    kwargs.setdefault("judge_settings", FAST)
+    kwargs.setdefault("config", FAST)
     kwargs.setdefault("max_turns", 1000)
     return gymnasium.make("pkb_env/ParallelKernel-v0", task=task, world_size=world_size, executor="cpu", **kwargs)
 

@@ -10,6 +10,7 @@ import gymnasium
 import pytest
 
 from conftest import make_env, still_alive
+from pkb_env.config import JudgeConfig
 from pkb_env.executors import ExecutorError, check_world_size, make_executor
 from pkb_env.executors.capacity import (CPU_RANKS_PER_CORE, EMULATED_RANKS_PER_GPU, OVERRIDE, usable_cores,
                                         world_size_limit)
@@ -54,8 +55,8 @@ def test_the_env_refuses_before_any_process_or_directory(tmp_path, monkeypatch):
     too_many = usable_cores() * CPU_RANKS_PER_CORE + 1
     with pytest.raises(ExecutorError, match="the limit is"):
         gymnasium.make("pkb_env/ParallelKernel-v0", world_size=too_many, executor="cpu")
-    with pytest.raises(ExecutorError, match="positive integer"):
-        make_executor("cpu", True)
+    with pytest.raises(ValueError, match="positive integer"):
+        make_executor(JudgeConfig(executor="cpu", world_size=True))
     assert not list(tmp_path.iterdir())
 
 
@@ -63,14 +64,14 @@ def test_progress_hook_reports_every_rank_of_each_phase():
     env = make_env(world_size=3)
     events = []
     try:
-        env.unwrapped.executor.progress = lambda *event: events.append(event)
+        env.unwrapped.judge.executor.progress = lambda *event: events.append(event)
         obs, _ = env.reset(seed=0)
         _, _, _, _, info = env.step(obs["reference"])
         assert info["correct"], info["feedback"]
     finally:
         env.close()
     for role in ("reference", "candidate"):
-        # Whole rounds of 1, 2, 3: the first step may wait for the next candidate generation too (it lets
+        # Whole rounds of 1, 2, 3: the first step may wait for the next candidate rank set too (it lets
         # ranks finish starting before the calibration is measured).
         start = [done for r, phase, done, total in events if r == role and phase == "start-up"]
         assert start and start == [1, 2, 3] * (len(start) // 3), (role, events[:10])
@@ -82,7 +83,7 @@ def test_the_directory_goes_at_exit_even_without_close(tmp_path):
     """A script that never calls env.close(): the processes die with it and the directory is removed."""
     code = ("import gymnasium, pkb_env; "
             "env = gymnasium.make('pkb_env/ParallelKernel-v0', world_size=2, executor='cpu'); env.reset(seed=0); "
-            "print(env.unwrapped.executor.root, *env.unwrapped.executor.process_ids())")
+            "print(env.unwrapped.judge.executor.root, *env.unwrapped.judge.process_ids())")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
                           env={**os.environ, "TMPDIR": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-2000:]

@@ -17,7 +17,8 @@ import psutil
 import pytest
 
 from conftest import still_alive
-from pkb_env.cli import EXIT_CODES, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, _parser, main
+from pkb_env.cli import EXIT_CODES, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, main
+from pkb_env.cli.options import parser as make_parser
 from pkb_env.executors.capacity import CPU_RANKS_PER_CORE, usable_cores
 from pkb_env.record import Verdict
 from pkb_env.task import load_task
@@ -75,7 +76,7 @@ def test_eval_exit_code_from_the_console_script(tmp_path):
 
 # -- help, version, --reward, --config --------------------------------------------------------------------
 def _subparser(name: str) -> argparse.ArgumentParser:
-    parser = _parser()
+    parser = make_parser()
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     return sub.choices[name]
 

@@ -11,17 +11,18 @@ import secrets
 import shutil
 import socket
 import threading
+from pathlib import Path
 
 import pytest
 
 import pkb_env
-from pkb_env.cache import cache_root
-from pkb_env.executors.zygote import Containment
+from pkb_env.config import JudgeConfig, default_cache_dir
+from pkb_env.sandbox.containment import Containment
 from pkb_env.judge.compile_checks import (CompileRefused, check_cuda_options, check_host_options, check_sources,
                                           diagnostics, without_comments)
 from pkb_env.runtime.toolchain import nvcc_path
 
-NAMESPACES = Containment.from_environment().missing()
+NAMESPACES = Containment.of(JudgeConfig()).missing()
 needs_namespaces = pytest.mark.skipif(NAMESPACES is not None, reason=f"no namespaces here: {NAMESPACES}")
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not installed")
 needs_compilers = pytest.mark.skipif(nvcc_path() is None or shutil.which("g++") is None or
@@ -159,7 +160,7 @@ def test_a_build_cell_cannot_read_them_either(env2, judge_secret_files, backend)
     if backend == "nvcc" and nvcc_path() is None:
         pytest.skip("nvcc is not installed")
     value, files = judge_secret_files
-    executor = env2.unwrapped.executor
+    executor = env2.unwrapped.judge.executor
     for path in ["/etc/shadow", *files.values()]:
         outcome = executor.build({"kind": backend, "source": f'#include "{path}"\n', "options": [], "arch": "90"},
                                  timeout=120)
@@ -227,7 +228,7 @@ def test_an_initialiser_runs_only_inside_cells(env2):
             pass  # the socket was closed at the end of the test: nobody connected
 
     threading.Thread(target=accept, daemon=True).start()
-    source = (INITIALISER.replace("@MARKER@", marker).replace("@CACHE@", str(cache_root()))
+    source = (INITIALISER.replace("@MARKER@", marker).replace("@CACHE@", default_cache_dir())
               .replace("@PACKAGE@", package).replace("@PORT@", str(server.getsockname()[1])))
     code = f'''from pkb_env.runtime import load_inline
 ext = load_inline("pkb_escape_probe", cpp_sources={source!r}, functions=["probe"])
@@ -239,14 +240,14 @@ def solution(tensor):
         _, _, _, _, info = env2.step(code)
         feedback = info["feedback"]
         assert info["verdict"] == "build_error" and "PROBE marker:written" in feedback, feedback
-        uid = env2.unwrapped.executor.candidate_uid
+        uid = env2.unwrapped.judge.executor.candidate_uid
         assert f"cache:refused package:refused net:refused uid={os.getuid() if uid is None else uid}" in feedback, \
             feedback
         assert not os.path.exists(marker), "the initialiser wrote on the host"
         assert not os.path.exists(os.path.join(package, "pwned.py"))
-        assert not (cache_root() / "kernels" / "pwned.cubin").exists()
+        assert not (Path(default_cache_dir()) / "kernels" / "pwned.cubin").exists()
         assert not accepted, "the initialiser reached the judge's network"
-        built = list((cache_root() / "extensions").glob("*/pkb_escape_probe.so"))
+        built = list((Path(default_cache_dir()) / "extensions").glob("*/pkb_escape_probe.so"))
         assert len(built) == 1, "the judge caches what the contained build produced"
         # The same source again: the cached bytes, no second build.
         _, _, _, _, again = env2.step(code)

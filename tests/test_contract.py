@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from pkb_env.contract import (Bernoulli, Comm, Const, Cost, CostContext, Custom, Exact, Expr, ExprError, Fixed,
+from pkb_env.contract import (Bernoulli, Comm, Const, Cost, Custom, Exact, Expr, ExprError, Fixed,
                               FromInputs, Group, Integers, Length, Mesh, Normal, OneHot, Output, PerRank, Permutation,
                               Positive, Preset, Propagated, Relative, Replicated, Rounded, Scalar, Sharded, Sum,
                               TaskError, TaskSpec, Tensor, Tolerance, Ulps, Uniform, UnitRows, WorldSizes, rank_seeds)
@@ -392,13 +392,13 @@ def test_cheapest_picks_the_option_that_moves_the_fewest_bus_bytes():
     """Moving data or moving work: which is cheaper depends on the sizes and on each collective's bus
     factor (an all-reduce moves twice what an all-gather of the same S moves)."""
     spec = make_spec()
-    c = CostContext(spec, {"N": 64, "K": 1024}, 8, "bfloat16", spec.layout(8))   # tp = 4, dp = 2
+    c = spec.cost_context({"N": 64, "K": 1024}, 8, "bfloat16")                   # tp = 4, dp = 2
     reduce = (Comm("all_reduce", 1000, "tp"),)                                  # 2 * 3/4 * 1000 = 1500
     gather = (Comm("all_gather", 1200, "tp"), Comm("all_gather", 800, "dp"))   # 3/4 * 1200 + 1/2 * 800 = 1300
     assert c.bus_bytes(reduce) == 1500 and c.bus_bytes(gather) == 1300
     assert c.cheapest(reduce, gather) == gather and c.cheapest(gather, reduce) == gather
     assert c.cheapest((Comm("all_reduce", 800, "tp"),), gather) == (Comm("all_reduce", 800, "tp"),)
-    alone = CostContext(spec, {"N": 64, "K": 1024}, 2, "bfloat16", spec.layout(2))  # tp = 1: nothing moves
+    alone = spec.cost_context({"N": 64, "K": 1024}, 2, "bfloat16")                  # tp = 1: nothing moves
     assert alone.bus_bytes(reduce) == 0
     with pytest.raises(ValueError, match="at least one option"):
         c.cheapest()

@@ -6,8 +6,8 @@ from importlib import resources
 import pytest
 
 from pkb_env.cli import main
-from pkb_env.evaluate import EvaluationReport, SampleResult, agent_from_spec, evaluate, fast_p, pass_at_k
-from pkb_env.judge.pipeline import JudgeSettings
+from pkb_env.evaluation import EvaluationReport, SampleResult, agent_from_spec, evaluate, fast_p, pass_at_k
+from pkb_env.config import JudgeConfig
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -128,8 +128,8 @@ def test_files_agent_with_a_wrong_candidate(tmp_path):
     (folder / "all_reduce.py").write_text(ring)
     (folder / "broadcast.py").write_text("def solution(tensor, src=0):\n    return tensor.clone()  # no broadcast\n")
     agent = agent_from_spec(f"files:{folder}")
-    report = evaluate(agent, tasks=["all_reduce", "broadcast"], world_size=2, executor="cpu", samples=2, ks=(1, 2),
-                      judge_settings=JudgeSettings(trials=1), progress=False)
+    report = evaluate(agent, tasks=["all_reduce", "broadcast"], samples=2, ks=(1, 2), progress=False,
+                      config=JudgeConfig(executor="cpu", world_size=2, trials=1))
     by_task = {s.task: s for s in report.task_summaries()}
     assert by_task["all_reduce"].correct == 2 and by_task["all_reduce"].pass_at_k == {1: 1.0, 2: 1.0}
     assert by_task["broadcast"].correct == 0 and by_task["broadcast"].pass_at_k == {1: 0.0, 2: 0.0}

@@ -163,7 +163,7 @@ def test_ring_attention_data_movement(dtype, preset, world):
         pytest.skip(problem)
     inputs = trials("ring_attention", world, dtype, preset)
     names = ("q", "k", "v", "softmax_scale", "causal")
-    # the judge builds a rank's groups once per generation and passes the same object to every call
+    # the judge builds a rank's groups once per rank set and passes the same object to every call
     calls = [[tuple(args[n] for n in names) + (inputs[0][r]["group"],) for r, args in enumerate(trial)]
              for trial in inputs]
     outputs, barriers = run_ranks("ring_attention", world, calls)

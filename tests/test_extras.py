@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from conftest import make_env
-from pkb_env.evaluate import EvaluationReport
+from pkb_env.evaluation import EvaluationReport
 from pkb_env.extras import MissingExtra, require
 
 

@@ -85,7 +85,7 @@ def test_huge_output_is_refused_not_fatal(env4):
 
 
 def _descendants(env) -> set[int]:
-    return set(env.unwrapped.executor.process_ids())
+    return set(env.unwrapped.judge.process_ids())
 
 
 @pytest.mark.parametrize("name", sorted(FAULTS))
@@ -102,7 +102,7 @@ def test_fault_is_contained(env4, name):
     assert elapsed < FAST.trial_timeout_s + FAST.build_timeout_s + 10
     assert reward < -0.2  # below a wrong answer
     # Nothing of the failed candidate survives: the executor owns only what it owned before (the
-    # candidate generation it used is replaced by the pre-started one), and no orphan 'sleep' of this run exists.
+    # candidate rank set it used is replaced by the pre-started one), and no orphan 'sleep' of this run exists.
     after = _descendants(env4)
     assert len(after) <= len(before) + 4
     assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == SLEEP]
@@ -136,7 +136,7 @@ def test_no_process_left_after_close():
     env = make_env(world_size=2)
     env.reset(seed=1)
     env.step("def solution(tensor):\n    while True: pass\n")
-    pids = env.unwrapped.executor.process_ids()
+    pids = env.unwrapped.judge.process_ids()
     assert pids
     env.close()
     time.sleep(0.2)
@@ -144,12 +144,12 @@ def test_no_process_left_after_close():
 
 
 def test_a_next_generation_that_cannot_start_does_not_cost_this_step(monkeypatch):
-    """Starting the next candidate generation (at release) can fail (a full disk, a dead zygote): the step
-    that released keeps its verdict, and the next step starts its own generation or says why it cannot."""
+    """Starting the next candidate rank set (at release) can fail (a full disk, a dead zygote): the step
+    that released keeps its verdict, and the next step starts its own rank set or says why it cannot."""
     env = make_env(world_size=2, target_speedup=float("inf"))
     try:
         obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
-        executor = env.unwrapped.executor
+        executor = env.unwrapped.judge.executor
         real = executor._start
         failures = []
 
@@ -160,7 +160,7 @@ def test_a_next_generation_that_cannot_start_does_not_cost_this_step(monkeypatch
         monkeypatch.setattr(executor, "_start", refuse)
         _, _, _, _, info = env.step(obs["reference"])
         assert info["correct"], info["feedback"]
-        assert failures and len(executor._spares) < executor.spare_depth
+        assert failures and len(executor.spares) < executor.spare_depth
         monkeypatch.setattr(executor, "_start", real)
         _, _, _, _, info = env.step(obs["reference"])
         assert info["correct"], info["feedback"]
@@ -170,39 +170,38 @@ def test_a_next_generation_that_cannot_start_does_not_cost_this_step(monkeypatch
 
 @pytest.mark.parametrize("depth", [1, 4])
 def test_spares_killed_in_any_phase_of_their_start_are_replaced(depth):
-    """A pre-started generation can die before it is used, in any phase of its start (whoever ran before
+    """A pre-started rank set can die before it is used, in any phase of its start (whoever ran before
     killed it, or the machine did): the next step takes another or starts its own, and the spares are
     made up again, whatever phase each was in."""
-    env = make_env(world_size=2, target_speedup=float("inf"))
+    env = make_env(world_size=2, target_speedup=float("inf"), config=FAST.replace(spares=depth))
     try:
-        executor = env.unwrapped.executor
+        executor = env.unwrapped.judge.executor
         if depth > 1 and executor.namespaces_missing:
             pytest.skip(f"held spares need cells with namespaces ({executor.namespaces_missing})")
-        executor.spare_depth = depth
         obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
         for _ in range(2):
             _, _, _, _, info = env.step(obs["reference"])
             assert info["correct"], info["feedback"]
-            assert len(executor._spares) == depth
-            for spare in executor._spares:  # one rank of every spare, wherever its start has got to
+            assert len(executor.spares) == depth
+            for spare in executor.spares:  # one rank of every spare, wherever its start has got to
                 os.kill(spare.pids[-1], 9)
         _, _, _, _, info = env.step(obs["reference"])
         assert info["correct"], info["feedback"]
-        assert len(executor._spares) == depth and all(s.alive() for s in executor._spares)
+        assert len(executor.spares) == depth and all(s.alive() for s in executor.spares)
     finally:
         env.close()
 
 
 def test_ranks_that_cannot_start_are_the_judges_failure_not_the_candidates(monkeypatch):
-    """No candidate code has run in a generation that fails to start (a host out of processes, a spare
+    """No candidate code has run in a rank set that fails to start (a host out of processes, a spare
     killed before it was used): after the spares and a second fresh start, the step raises JudgeError
     instead of charging the candidate a build error or an exploit flag, and the next step is judged."""
-    from pkb_env.judge.pipeline import JudgeError
+    from pkb_env.errors import JudgeError
 
     env = make_env(world_size=2, target_speedup=float("inf"))
     try:
         obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
-        executor = env.unwrapped.executor
+        executor = env.unwrapped.judge.executor
         real = executor._start
         starts = []
 
@@ -213,12 +212,12 @@ def test_ranks_that_cannot_start_are_the_judges_failure_not_the_candidates(monke
                 os.kill(pid, 9)
             return gen
 
-        for spare in executor._spares:
+        for spare in executor.spares:
             os.kill(spare.pids[0], 9)
         monkeypatch.setattr(executor, "_start", doomed)
         with pytest.raises(JudgeError, match="failed to start"):
             env.step(obs["reference"])
-        assert len(starts) == 2 and all(gen.closed for gen in starts)  # FRESH_STARTS, each closed
+        assert len(starts) == 2 and all(gen.closed for gen in starts)  # config.fresh_starts, each closed
         monkeypatch.setattr(executor, "_start", real)
         _, _, _, _, info = env.step(obs["reference"])
         assert info["correct"], info["feedback"]

@@ -15,10 +15,11 @@ import shutil
 
 import pytest
 
-from conftest import make_env
-from pkb_env.executors.zygote import Containment
+from conftest import FAST, make_env
+from pkb_env.config import JudgeConfig
+from pkb_env.sandbox.containment import Containment
 
-NAMESPACES = Containment.from_environment().missing()
+NAMESPACES = Containment.of(JudgeConfig()).missing()
 needs_namespaces = pytest.mark.skipif(NAMESPACES is not None, reason=f"no namespaces here: {NAMESPACES}")
 
 
@@ -63,7 +64,7 @@ def judge_home(tmp_path_factory):
     saved = {k: os.environ.get(k) for k in ("HOME", "PKB_ENV_CACHE")}
     os.environ["HOME"] = home
     os.environ["PKB_ENV_CACHE"] = os.path.join(home, ".cache", "pkb_env")
-    env = make_env(world_size=2)
+    env = make_env(world_size=2, config=FAST.replace(cache_dir=os.environ["PKB_ENV_CACHE"]))
     obs, _ = env.reset(seed=0)
     try:
         yield env, obs["reference"], paths, values, home
@@ -102,7 +103,7 @@ def solution(tensor):
 @needs_namespaces
 def test_candidates_find_no_private_file(judge_home):
     env, reference, paths, values, home = judge_home
-    env.step(reference)  # the judge calibrates on the first correct step: its own cache file exists now
+    env.step(reference)  # the judge calibrated at the episode's start: its own cache file exists now
     calibrations = os.listdir(os.path.join(home, ".cache", "pkb_env", "calibration"))
     assert len(calibrations) >= 2, f"the judge wrote no calibration of its own: {calibrations}"
     targets = [*paths.items(), ("shadow", "/etc/shadow"), ("gshadow", "/etc/gshadow"),

@@ -1,6 +1,6 @@
 """Fingerprints of timed calls: right answers pass, wrong ones are caught, forged payloads are refused.
 
-Everything here runs the rank-side sketch (pkb_env/executors/sketch.py) and the judge-side comparison
+Everything here runs the rank-side sketch (pkb_env/ranks/fingerprints.py) and the judge-side comparison
 (pkb_env/judge/fingerprints.py) in one process on CPU tensors, as both sides do in a real step.
 """
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from pkb_env.contract import EXACT, Check, Tolerance
-from pkb_env.executors.channel import ChannelError
-from pkb_env.executors.sketch import layout, sketch_calls
+from pkb_env.wire.channel import ChannelError
+from pkb_env.ranks.fingerprints import layout, sketch_calls
 from pkb_env.judge.fingerprints import compare_burst
 
 BF16 = Tolerance(1e-1, 3e-2, "bf16 sums")

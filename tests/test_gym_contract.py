@@ -92,7 +92,7 @@ def test_executor_auto_resolves_to_what_the_machine_has(monkeypatch):
         assert executors.resolve_executor("auto", 2) == want
     monkeypatch.undo()
     env = gymnasium.make("pkb_env/ParallelKernel-v0", task="all_reduce", world_size=2, executor="auto",
-                         judge_settings=FAST)
+                         config=FAST)
     try:
         _, info = env.reset(seed=0)
         assert info["executor"] == executors.resolve_executor("auto", 2)
@@ -107,7 +107,7 @@ def test_close_holds_ctrl_c_until_the_processes_are_gone():
     """A Ctrl-C during close() is raised after it, when nothing is left running, not half-way through."""
     env = make_env(world_size=2)
     env.reset(seed=0)
-    executor = env.unwrapped.executor
+    executor = env.unwrapped.judge.executor
     close = executor.close
     pids = executor.process_ids()
     assert pids

@@ -1,4 +1,4 @@
-"""Candidates cannot reach the network, see or outlive their generation, write anything but their own
+"""Candidates cannot reach the network, see or outlive their rank set, write anything but their own
 directory and private scratch space, or (where the judge is root and the platform allows) act as root:
 signal the judge, write its files, or read its environment. Without namespaces the judge still works,
 and refuses to when containment is required."""
@@ -10,11 +10,12 @@ import psutil
 import pytest
 
 import pkb_env
-from conftest import make_env
-from pkb_env.executors.zygote import Containment, ContainmentError
-from pkb_env.executors.limits import running
+from conftest import FAST, make_env
+from pkb_env.config import JudgeConfig
+from pkb_env.sandbox.containment import Containment, ContainmentError
+from pkb_env.sandbox.limits import running
 
-NAMESPACES = Containment.from_environment().missing()
+NAMESPACES = Containment.of(JudgeConfig()).missing()
 needs_namespaces = pytest.mark.skipif(NAMESPACES is not None, reason=f"no namespaces here: {NAMESPACES}")
 
 
@@ -28,7 +29,7 @@ def _verdict_message(env, body: str):
 
 @needs_namespaces
 def test_no_network_beyond_the_namespace(env2):
-    assert env2.unwrapped.executor.isolation()["network"].startswith("private")
+    assert env2.unwrapped.judge.isolation()["network"].startswith("private")
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
@@ -49,7 +50,7 @@ except OSError as exc:
 
 
 def test_unprivileged_candidate_cannot_touch_the_judge(env2, tmp_path):
-    isolation = env2.unwrapped.executor.isolation()
+    isolation = env2.unwrapped.judge.isolation()
     if "uid 65534" not in isolation["privileges"]:
         pytest.skip(f"privilege drop not available here: {isolation['privileges']}")
     target = tmp_path / "judge-file"
@@ -80,7 +81,7 @@ raise RuntimeError("RESULT " + " ".join(results))""")
 
 @needs_namespaces
 def test_a_generation_sees_only_itself_and_writes_only_its_own(env2):
-    isolation = env2.unwrapped.executor.isolation()
+    isolation = env2.unwrapped.judge.isolation()
     assert isolation["pid"].startswith("private") and isolation["filesystem"].startswith("allowlisted root"), isolation
     package = os.path.dirname(pkb_env.__file__)
     # Obfuscated past the static screen on purpose: this checks the kernel's barrier, not the screen's.
@@ -101,21 +102,21 @@ raise RuntimeError("SEEN " + " ".join(seen) + " END")"""
     first = _verdict_message(env2, probe_code)
     seen = first[first.index("SEEN pids="):].split(" END")[0].split()
     pids = [int(p) for p in seen[1].removeprefix("pids=").split(",")]
-    assert max(pids) < 64, f"a rank sees processes beyond its generation: {seen[1]}"
+    assert max(pids) < 64, f"a rank sees processes beyond its rank set: {seen[1]}"
     assert seen[2] == "parent=0", "the cell (outside the namespace) must be invisible to its ranks"
     assert "WROTE" not in first, first
     assert not os.path.exists(os.path.join(package, "pwned.py"))
     assert not os.path.exists("/tmp/pkb-left-behind"), "a rank's /tmp reached the host"
-    # The next generation's /tmp is a fresh one: what this one left there is gone.
+    # The next rank set's /tmp is a fresh one: what this one left there is gone.
     second = _verdict_message(env2, probe_code)
     tmp_entries = [part for part in second.split() if part.startswith("tmp=")][0]
-    assert tmp_entries.count("pkb-left-behind") == 1, tmp_entries  # only this generation's own write
+    assert tmp_entries.count("pkb-left-behind") == 1, tmp_entries  # only this rank set's own write
 
 
 def test_the_namespace_probe_runs_in_a_fresh_interpreter(monkeypatch):
     """The probe never forks the judge itself (which may run threads: a forked copy can deadlock on a lock
     another thread held; Python 3.12 warns), and says why where the child refuses."""
-    from pkb_env.executors import namespaces
+    from pkb_env.sandbox import namespaces
 
     def no_fork():
         raise AssertionError("the probe forked the judge's own process")
@@ -127,30 +128,27 @@ def test_the_namespace_probe_runs_in_a_fresh_interpreter(monkeypatch):
     assert namespaces.probe() == "unshare refused: Operation not permitted"
 
 
-def test_without_namespaces_the_judge_still_works(monkeypatch):
-    monkeypatch.setenv("PKB_ENV_NAMESPACES", "0")
-    env = make_env(world_size=2, target_speedup=float("inf"))  # one episode of three steps
+def test_without_namespaces_the_judge_still_works():
+    env = make_env(world_size=2, target_speedup=float("inf"), config=FAST.replace(namespaces=False))  # 3 steps
     try:
         with pytest.warns(RuntimeWarning, match="without namespaces.*PKB_ENV_REQUIRE_CONTAINMENT"):
             obs, _ = env.reset(seed=0)
-        assert env.unwrapped.executor.isolation()["pid"].startswith("off"), env.unwrapped.executor.isolation()
+        assert env.unwrapped.judge.isolation()["pid"].startswith("off"), env.unwrapped.judge.isolation()
         _, _, _, _, info = env.step(obs["reference"])
         assert info["correct"], info["feedback"]
         _, _, _, _, info = env.step("import time\ndef solution(tensor):\n    while True:\n        time.sleep(0.01)\n")
         assert info["verdict"] == "runtime_error" and "in time" in info["feedback"], info["feedback"]
         _, _, _, _, info = env.step(obs["reference"])
         assert info["correct"], info["feedback"]
-        zygote = psutil.Process(env.unwrapped.executor.zygote.pid)
+        zygote = psutil.Process(env.unwrapped.judge.executor.zygote.pid)
         # zygote's children: the pre-started candidate cell and the reference cell, nothing adopted
         assert len(zygote.children()) == 2, [c.cmdline() for c in zygote.children()]
     finally:
         env.close()
 
 
-def test_required_containment_refuses_to_run_without_it(monkeypatch):
-    monkeypatch.setenv("PKB_ENV_NAMESPACES", "0")
-    monkeypatch.setenv("PKB_ENV_REQUIRE_CONTAINMENT", "1")
-    env = make_env(world_size=2)
+def test_required_containment_refuses_to_run_without_it():
+    env = make_env(world_size=2, config=FAST.replace(namespaces=False, require_containment=True))
     try:
         with pytest.raises(ContainmentError, match="PKB_ENV_REQUIRE_CONTAINMENT"):
             env.reset(seed=0)

@@ -1,4 +1,4 @@
-"""What a rank may say: strict schemas, nonces, turns (pkb_env/executors/messages.py, channel.py)."""
+"""What a rank may say: strict schemas, nonces, turns (pkb_env/wire/messages.py, channel.py)."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,8 @@ from multiprocessing.connection import Connection
 
 import pytest
 
-from pkb_env.executors import channel
-from pkb_env.executors.messages import ForgedMessage, check, new_nonce
+from pkb_env.wire import channel
+from pkb_env.wire.messages import ForgedMessage, check, new_nonce
 
 NONCE = new_nonce()
 BURST = {"event": "burst", "nonce": NONCE, "rank": 1, "seen_at": 1.0, "ended_at": 1.01, "busy_s": 0.01,

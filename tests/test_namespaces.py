@@ -17,8 +17,8 @@ import traceback
 
 import pytest
 
-from pkb_env.executors import cell, namespaces, rootfs
-from pkb_env.executors.isolation import NOBODY, drop_privileges
+from pkb_env.sandbox import cell, namespaces, rootfs
+from pkb_env.sandbox.privileges import NOBODY, drop_privileges
 
 MISSING = namespaces.probe()
 pytestmark = pytest.mark.skipif(MISSING is not None or os.geteuid() != 0,
@@ -97,7 +97,7 @@ def _read_all(fd: int) -> bytes:
 
 @pytest.fixture
 def layout(tmp_path):
-    """A generation directory, code in a checkout under /tmp (bound back), and secrets the root must hide."""
+    """A rank set directory, code in a checkout under /tmp (bound back), and secrets the root must hide."""
     root = tempfile.mkdtemp(prefix="pkb-ns-test-")
     workdir = os.path.join(root, "gen")
     os.mkdir(workdir, 0o700)

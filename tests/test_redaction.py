@@ -5,7 +5,6 @@ policy had learned them) and puts them into an exception, its stdout and its out
 reaches the policy, `record.to_dict()` or the offline wandb run may hold one.
 """
 import json
-import os
 import secrets
 
 import pytest
@@ -53,7 +52,7 @@ def test_secrets_in_exceptions_stdout_and_outputs_are_redacted(secret_judge, tmp
 
     values = secret_judge
     base = gymnasium.make("pkb_env/ParallelKernel-v0", task="all_reduce", world_size=2, executor="cpu",
-                          max_turns=10, judge_settings=FAST)
+                          max_turns=10, config=FAST)
     env = WandbLogger(base, project="pkb-env-test", name="redaction", dir=tmp_path / "runs")
     loud = f'''import torch
 def solution(tensor):

@@ -12,14 +12,18 @@ import pytest
 
 from adversarial.exploits import BY_NAME as EXPLOITS
 from conftest import make_env
-from pkb_env.executors.gate import ReleasePage, PageView
-from pkb_env.executors.messages import START_PHASES
-from pkb_env.executors.operations import BurstRecord, RankBurst
-from pkb_env.judge.timing import BurstLog, TimingProtocol, check_claims, clock_allowance, suspect_reason
-from pkb_env.judge.pipeline import JudgeSettings
+from pkb_env.config import JudgeConfig
+from pkb_env.executors.interface import BurstRecord, RankBurst
+from pkb_env.executors.rank_set import RankSet
+from pkb_env.executors.sessions import ReferenceRanks, Session
+from pkb_env.config import TimingProtocol
+from pkb_env.judge.timing import BurstLog, check_claims, clock_allowance, suspect_reason
+from pkb_env.wire.gate import PageView, ReleasePage
+from pkb_env.wire.messages import START_PHASES
+from pkb_env.wire.requests import TaskWorkload
 
-PRODUCTION = JudgeSettings(trials=2, trial_timeout_s=10.0, timing_timeout_s=30.0,
-                           protocol=TimingProtocol.for_clock("host"))
+PRODUCTION = JudgeConfig(trials=2, trial_timeout_s=10.0, timing_timeout_s=30.0,
+                         protocol=TimingProtocol.for_clock("host"))
 
 # Right on the trials, then wrong in one call out of every 40: only half of the tensor is reduced.
 NOW_AND_THEN = """
@@ -54,7 +58,7 @@ def solution(tensor):
 
 @pytest.fixture(scope="module")
 def env2():
-    env = make_env(world_size=2, judge_settings=PRODUCTION)
+    env = make_env(world_size=2, config=PRODUCTION)
     env.reset(seed=0)
     yield env
     env.close()
@@ -66,75 +70,78 @@ def test_every_timed_call_is_checked_and_the_counts_add_up(env2):
     assert info["correct"], info["feedback"]
     t, record = info["record"].timing, info["record"]
     assert t.bursts >= PRODUCTION.protocol.min_bursts and t.calls >= 8 * t.bursts and t.input_sets == t.calls
-    assert record.verify.checked == 2 * 2 + t.calls * 2          # trials and every timed call, on both ranks
+    assert record.verify.checked == 2 * 2 and record.timed_check.checked == t.calls * 2  # trials, every timed call
     assert info["speedup"] == pytest.approx(t.reference_s / t.time_s)
     assert t.min_s <= t.time_s <= t.max_s and 0 < t.claim_ratio <= 1.0 and t.clock_margin_s > 0
     assert t.statistic == "interval-min" and t.clock == "host" and t.launch_s > 0
     assert 0.25 <= info["speedup"] <= 4.0, info["feedback"]  # a gross error (the old 4-8x) cannot hide in this
 
 
+def _spy_releases(monkeypatch, executor, seen: list) -> None:
+    """Record, at the release of every burst, its role and whether any spare was in a phase of its start."""
+    real = RankSet.release
+
+    def release(ranks, epoch):
+        seen.append((ranks.role, not any(spare.starting for spare in executor.spares)))
+        return real(ranks, epoch)
+
+    monkeypatch.setattr(RankSet, "release", release)
+
+
 def test_the_reference_is_timed_while_no_rank_is_starting(monkeypatch):
     """The first step times the reference (and the cache keeps that time for every later step): the next
-    candidate generation, pre-started at reset, must have finished starting by then, so the judge's own
+    candidate rank set, pre-started at reset, must have finished starting by then, so the judge's own
     start-up work does not run beside the reference's bursts."""
-    import pkb_env.judge.pipeline as pipeline
-
-    seen = []
-    real = pipeline.run_bursts
-
-    def spy(gen, *args, **kwargs):
-        if gen.role == "reference":
-            seen.append(not any(spare.starting for spare in env.unwrapped.executor._spares))
-        return real(gen, *args, **kwargs)
-
-    monkeypatch.setattr(pipeline, "run_bursts", spy)
-    env = make_env(world_size=2, judge_settings=PRODUCTION)
+    env = make_env(world_size=2, config=PRODUCTION)
+    seen: list = []
+    _spy_releases(monkeypatch, env.unwrapped.judge.executor, seen)
     try:
         obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
         _, _, _, _, info = env.step(obs["reference"])
         assert info["correct"], info["feedback"]
-        assert seen and all(seen), seen
+        reference = [quiet for role, quiet in seen if role == "reference"]
+        assert reference and all(reference), seen
     finally:
         env.close()
 
 
 @pytest.mark.parametrize("depth", [1, 4])
-def test_no_generation_starts_while_a_candidate_is_timed(monkeypatch, depth):
+def test_no_rank_set_starts_while_a_candidate_is_timed(monkeypatch, depth):
     """Spares start, and move from one phase of their start to the next, once a candidate's timing is over,
-    and no phase is still running when the next bursts begin: no rank makes its context or communicators
+    and no phase is still running when a burst is released: no rank makes its context or communicators
     beside a candidate's bursts. Spares wait beside a running candidate only where cells have their own
     namespaces (the candidate cannot reach them); elsewhere none exists until the candidate is gone."""
-    import pkb_env.judge.pipeline as pipeline
+    import pkb_env.judge.candidate as candidate
 
-    seen = []
-    real = pipeline.run_bursts
-
-    def spy(gen, *args, **kwargs):
-        if gen.role == "candidate":
-            spares = env.unwrapped.executor._spares
-            seen.append((len(spares), not any(s.starting for s in spares), all(s.cell.contained for s in spares)))
-        return real(gen, *args, **kwargs)
-
-    monkeypatch.setattr(pipeline, "run_bursts", spy)
-    env = make_env(world_size=2, judge_settings=PRODUCTION, target_speedup=float("inf"))  # one episode, 4 steps
-    executor = env.unwrapped.executor
+    env = make_env(world_size=2, config=PRODUCTION.replace(spares=depth), target_speedup=float("inf"))
+    executor = env.unwrapped.judge.executor
     if depth > 1 and executor.namespaces_missing:
         env.close()
         pytest.skip(f"spares wait beside a candidate only in cells with namespaces ({executor.namespaces_missing})")
-    executor.spare_depth = depth  # CPU placements keep one; GPU placements one per phase and a ready one
+    waiting, released = [], []
+    real = candidate.run_bursts
+
+    def spy(session, *args, **kwargs):
+        waiting.append((len(executor.spares), all(s.cell.contained for s in executor.spares)))
+        return real(session, *args, **kwargs)
+
+    monkeypatch.setattr(candidate, "run_bursts", spy)
+    _spy_releases(monkeypatch, executor, released)
     try:
         obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
         last = len(START_PHASES) - 1
         for step in range(4):
             _, _, _, _, info = env.step(obs["reference"])
             assert info["correct"], info["feedback"]
-            assert len(executor._spares) == executor.spare_depth  # started for the next steps
-            assert all(not s.closed for s in executor._spares)
+            assert len(executor.spares) == executor.spare_depth == depth  # started for the next steps
+            assert all(not s.closed for s in executor.spares)
             if step:  # from the second step on (reset starts the held ones together): oldest first, each
                 # one phase further on than the next, the newest in its first; a lone one started whole
                 asked = [min(last, depth - 1 - i) for i in range(depth)] if depth > 1 else [last]
-                assert [s.asked for s in executor._spares] == asked
-        assert seen == [(depth - 1, True, True)] * 4, seen
+                assert [s.asked for s in executor.spares] == asked
+        assert waiting == [(depth - 1, True)] * 4, waiting
+        candidate_bursts = [quiet for role, quiet in released if role == "candidate"]
+        assert len(candidate_bursts) >= 4 * PRODUCTION.protocol.min_bursts and all(candidate_bursts), released
     finally:
         env.close()
 
@@ -154,35 +161,34 @@ def solution(tensor):
 
 
 def test_the_candidate_is_being_killed_while_the_reference_replays_and_gone_when_the_step_returns(monkeypatch):
-    """After its timing the candidate's generation is told to end (retire) and not waited for: its end
-    overlaps the reference's replay of the timed calls. When the step returns it is confirmed gone."""
-    import pkb_env.judge.pipeline as pipeline
+    """After its timing the candidate's ranks are told to end and not waited for: their end overlaps the
+    reference's replay of the timed calls. When the step returns they are confirmed gone."""
     import psutil
 
-    env = make_env(world_size=2, judge_settings=PRODUCTION, target_speedup=float("inf"))
-    executor = env.unwrapped.executor
+    env = make_env(world_size=2, config=PRODUCTION, target_speedup=float("inf"))
+    executor = env.unwrapped.judge.executor
     taken, ending_at_replay = [], []
-    take, replay = executor.candidate_generation, pipeline.ops.replay
+    take, replay = executor._candidate_ranks, ReferenceRanks.replay
 
     def spy_take():
         taken.append(take())
         return taken[-1]
 
-    def spy_replay(gen, *args, **kwargs):
+    def spy_replay(session, *args, **kwargs):
         cell = taken[-1].cell  # told to end; a contained one is not waited for (an uncontained one is swept)
         ending_at_replay.append(cell.ending and (taken[-1].closed != cell.contained))
-        return replay(gen, *args, **kwargs)
+        return replay(session, *args, **kwargs)
 
-    monkeypatch.setattr(executor, "candidate_generation", spy_take)
-    monkeypatch.setattr(pipeline.ops, "replay", spy_replay)
+    monkeypatch.setattr(executor, "_candidate_ranks", spy_take)
+    monkeypatch.setattr(ReferenceRanks, "replay", spy_replay)
     try:
         obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
         _, _, _, _, info = env.step(obs["reference"])
         assert info["correct"], info["feedback"]
         assert ending_at_replay and all(ending_at_replay), ending_at_replay
-        gen = taken[-1]
-        assert gen.closed
-        assert not [p for p in gen.pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        ranks = taken[-1]
+        assert ranks.closed
+        assert not [p for p in ranks.pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     finally:
         env.close()
 
@@ -190,26 +196,31 @@ def test_the_candidate_is_being_killed_while_the_reference_replays_and_gone_when
 def test_no_scored_burst_is_longer_than_the_warm_up_bursts(monkeypatch):
     """The warm-up grows the bursts to the plan's upper size, so a scored burst never holds more outputs
     than the ranks held before (a fresh process's memory pool must not grow inside a timed burst)."""
-    import pkb_env.judge.pipeline as pipeline
-    import pkb_env.judge.timing as timing
+    import pkb_env.judge.candidate as candidate
+    import pkb_env.judge.reference as reference
 
     sessions, sizes = [], []   # per timing session of a task: (burst sizes in order, scored bursts, warm-up calls)
-    real_run, real_burst = timing.run_bursts, timing.ops.burst
+    real_burst = Session.burst
 
-    def run(gen, workload, *args, **kwargs):
-        sizes.clear()
-        log = real_run(gen, workload, *args, **kwargs)
-        if "preset" in workload:  # a task's session, not the calibration's collectives and probes
-            sessions.append((list(sizes), len(log.bursts), log.warmup_calls))
-        return log
+    def spying(module):
+        real_run = module.run_bursts
 
-    def burst(gen, workload, seeds, calls, *args, **kwargs):
+        def run(session, work, *args, **kwargs):
+            sizes.clear()
+            log = real_run(session, work, *args, **kwargs)
+            if isinstance(work.workload, TaskWorkload):  # a task's session, not the calibration's probes
+                sessions.append((list(sizes), len(log.bursts), log.warmup_calls))
+            return log
+        monkeypatch.setattr(module, "run_bursts", run)
+
+    def burst(session, workload, seeds, calls, *args, **kwargs):
         sizes.append(calls)
-        return real_burst(gen, workload, seeds, calls, *args, **kwargs)
+        return real_burst(session, workload, seeds, calls, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "run_bursts", run)
-    monkeypatch.setattr(timing.ops, "burst", burst)
-    env = make_env(world_size=2, judge_settings=PRODUCTION)
+    spying(candidate)
+    spying(reference)
+    monkeypatch.setattr(Session, "burst", burst)
+    env = make_env(world_size=2, config=PRODUCTION)
     try:
         obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
         _, _, _, _, info = env.step(WARMS_UP_SLOWLY)  # its estimates fall as it warms: the plan grows
@@ -228,7 +239,7 @@ def test_every_burst_refills_the_same_input_buffers_with_new_content():
     certain and answers stale); arguments that are not plain buffers of the same kind are made fresh."""
     import torch
 
-    from pkb_env.executors.bursts import Workload, make_sets
+    from pkb_env.ranks.bursts import Workload, make_sets
 
     def make(seeds):
         g = torch.Generator().manual_seed(seeds["world=0"] % (1 << 62))

@@ -2,7 +2,7 @@
 
 Vectorising an env that owns rank processes (`gymnasium.make_vec`), and its limits:
   * each sub-env owns its own executor, so num_envs x world_size rank processes (plus each env's
-    reference generation) run at once; nothing is shared between sub-envs;
+    reference rank set) run at once; nothing is shared between sub-envs;
   * "sync" steps the sub-envs one after the other in this process; "async" puts each sub-env in a
     subprocess of its own, which then starts its rank processes (a process tree two levels deep);
   * CPU cores are shared by every rank of every sub-env (and by the policy): timings interfere, so
@@ -79,7 +79,7 @@ def test_grpo_sanity_run_raises_reward_and_best_choice(tmp_path):
 
 # ---- (b) the TRL reward function ---------------------------------------------------------------------------
 def test_trl_reward_function_returns_env_rewards():
-    reward = make_trl_reward({"world_size": 2, "executor": "cpu", "judge_settings": FAST})
+    reward = make_trl_reward(FAST.replace(world_size=2, executor="cpu"))
     try:
         fenced = [{"role": "assistant", "content": f"Here it is:\n```python\n{REFERENCE}```\n"}]
         completions = [REFERENCE, "this is not python ((", fenced, load_task("all_gather").reference_source]
@@ -90,30 +90,30 @@ def test_trl_reward_function_returns_env_rewards():
         assert rewards[1] < 0, rewards
         assert [i["correct"] for i in reward.last_infos] == [True, False, True, True]
         assert reward.last_infos[1]["verdict"] == "unparsable"
-        copy = pickle.loads(pickle.dumps(reward))  # the env (rank processes) does not travel
-        assert copy.env is None and copy.env_kwargs == reward.env_kwargs
+        copy = pickle.loads(pickle.dumps(reward))  # the judge (rank processes) does not travel; its config does
+        assert copy.judge is None and copy.config == reward.config
         with pytest.raises(ValueError, match="task"):
             reward(prompts=["p"], completions=["x", "y"], task=["all_reduce"])
     finally:
         reward.close()
-    assert reward.env is None
+    assert reward.judge is None
 
 
 def test_trl_reward_refuses_rows_without_a_task():
-    """Without a task column and without one task in env_kwargs, nothing is judged (it used to judge all_reduce)."""
-    reward = make_trl_reward({"world_size": 2, "executor": "cpu", "judge_settings": FAST})
+    """Without a task column and without one task given, nothing is judged (it used to judge all_reduce)."""
+    reward = make_trl_reward(FAST.replace(world_size=2, executor="cpu"))
     try:
         broadcast = load_task("broadcast").reference_source
         with pytest.raises(ValueError, match="no task for the completions.*'task' column.*make_trl_reward"):
             reward(prompts=["p"], completions=[broadcast], problem=["broadcast"])
-        assert reward.env is None  # refused before any rank process started
+        assert reward.judge is None  # refused before any rank process started
     finally:
         reward.close()
 
 
 def test_trl_reward_takes_task_id_and_a_single_task():
-    reward = make_trl_reward({"world_size": 2, "executor": "cpu", "judge_settings": FAST})
-    fixed = make_trl_reward({"task": "broadcast", "world_size": 2, "executor": "cpu", "judge_settings": FAST})
+    reward = make_trl_reward(FAST.replace(world_size=2, executor="cpu"))
+    fixed = make_trl_reward({"task": "broadcast", "world_size": 2, "executor": "cpu", "trials": 2, "trial_timeout_s": 6.0})
     broadcast = load_task("broadcast").reference_source
     try:
         assert reward(prompts=["p"], completions=[broadcast], task_id=["broadcast"])[0] > 0
@@ -144,7 +144,7 @@ def test_trl_grpo_trainer_two_steps(tmp_path):
     tasks = ["all_reduce", "all_gather", "all_reduce", "broadcast"]
     dataset = datasets.Dataset.from_list([{"prompt": [{"role": "user", "content": f"Write {t} for 2 ranks."}], "task": t}
                                           for t in tasks])
-    reward = make_trl_reward({"world_size": 2, "executor": "cpu", "judge_settings": FAST})
+    reward = make_trl_reward(FAST.replace(world_size=2, executor="cpu"))
     config = trl.GRPOConfig(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=2, num_generations=2,
                             max_completion_length=8, use_cpu=True, report_to=[], logging_steps=1,
                             save_strategy="no", seed=0)
@@ -168,7 +168,7 @@ def test_make_vec_reset_step_close(mode):
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     vector_kwargs = {"shared_memory": False} if mode == "async" else {}
     envs = gymnasium.make_vec(pkb_env.ENV_ID, num_envs=2, vectorization_mode=mode, vector_kwargs=vector_kwargs,
-                              task="all_reduce", world_size=2, executor="cpu", judge_settings=FAST, max_turns=4)
+                              task="all_reduce", world_size=2, executor="cpu", config=FAST, max_turns=4)
     try:
         obs, infos = envs.reset(seed=0)
         assert list(obs["task_id"]) == ["all_reduce", "all_reduce"]

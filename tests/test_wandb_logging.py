@@ -23,7 +23,7 @@ import pytest
 from wandb.proto import wandb_internal_pb2 as pb
 
 import pkb_env  # noqa: F401  (registers the env)
-from pkb_env.judge.pipeline import JudgeSettings
+from pkb_env.config import JudgeConfig
 from pkb_env.record import Verdict
 from pkb_env.wandb_logging import TABLE_COLUMNS, WandbLogger, resolve_mode
 
@@ -167,7 +167,7 @@ def offline_wandb(tmp_path, monkeypatch):
 def make_env(max_turns: int):
     # target_speedup out of reach: a correct first step must not end the episode
     return gymnasium.make("pkb_env/ParallelKernel-v0", task="all_reduce", world_size=2, executor="cpu",
-                          max_turns=max_turns, target_speedup=1e9, judge_settings=JudgeSettings(trials=1))
+                          max_turns=max_turns, target_speedup=1e9, config=JudgeConfig(trials=1))
 
 
 def run_directory(root: Path) -> Path:
@@ -266,7 +266,7 @@ def test_episode_is_logged_and_read_back(offline_wandb):
     reward_fn = env.unwrapped.reward_fn
     assert cfg["reward"]["name"] == reward_fn.name == "default"
     assert cfg["reward"]["config"] == pytest.approx(reward_fn.config)
-    assert cfg["judge"]["settings"]["trials"] == 1
+    assert cfg["judge"]["config"]["trials"] == 1
     versions = cfg["versions"]
     for package in ("pkb-env", "torch", "gymnasium", "numpy", "python"):
         assert versions[package], package

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from pkb_env.executors.zygote import containment_advice
+from pkb_env.sandbox.containment import Containment, containment_advice
 
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JUDGE = """
@@ -39,12 +39,12 @@ def test_a_failed_start_leaves_no_directory(tmp_path):
 
 
 @pytest.mark.parametrize("root", [True, False])
-def test_advice_fits_the_cause(root, monkeypatch):
-    monkeypatch.delenv("PKB_ENV_NAMESPACES", raising=False)
-    required = containment_advice({"cause": "required", "root": root})
+def test_advice_fits_the_cause(root):
+    wanted = Containment(namespaces=True, required=True)
+    required = containment_advice({"cause": "required", "root": root}, wanted)
     assert ("run the judge as root" in required) is not root, required
     assert "unset PKB_ENV_REQUIRE_CONTAINMENT" in required
-    setup = containment_advice({"cause": "setup", "root": root})
+    setup = containment_advice({"cause": "setup", "root": root}, wanted)
     assert "as root" not in setup and "PKB_ENV_NAMESPACES=0" in setup
-    monkeypatch.setenv("PKB_ENV_NAMESPACES", "0")
-    assert "unset one of the two" in containment_advice({"cause": "required", "root": root})
+    off = Containment(namespaces=False, required=True)
+    assert "unset one of the two" in containment_advice({"cause": "required", "root": root}, off)

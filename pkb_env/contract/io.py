@@ -145,9 +145,6 @@ class Tensor:
     def local_shape(self, env: Mapping[str, float], layout: MeshLayout) -> tuple[int, ...]:
         return local_shape(self.shape, self.layout, env, layout)
 
-    def global_shape(self, env: Mapping[str, float]) -> tuple[int, ...]:
-        return tuple(s.integer(env) for s in self.shape)
-
 
 @dataclass(frozen=True)
 class Scalar:

@@ -5,7 +5,7 @@ Modelled on PyTorch's `init_device_mesh(device, (cp, tp), mesh_dim_names=("cp", 
 coordinates are r written in the mixed radix of the sizes, so the last dimension varies fastest:
 `Mesh(("cp", "W / 2"), ("tp", 2))` puts ranks 2c and 2c+1 in one tensor-parallel group (Megatron's
 "tp-cp" order, tensor parallelism innermost). Sizes are expressions of `W` only: groups are built once
-per generation when the task is loaded, before any preset is chosen.
+per rank set when the task is loaded, before any preset is chosen.
 
 A task without a mesh has one dimension, `world`, spanning every rank in rank order.
 
@@ -206,7 +206,7 @@ def build_groups(layout: MeshLayout, rank: int, names: Iterable[str]) -> dict[st
 
 
 class GroupCache:
-    """One process's mesh groups, built once per mesh shape: a generation that loads many tasks (the judge's
+    """One process's mesh groups, built once per mesh shape: a rank set that loads many tasks (the judge's
     reference ranks, the golden test's ranks) never rebuilds them, and never inside a timed call."""
 
     def __init__(self) -> None:

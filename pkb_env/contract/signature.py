@@ -1,7 +1,7 @@
 """What a module's `solution` takes: the binding Python keeps for the name, and the reference's parameters.
 
 Both sides read it: the task registry checks that a reference's parameters are the inputs its spec
-declares (task.py), and the screen holds a candidate's `solution` to the reference's (judge/screen.py).
+declares (task.py), and the screen holds a candidate's `solution` to the reference's (judge/screen/).
 """
 from __future__ import annotations
 

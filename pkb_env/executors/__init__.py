@@ -8,27 +8,27 @@
 
 Everything that differs between them is data in the `Placement` (devices, backend, clock, calibration
 sizes, limits) and the `ExecutorInfo` (whether times mean anything, hardware fingerprint, topology):
-no other module asks an executor for its name.
+no other module asks an executor for its name. The judge sees an executor only through interface.py.
+
+This package is the judge's side of the processes; what runs inside a rank is pkb_env/ranks/, the
+sandbox that holds it pkb_env/sandbox/, and the wire between them pkb_env/wire/.
 """
 from __future__ import annotations
 
 import os
 import platform
 
+from pkb_env.config import EXECUTORS, JudgeConfig
+from pkb_env.errors import ExecutorError
 from pkb_env.executors.capacity import world_size_limit
-from pkb_env.executors.generation import Placement
-from pkb_env.executors.limits import ResourceLimits
-from pkb_env.executors.messages import START_PHASES
-from pkb_env.executors.process import ExecutorInfo, ProcessExecutor
+from pkb_env.executors.placement import ExecutorInfo, Placement
+from pkb_env.executors.process import ProcessExecutor
+from pkb_env.sandbox.limits import ResourceLimits
+from pkb_env.wire.messages import START_PHASES
 
-EXECUTORS = ("auto", "cpu", "cuda", "cuda-emulated")
 # all_reduce sizes (bytes) whose best bus bandwidth is the calibrated B; GPUs need large messages to saturate.
 GPU_CALIBRATION_SIZES = (1 << 20, 64 << 20, 256 << 20)
 CPU_CALIBRATION_SIZES = (1 << 20, 8 << 20)
-
-
-class ExecutorError(ValueError):
-    """An executor that cannot be made here; the message says the fix."""
 
 
 # Device nodes of a GPU driver (NVIDIA, WSL's, ROCm's): without any, no GPU is visible and torch (a second
@@ -78,10 +78,12 @@ def check_world_size(name: str, world_size: int) -> str:
     return name
 
 
-def make_executor(name: str, world_size: int) -> ProcessExecutor:
-    name = check_world_size(name, world_size)
+def make_executor(config: JudgeConfig) -> ProcessExecutor:
+    """The executor `config` names, at its world size (checked against this machine first)."""
+    world_size = config.world_size
+    name = check_world_size(config.executor, world_size)
     if name == "cpu":
-        return ProcessExecutor(ExecutorInfo("cpu", cpu_fingerprint(), True, "cpu"), cpu_placement(world_size))
+        return ProcessExecutor(ExecutorInfo("cpu", cpu_fingerprint(), True, "cpu"), cpu_placement(world_size), config)
     gpus = gpu_count()
     from pkb_env.hardware import detect
 
@@ -97,10 +99,10 @@ def make_executor(name: str, world_size: int) -> ProcessExecutor:
                               clock="cuda", calibration_sizes=(1 << 20,))
         info = ExecutorInfo("cuda-emulated", f"cuda-emulated/{model}/{world_size}on{gpus}", False, topology)
     if name == "cuda":
-        return ProcessExecutor(info, placement)
+        return ProcessExecutor(info, placement, config)
     # Several ranks per GPU: torch symmetric memory refuses overlapping devices unless told otherwise, and
     # NCCL refuses two ranks on one GPU, so the (trusted) reference runs on CPU ranks over gloo.
-    return ProcessExecutor(info, placement, extra_env={"TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1"},
+    return ProcessExecutor(info, placement, config, extra_env={"TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1"},
                            reference_placement=cpu_placement(world_size))
 
 

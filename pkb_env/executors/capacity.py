@@ -1,8 +1,7 @@
 """How many ranks this machine can run: a world-size limit per executor, checked before anything starts.
 
 Every rank is a process that must be scheduled for every collective, so a world size far beyond the
-machine does not fail: it crawls (1000 CPU ranks on 2 cores printed nothing for minutes). The limit turns
-that into an error that names the limit and the fix, in well under a second (no torch import without a
+machine does not fail: it crawls. The limit turns that into an error that names the limit and the fix, in well under a second (no torch import without a
 GPU). The over-subscription factors are stated, not guessed per call:
 
 | executor      | limit                                   | why                                                   |
@@ -21,6 +20,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from pkb_env.errors import ExecutorError
+
 CPU_RANKS_PER_CORE = 32
 EMULATED_RANKS_PER_GPU = 8
 OVERRIDE = "PKB_ENV_MAX_WORLD_SIZE"
@@ -33,8 +34,6 @@ class WorldSizeLimit:
     derivation: str  # how the limit follows from the machine, in words
 
     def check(self, world_size: int) -> None:
-        from pkb_env.executors import ExecutorError
-
         if world_size > self.limit:
             raise ExecutorError(
                 f"world size {world_size} is more than the {self.executor} executor can run here: the limit is "
@@ -64,8 +63,6 @@ def world_size_limit(executor: str, gpus: int) -> WorldSizeLimit:
         except ValueError:
             value = 0
         if value < 1:
-            from pkb_env.executors import ExecutorError
-
             raise ExecutorError(f"{OVERRIDE}={override!r} is not a positive integer: set it to the largest world "
                                 f"size to allow, or unset it to use the limit derived from the machine")
         return WorldSizeLimit(executor, value, f"set by {OVERRIDE}")

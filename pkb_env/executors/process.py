@@ -1,76 +1,58 @@
 """The process executor: rank processes on this host, placed on CPU or GPUs by a Placement.
 
 One class serves every local placement (cpu over gloo, cuda over NCCL, cuda-emulated over gloo on fewer
-GPUs); what differs between them is data (devices, backend, limits, whether times mean anything), not
-code paths. It owns:
-  * the zygote (torch imported once; each generation is a forked cell with its own namespaces, whose
-    ranks are forks of it),
-  * the trusted reference generation, reused across steps (it never runs candidate code),
-  * candidate generations, one per step, pre-started (spares) so that a step rarely waits for one,
-  * build cells, one per build of a candidate's kernels (the compile service's, judge/compiler.py).
+GPUs); what differs between them is data (placement.py), not code paths. It implements the executor
+interface (interface.py) and owns:
+  * the zygote (torch imported once; each rank set is a forked cell with its own namespaces, whose ranks
+    are forks of it),
+  * the trusted reference rank set, reused across steps (it never runs candidate code),
+  * candidate rank sets, one per step, pre-started (spares) so that a step rarely waits for one, and
+    moved on a phase of their start at a time, only between timings (docs/timing.md),
+  * build cells, one per build of a candidate's kernels (builds.py; the compile service is judge/compiler.py).
+The choreography of spares, retries and sweeps is all here: a caller asks for a session and gets one.
 """
 from __future__ import annotations
 
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 import warnings
 import weakref
-from dataclasses import asdict, dataclass
-from multiprocessing.connection import Connection
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator, TypeVar
 
-from pkb_env.executors import channel
-from pkb_env.executors.environment import rank_environment
-from pkb_env.executors.generation import Generation, GenerationFailed, Placement
-from pkb_env.executors.isolation import remove_files_of, unprivileged_uid
-from pkb_env.executors.limits import ResourceLimits, describe_status, kill_tree
-from pkb_env.executors.zygote import Containment, Zygote
+from pkb_env.config import JudgeConfig
+from pkb_env.errors import JudgeError
+from pkb_env.executors import builds
+from pkb_env.executors.interface import Services
+from pkb_env.executors.placement import ExecutorInfo, Placement
+from pkb_env.executors.rank_set import RankSet, RankSetFailed
+from pkb_env.executors.sessions import CandidateRanks, ReferenceRanks
+from pkb_env.sandbox.containment import Containment
+from pkb_env.sandbox.limits import kill_tree
+from pkb_env.sandbox.privileges import remove_files_of, unprivileged_uid
+from pkb_env.sandbox.variables import rank_environment
+from pkb_env.sandbox.zygote import Zygote
+from pkb_env.tracing import Tracer
 
-
-# A build's process (builder.py): limits per compiler process; processes for the candidate uid (ninja's jobs);
-# the largest answer (a shared object) the judge reads.
-BUILD_LIMITS = ResourceLimits(file_size_bytes=512 << 20, open_files=1024, address_space_bytes=16 << 30,
-                              cpu_seconds=600)
-BUILD_PROCESSES = 256
-FRESH_STARTS = 2            # tries at a new candidate generation when no spare could be used
-FRESH_START_PAUSE_S = 1.0   # between them
-MAX_BUILD_BYTES = 256 << 20
-BUILD_SIGNALS = {"SIGXCPU": "its CPU-time limit", "SIGKILL": "out of memory or a limit",
-                 "SIGXFSZ": "a file over its size limit", "SIGSEGV": "a crash of the compiler or of the build's code"}
-
-
-@dataclass(frozen=True)
-class BuildOutcome:
-    """What a build cell returned: the bytes, or the compiler's messages (unfiltered: the judge filters)."""
-
-    ok: bool
-    payload: bytes | None
-    log: str
-    workdir: str   # the build's directory, as it appears in the compiler's messages
-    contained: bool
-
-
-@dataclass(frozen=True)
-class ExecutorInfo:
-    name: str                      # "cpu" | "cuda" | "cuda-emulated"
-    hardware: str                  # fingerprint used as the key of cached reference times and calibrations
-    performance_available: bool    # False when ranks time-slice one device: times would mean nothing
-    topology: str                  # name of the topology config (configs/topologies/<name>.yaml)
+T = TypeVar("T")
+# What a start that failed raises: the rank set's own account, a cell or a fork the host refused (EAGAIN),
+# a zygote gone mid-request, containment that cannot be had. A spare's failure is the next step's to see.
+START_FAILURES = (RankSetFailed, OSError, EOFError, TimeoutError, JudgeError)
 
 
 class ProcessExecutor:
-    def __init__(self, info: ExecutorInfo, placement: Placement, start_timeout: float = 120.0,
+    def __init__(self, info: ExecutorInfo, placement: Placement, config: JudgeConfig,
                  extra_env: dict[str, str] | None = None, reference_placement: Placement | None = None):
+        """No process starts here: `prestart`, or the first session, starts them."""
         self.info = info
         self.placement = placement
         # The reference may run elsewhere (emulated ranks: on CPU over gloo, which every collective supports).
         self.reference_placement = reference_placement or placement
-        self.start_timeout = start_timeout
+        self.config = config
         self.env = rank_environment(extra_env)
         self.root = tempfile.mkdtemp(prefix="pkb-env-")
         os.chmod(self.root, 0o711)  # unprivileged ranks may enter their own directories below it, not list it
@@ -79,69 +61,114 @@ class ProcessExecutor:
         self._remove_root = weakref.finalize(self, _remove_at_exit, self.root, self._zygotes)
         # progress(role, phase, ranks_done, world_size) as ranks report (the CLI's progress line); None: silent
         self.progress: Callable[[str, str, int, int], None] | None = None
-        self.containment = Containment.from_environment()
+        self.tracer = Tracer()  # where a step's time goes (pkb_env/tracing.py): silent unless given a sink
+        self.containment = Containment.of(config)
         self.namespaces_missing = self.containment.missing()
-        self.candidate_uid, self.privileges = unprivileged_uid(allowlisted_root=self.namespaces_missing is None)
+        self.candidate_uid, self.privileges = unprivileged_uid(allowlisted_root=self.namespaces_missing is None,
+                                                               drop=config.drop_privileges)
         self._warned = False  # about running without namespaces: once per executor
         self._zygote: Zygote | None = None
-        self._reference: Generation | None = None
-        # Pre-started candidate generations, oldest first (see _fill_spares).
-        self._spares: list[Generation] = []
-        self.spare_depth = placement.spares if self.namespaces_missing is None else 1
+        self._reference: RankSet | None = None
+        # Pre-started candidate rank sets, oldest first (see _fill_spares).
+        self._spares: list[RankSet] = []
+        depth = config.spares or placement.spares
+        self.spare_depth = depth if self.namespaces_missing is None else 1
 
     @property
     def world_size(self) -> int:
         return self.placement.world_size
 
     @property
+    def spares(self) -> tuple[RankSet, ...]:
+        """The pre-started candidate rank sets, oldest first (for tests and diagnostics)."""
+        return tuple(self._spares)
+
+    @property
     def zygote(self) -> Zygote:
         if self._zygote is None or not self._zygote.alive():
-            self._zygote = Zygote(self.env, self.start_timeout)
+            self._zygote = Zygote(self.env, self.config.start_timeout_s, cache=self.config.cache_dir)
             self._zygotes.append(self._zygote.process)
         return self._zygote
 
-    def candidate_generation(self) -> Generation:
-        """A fresh generation for one candidate, started and ready to load it: the oldest spare that
-        finishes its start, else a new one (end it with `retire` or `release`, which move the spares on).
+    # -- sessions ----------------------------------------------------------------------------------
+    @contextmanager
+    def candidate(self, services: Services | None = None, deadline: float | None = None) -> Iterator[CandidateRanks]:
+        """Fresh ranks for one candidate (interface.py); every process of them is gone when the block ends."""
+        with self.tracer.span("candidate ranks"):
+            ranks = self._candidate_ranks()
+        ranks.services, ranks.hard_deadline = services, deadline
+        try:
+            yield CandidateRanks(ranks, self._settle, self.tracer, self._retire, self._protection(ranks))
+        finally:
+            with self.tracer.span("release"):
+                self._release(ranks)
+
+    def reference(self, task: str | None, work: Callable[[ReferenceRanks], T]) -> T:
+        """`work` on the reference ranks with `task` loaded; once more on fresh ranks if they died.
+
+        Reference ranks never run candidate code, but a candidate that ran as the same user may have killed
+        them during its step; the reference only works while no candidate process is alive, so a fresh
+        rank set cannot be reached. A second failure is the judge's own: JudgeError.
+        """
+        for attempt in (1, 2):
+            session = ReferenceRanks(self._reference_ranks(), self._settle, self.tracer)
+            try:
+                session.ranks.wait_ready()
+                session.load(task)
+                return work(session)
+            except RankSetFailed as exc:
+                self.discard_reference()
+                if attempt == 2:
+                    raise JudgeError(f"the reference failed: {exc}") from exc
+        raise AssertionError("unreachable")
+
+    def _candidate_ranks(self) -> RankSet:
+        """A fresh rank set for one candidate, started and ready to load it: the oldest spare that finishes
+        its start, else a new one.
 
         No candidate code has run in it yet, so a start that fails is never the candidate's: a spare that
         died before it was used (killed, or out of memory; `alive` cannot see a death that is still on its
         way, and its `ready` may have been sent before: `ping`) is closed and the next one tried, and a new
-        generation is started up to `FRESH_STARTS` times (a host briefly out of processes or threads
-        answers EAGAIN). GenerationFailed (or the OSError of a cell that cannot be made) after that: the
-        judge's to report.
+        rank set is started up to `fresh_starts` times (a host briefly out of processes or threads answers
+        EAGAIN). After that, JudgeError: the judge's to report.
         """
         self._drop_dead_spares()
         while self._spares:
-            gen = self._spares.pop(0)
+            ranks = self._spares.pop(0)
             try:
-                gen.ping(self.start_timeout)
-                return gen
-            except GenerationFailed:
-                gen.close()
-        for attempt in range(FRESH_STARTS):
+                ranks.ping()
+                return ranks
+            except RankSetFailed:
+                ranks.close()
+        failure: Exception | None = None
+        for attempt in range(self.config.fresh_starts):
             if attempt:
-                time.sleep(FRESH_START_PAUSE_S)
-            gen = self._start("candidate", hold=False)
+                time.sleep(self.config.fresh_start_pause_s)
             try:
-                gen.wait_ready(self.start_timeout)
-                return gen
-            except GenerationFailed as exc:
-                gen.close()
+                ranks = self._start("candidate", hold=False)
+            except (OSError, EOFError, TimeoutError) as exc:  # the host refused a cell or a fork
                 failure = exc
-        raise failure
+                continue
+            try:
+                ranks.wait_ready()
+                return ranks
+            except RankSetFailed as exc:
+                ranks.close()
+                failure = exc
+        raise JudgeError(f"the candidate's ranks failed to start: {failure}") from failure
 
+    # -- spares ------------------------------------------------------------------------------------
     def _drop_dead_spares(self) -> None:
         """Close spares that died (whoever ran before may have killed one, or its start failed)."""
-        for gen in [g for g in self._spares if not g.alive()]:
-            gen.close()
-            self._spares.remove(gen)
+        for ranks in [r for r in self._spares if not r.alive()]:
+            ranks.close()
+            self._spares.remove(ranks)
 
     def _fill_spares(self) -> None:
         """Move every spare one phase of its start on and start new ones up to `spare_depth`.
 
         Called only once a timing is over: a starting rank makes its CUDA context or communicator or loads
-        kernels, GPU and host work beside any burst, and `settle` waits for the running phases before the
+        kernels, GPU and host work beside any burst, and `_settle` waits for the running phases before the
         next bursts. With one spare per phase and a ready one (GPU placements: four), each phase of a
         start has the time between two timings to itself, and phases of different spares run side by
         side, so a step back to back waits only for the longest phase beyond that time (on one H200 the
@@ -149,75 +176,76 @@ class ProcessExecutor:
         between two timings is about 0.4 s: docs/timing.md). With one (CPU ranks, whose start is short,
         or cells without namespaces, where a spare beside a running candidate could be reached by it:
         same uid) the spare is started whole once the candidate's timing is over (and, without
-        namespaces, once the candidate is gone). A failure to start is not the calling step's: its result
-        stands, and the next step starts its own generation or says why it cannot.
+        namespaces, once the candidate is gone). A start that fails (START_FAILURES) is not the calling
+        step's: its result stands, and the next step starts its own rank set or says why it cannot.
         """
         self._drop_dead_spares()
-        self._each_spare(lambda gen: gen.advance(self.start_timeout))
+        self._each_spare(lambda ranks: ranks.advance())
         try:
             while len(self._spares) < self.spare_depth:
                 self._spares.append(self._start("candidate", hold=self.spare_depth > 1))
-        except Exception:  # noqa: BLE001
+        except START_FAILURES:
             pass
 
-    def settle(self, timeout: float) -> None:
+    def _settle(self) -> None:
         """Wait until no spare is in the middle of a phase of its start, before anything is timed (a
         reference, a calibration, a candidate's bursts): its ranks make CUDA contexts and communicators,
         the judge's own work, competing for the cores and the GPU with the ranks being timed. A spare that
         fails to start is dropped; the next step starts another."""
-        self._each_spare(lambda gen: gen.settle(timeout))
+        with self.tracer.span("settle"):
+            self._each_spare(lambda ranks: ranks.settle())
 
-    def _each_spare(self, step: Callable[[Generation], None]) -> None:
+    def _each_spare(self, step: Callable[[RankSet], None]) -> None:
         """`step` on every spare; one whose start failed meanwhile is closed and dropped."""
-        for gen in list(self._spares):
+        for ranks in list(self._spares):
             try:
-                step(gen)
-            except GenerationFailed:
-                gen.close()
-                self._spares.remove(gen)
+                step(ranks)
+            except RankSetFailed:
+                ranks.close()
+                self._spares.remove(ranks)
 
-    def retire(self, gen: Generation) -> None:
-        """Kill a candidate generation now and start the next spares; `release` confirms the end later.
+    def _retire(self, ranks: RankSet) -> None:
+        """Kill a candidate rank set now and start the next spares; `_release` confirms the end later.
 
-        A contained generation is told to end and not waited for: the kernel kills its processes with its
+        A contained rank set is told to end and not waited for: the kernel kills its processes with its
         namespace, and their CUDA contexts (0.14-0.16 s on one H200, docs/timing.md) come down while the
         judge checks the timed outputs. An uncontained one is ended and swept at once.
 
         Spares move on here (`_fill_spares`), once the candidate's timing is over.
         """
-        if gen.cell.contained and not gen.closed:
-            gen.retire()
+        if ranks.cell.contained and not ranks.closed:
+            ranks.retire()
         else:
-            self._end(gen)
+            self._end(ranks)
         self._fill_spares()
 
-    def release(self, gen: Generation) -> None:
-        """End a candidate generation for good (waiting until it is gone) and everything it left behind;
-        the spares move on here unless `retire` moved them (once per step: a spare forked at `retire` is
+    def _release(self, ranks: RankSet) -> None:
+        """End a candidate rank set for good (waiting until it is gone) and everything it left behind; the
+        spares move on here unless `_retire` moved them (once per step: a spare forked at `_retire` is
         still making its contexts, and advancing it now would wait for them)."""
-        retired = gen.cell.ending or gen.closed
-        self._end(gen)
+        retired = ranks.cell.ending or ranks.closed
+        self._end(ranks)
         if not retired:
             self._fill_spares()
 
-    def _end(self, gen: Generation) -> None:
-        gen.close()
-        if not gen.cell.contained:  # a contained generation took everything with it: nothing to sweep
+    def _end(self, ranks: RankSet) -> None:
+        ranks.close()
+        if not ranks.cell.contained:  # a contained rank set took everything with it: nothing to sweep
             self.sweep()
 
     def sweep(self, seconds: float = 1.0) -> None:
-        """Kill whatever the zygote adopted that is not the cell of a live generation.
+        """Kill whatever the zygote adopted that is not the cell of a live rank set.
 
-        Only needed for generations without namespaces (a contained one cannot leave anything). The
-        zygote is a subreaper: a candidate's process that outlived its cell (detached daemons, a process
-        that keeps forking and exiting to stay ahead of a tree walk) ends up its child, and the time-bounded
+        Only needed for rank sets without namespaces (a contained one cannot leave anything). The zygote
+        is a subreaper: a candidate's process that outlived its cell (detached daemons, a process that
+        keeps forking and exiting to stay ahead of a tree walk) ends up its child, and the time-bounded
         scan below may lose that race. Files the candidate uid left in the shared temporary directories go too.
         """
         if self._zygote is None or not self._zygote.alive():
             return
         import psutil
 
-        live = {gen.cell.pid for gen in (self._reference, *self._spares) if gen is not None and not gen.closed}
+        live = {r.cell.pid for r in (self._reference, *self._spares) if r is not None and not r.closed}
         root = psutil.Process(self._zygote.pid)
         deadline = time.monotonic() + seconds  # bounded: a process that forks and exits faster than we scan
         first = True                           # can outrun this (a PID namespace cannot be outrun)
@@ -240,81 +268,48 @@ class ProcessExecutor:
         if self.candidate_uid is not None:
             remove_files_of(self.candidate_uid, ("/tmp", "/dev/shm", "/var/tmp"))
 
-    def build(self, job: dict, timeout: float) -> BuildOutcome:
-        """Run one build (builder.py) in a fresh build cell and return what it produced.
-
-        The cell is contained like a generation (namespaces, the allowlisted root with the toolchain, a
-        private tmpfs as the build's directory), the build runs as the candidate uid under BUILD_LIMITS,
-        and `timeout` seconds of wall-clock time; then the cell ends, with everything the build started.
-        """
-        workdir = tempfile.mkdtemp(prefix="pkb-build-", dir=self.root)
-        uid = self.candidate_uid
-        owner = (uid, uid) if uid is not None else (os.geteuid(), os.getegid())
-        os.chown(workdir, *owner)
-        cell = self.zygote.cell(workdir, self.containment, kind="build", owner=owner)
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self._warn_if_uncontained(cell.contained, cell.isolation)
-            env = {**self.env, "HOME": workdir, "TMPDIR": workdir, "TORCH_EXTENSIONS_DIR": workdir,
-                   "MAX_JOBS": str(min(4, os.cpu_count() or 1))}
-            spec = {"role": "build", "workdir": workdir, "env": env, "limits": asdict(BUILD_LIMITS), "uid": uid,
-                    "max_processes": BUILD_PROCESSES}
-            pid = cell.spawn(spec, theirs.fileno())
-            theirs.close()
-            conn = Connection(os.dup(ours.fileno()))
-            try:
-                channel.send(conn, job)
-                header, payload = channel.recv(conn, time.monotonic() + timeout, MAX_BUILD_BYTES)
-            except channel.ChannelTimeout:
-                return BuildOutcome(False, None, f"the build took longer than {timeout:.0f} s and was stopped",
-                                    workdir, cell.contained)
-            except (channel.ChannelClosed, OSError):
-                status = describe_status(cell.status_of(pid, wait=2.0))
-                why = next((f" ({text})" for name, text in BUILD_SIGNALS.items() if status.endswith(name)), "")
-                return BuildOutcome(False, None, f"the build process {status}{why}", workdir, cell.contained)
-            except channel.ChannelError as exc:
-                return BuildOutcome(False, None, f"the build answered unreadably ({exc})", workdir, cell.contained)
-            finally:
-                conn.close()
-            if header.get("event") != "built" or (header.get("ok") and not payload):
-                return BuildOutcome(False, None, "the build answered out of protocol", workdir, cell.contained)
-            return BuildOutcome(bool(header.get("ok")), payload if header.get("ok") else None,
-                                str(header.get("log", "")), workdir, cell.contained)
-        finally:
-            theirs.close()
-            ours.close()
-            cell.close()
-            if not cell.contained:
-                self.sweep()
-            shutil.rmtree(workdir, ignore_errors=True)
+    # -- builds, start, reference --------------------------------------------------------------------
+    def build(self, job: dict, timeout: float) -> builds.BuildOutcome:
+        """One build of a candidate's kernels in a build cell of its own (builds.py)."""
+        cell = builds.BuildCell(lambda: self.zygote, self.containment, self.root, self.candidate_uid, self.env,
+                                self.config, self._warn_if_uncontained, self.sweep)
+        return builds.build(cell, job, timeout)
 
     def prestart(self) -> None:
-        """Start the zygote, the reference generation and the spare candidate generations now (their ranks
-        make their CUDA contexts and communicators in parallel), so the first step need not wait for them."""
-        self.reference_generation()
+        """Start the zygote, the reference rank set and the spare candidate rank sets now (their ranks make
+        their CUDA contexts and communicators in parallel), so the first step need not wait for them."""
+        self._reference_ranks()
         if not self._spares:  # the first step's, started whole (a failure here is the caller's to see)
             self._spares.append(self._start("candidate", hold=False))
         self._fill_spares()
 
-    def reference_generation(self) -> Generation:
+    def reference_facts(self) -> list[dict]:
+        """What the reference ranks said of themselves at their start (context, group and warm-up times, the
+        clock and gate they use), once they are ready: for benchmarks and diagnostics."""
+        ranks = self._reference_ranks()
+        ranks.wait_ready()
+        return [dict(f) for f in ranks.facts]
+
+    def _reference_ranks(self) -> RankSet:
         if self._reference is None or not self._reference.alive():
             if self._reference is not None:
                 self._reference.close()
-            self._reference = Generation(self.zygote, self.reference_placement, self.env, "reference", root=self.root,
-                                         containment=self.containment, progress=self._report_progress)
+            self._reference = RankSet(self.zygote, self.reference_placement, self.config, self.env, "reference",
+                                      root=self.root, containment=self.containment, progress=self._report_progress)
         return self._reference
 
     def discard_reference(self) -> None:
-        """Drop the reference generation after a failure; the next request starts a new one."""
+        """Drop the reference rank set after a failure; the next request starts a new one."""
         if self._reference is not None:
             self._reference.close()
             self._reference = None
 
-    def _start(self, role: str, hold: bool) -> Generation:
-        gen = Generation(self.zygote, self.placement, self.env, role, root=self.root, uid=self.candidate_uid,
-                         containment=self.containment, progress=self._report_progress, hold=hold)
-        self._warn_if_uncontained(gen.cell.contained, gen.cell.isolation)
-        return gen
+    def _start(self, role: str, hold: bool) -> RankSet:
+        ranks = RankSet(self.zygote, self.placement, self.config, self.env, role, root=self.root,
+                        uid=self.candidate_uid, containment=self.containment, progress=self._report_progress,
+                        hold=hold)
+        self._warn_if_uncontained(ranks.cell.contained, ranks.cell.isolation)
+        return ranks
 
     def _report_progress(self, role: str, phase: str, done: int, total: int) -> None:
         if self.progress is not None:
@@ -328,19 +323,20 @@ class ProcessExecutor:
                           f"(privileges: {self.privileges}). Set PKB_ENV_REQUIRE_CONTAINMENT=1 to refuse instead.",
                           RuntimeWarning, stacklevel=4)
 
+    # -- what the executor holds ---------------------------------------------------------------------
     def isolation(self) -> dict[str, str]:
         """What containment candidate ranks get here (it depends on privileges and the platform).
 
         Keys: pid, network, filesystem (in words), visible (the host paths a rank can see, where there is an
         allowlisted root), user (where a user namespace was needed), privileges.
         """
-        if not any(not gen.closed for gen in self._spares):
+        if not any(not r.closed for r in self._spares):
             self.prestart()
-        return {**next(g for g in self._spares if not g.closed).cell.isolation, "privileges": self.privileges}
+        return {**next(r for r in self._spares if not r.closed).cell.isolation, "privileges": self.privileges}
 
-    def protection(self, gen: Generation) -> dict[str, str]:
-        """What protects the judge while `gen` runs: its cell's isolation and the privileges (for the record)."""
-        return {**{k: v for k, v in gen.cell.isolation.items() if k != "visible"}, "privileges": self.privileges}
+    def _protection(self, ranks: RankSet) -> dict[str, str]:
+        """What protects the judge while `ranks` run: their cell's isolation and the privileges (for the record)."""
+        return {**{k: v for k, v in ranks.cell.isolation.items() if k != "visible"}, "privileges": self.privileges}
 
     def directory_bytes(self) -> int:
         """Bytes in files under the executor's directory (for tests and leak checks)."""
@@ -363,9 +359,9 @@ class ProcessExecutor:
         return [root.pid] + [c.pid for c in root.children(recursive=True)]
 
     def close(self) -> None:
-        for gen in (*self._spares, self._reference):
-            if gen is not None:
-                gen.close()
+        for ranks in (*self._spares, self._reference):
+            if ranks is not None:
+                ranks.close()
         self._spares, self._reference = [], None
         if self._zygote is not None:
             self._zygote.close()

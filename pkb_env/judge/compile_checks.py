@@ -5,7 +5,7 @@ against an allowlist per compiler, its sources for includes that reach outside t
 messages that go back to it are cut to its own sources. The allowlisted root of the build cell is the
 wall (a file that is not there cannot be read); these checks are what make a refusal clear and early:
 
-* options: only those that change code generation (optimisation, fast math, defines, the language
+* options: only those that change code rank set (optimisation, fast math, defines, the language
   standard, this GPU's architecture, register limits, ptxas verbosity). Never: choosing the host
   compiler (-ccbin), passing options through to it or the linker (-Xcompiler, -Xlinker, plugins, specs),
   include or library paths, pre-included files, response files (@file, --options-file), anything that

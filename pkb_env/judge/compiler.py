@@ -6,7 +6,7 @@ judge's process or as the judge's user, and a built module is imported only in a
   1. the request is checked as data (compile_checks.py): options against an allowlist per compiler,
      includes (no absolute paths, no ".."), no `.incbin`; a refusal names the option and what is allowed;
   2. the cache (keyed by a hash of the sources, options, architecture and compiler) answers, or the
-     executor runs the build in a build cell (executors/builder.py: namespaces, the allowlisted root with
+     executor runs the build in a build cell (executors/builds.py, sandbox/builder.py: namespaces, the allowlisted root with
      the toolchain, an unprivileged uid, CPU, memory, process and file-size limits, a wall-clock deadline);
   3. this process writes the cache entry itself, from the bytes the cell returned, and the rank gets
      bytes (a cubin, a shared object), never a path. A failed build answers with the compiler's
@@ -21,15 +21,12 @@ import os
 import time
 from pathlib import Path
 
-from pkb_env.cache import cache_root
+from pkb_env.config import JudgeConfig
+from pkb_env.executors.interface import Executor
 from pkb_env.judge.compile_checks import (CompileRefused, check_cuda_options, check_host_options, check_sources,
                                           diagnostics)
 from pkb_env.redaction import Redactor
 from pkb_env.runtime.toolchain import SOURCE_NAME, nvcc_path
-
-COMPILE_TIMEOUT_S = 300.0     # wall clock for one NVRTC or nvcc build
-EXTENSION_TIMEOUT_S = 900.0   # and for one torch extension (torch's headers are slow to compile)
-
 
 def _key(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:40]
@@ -50,13 +47,17 @@ def compiler_version(backend: str) -> str:
 class KernelService:
     """Answers rank requests ("compile", "load_inline") during a step; counts its own time."""
 
-    def __init__(self, executor, redactor: Redactor):
+    def __init__(self, executor: Executor, redactor: Redactor, config: JudgeConfig):
         self.executor = executor    # runs builds in build cells (ProcessExecutor.build)
         self.redactor = redactor
+        self.cache = Path(config.cache_dir)
+        self.compile_timeout_s, self.extension_timeout_s = config.compile_timeout_s, config.extension_timeout_s
         self.seconds = 0.0
         self.requests = 0
 
-    def handle(self, header: dict) -> tuple[dict, bytes | None]:
+    def handle(self, header: dict, deadline: float | None = None) -> tuple[dict, bytes | None]:
+        """Answer one request; a build gets its own timeout or what is left before `deadline` (the step's
+        hard end, time.monotonic()), whichever is less."""
         start = time.perf_counter()
         self.requests += 1
         try:
@@ -69,6 +70,10 @@ class KernelService:
                 return _error(f"unknown request {kind!r}")
             if path.is_file():
                 return {"op": "reply", "ok": True}, path.read_bytes()
+            if deadline is not None:
+                timeout = min(timeout, deadline - time.monotonic())
+                if timeout <= 0:
+                    return _error("the step's time budget is spent; no compile can start now")
             outcome = self.executor.build(job, timeout)
             if not outcome.ok:
                 return _error(self.redactor.redact(f"{_label(job)} failed:\n" +
@@ -92,7 +97,7 @@ class KernelService:
         check_sources([("the CUDA source", source)])
         key = _key(source, options, backend, arch, compiler_version(backend))
         job = {"kind": backend, "source": source, "options": options, "arch": arch}
-        return job, cache_root() / "kernels" / f"{key}.cubin", {SOURCE_NAME}, COMPILE_TIMEOUT_S
+        return job, self.cache / "kernels" / f"{key}.cubin", {SOURCE_NAME}, self.compile_timeout_s
 
     def _extension_job(self, header: dict) -> tuple[dict, Path, set[str], float]:
         name = header["name"]
@@ -110,7 +115,7 @@ class KernelService:
         job = {"kind": "extension", "name": name, "cpp_sources": cpp, "cuda_sources": cuda, "functions": functions,
                "extra_cflags": cflags, "extra_cuda_cflags": cuda_cflags}
         own = {f"{name}/main.cpp", f"{name}/cuda.cu", "main.cpp", "cuda.cu"}
-        return job, cache_root() / "extensions" / key / f"{name}.so", own, EXTENSION_TIMEOUT_S
+        return job, self.cache / "extensions" / key / f"{name}.so", own, self.extension_timeout_s
 
 
 def _label(job: dict) -> str:

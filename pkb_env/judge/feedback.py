@@ -19,10 +19,11 @@ def write_feedback(record: EvaluationRecord) -> str:
     lines = [HEADLINES.get(record.verdict, "NOT JUDGED: the judge stopped before a verdict.")]
     if record.error and record.verdict is not Verdict.WRONG:
         lines.append(record.error)
-    if record.verify and record.verify.mismatches:
-        lines.append(summarize_mismatches(record.verify.mismatches))
-    if record.run and record.run.log_tail:
-        lines.append("Output of the failing rank(s), last lines:\n" + record.run.log_tail[-MAX_LOG_CHARS:])
+    for check in (record.verify, record.timed_check):
+        if check and check.mismatches:
+            lines.append(summarize_mismatches(check.mismatches))
+    if record.failure and record.failure.log_tail:
+        lines.append("Output of the failing rank(s), last lines:\n" + record.failure.log_tail[-MAX_LOG_CHARS:])
     t = record.timing
     if t is not None:
         launch = f"; host time to issue a call {_us(t.launch_s)}" if t.launch_s is not None else ""

@@ -1,7 +1,7 @@
 """Check every timed call: a candidate's fingerprints against the reference's, for the same inputs.
 
 The ranks fingerprint each burst's outputs and inputs after the burst with a seed the judge sends only
-then (pkb_env/executors/sketch.py); the reference generation replays the same inputs and fingerprints
+then (pkb_env/ranks/fingerprints.py); the reference rank set replays the same inputs and fingerprints
 its outputs with the same seed. Here the two are compared, call by call and rank by rank:
 
 * structure (containers, dict keys, dtypes, shapes, Python scalars) must match exactly (scalars:
@@ -31,8 +31,8 @@ import numpy as np
 import torch
 
 from pkb_env.contract import Check, Tolerance
-from pkb_env.executors.channel import ChannelError
-from pkb_env.executors.sketch import MULTIPLIERS, PROJECTIONS
+from pkb_env.wire.channel import ChannelError
+from pkb_env.ranks.fingerprints import MULTIPLIERS, PROJECTIONS
 from pkb_env.judge.compare import scalar_close, compare_outputs
 from pkb_env.record import Mismatch
 

@@ -1,7 +1,7 @@
 """The timing protocol: steady-state bursts, every count decided by the judge, every claim held to its clock.
 
 What a training step feels is the time per call of a stream of calls with the host running ahead. A
-burst (pkb_env/executors/bursts.py) is K calls back to back between a start the judge releases on every
+burst (pkb_env/ranks/bursts.py) is K calls back to back between a start the judge releases on every
 rank at once and an end event; its figure is the slowest rank's busy time / K. Bursts repeat until the
 relative standard error of their figures is under `rse_target` or the budget ends; the figure of merit
 is the median burst figure (docs/timing.md has the protocol, its measured behaviour and its holes).
@@ -19,57 +19,27 @@ import math
 import random
 import secrets
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from pkb_env.executors import operations as ops
-from pkb_env.executors.generation import Generation
+from pkb_env.executors.interface import BurstRecord, TimedSession
+from pkb_env.config import TimingProtocol
 from pkb_env.judge.seeds import SeedPlan
 from pkb_env.record import TimingResult
+from pkb_env.wire.requests import Rules, Workload
 
 
 @dataclass(frozen=True)
-class TimingProtocol:
-    """Targets and budgets of the bursts; `for_clock` gives the defaults of a placement's clock."""
+class TimedWork:
+    """What a timing session times: `workload` on inputs from `seeds`. With `rules` (the step's comparison
+    checks as the ranks fingerprint them), every scored burst is fingerprinted; `capture_every`: the ranks
+    copy every output as its call returns (ranks/bursts.timed_burst)."""
 
-    burst_s: float = 0.04            # target wall time of one burst
-    warmup_bursts: int = 3           # at most, after the one-call sizing burst; fewer once the plan stops growing
-    budget_s: float = 0.25           # wall time for a candidate's scored bursts (fingerprinting included)
-    reference_budget_s: float = 1.0  # the same for the reference (measured once per task and size, cached)
-    calibration_budget_s: float = 0.1  # the same per calibration size
-    min_bursts: int = 5
-    max_bursts: int = 64
-    rse_target: float = 0.01         # stop when the relative standard error of burst figures is below this
-    min_calls: int = 8               # calls per burst, at least (fewer only where 8 would take over 4 bursts' time)
-    max_calls: int = 4096            # calls per burst, at most (and as memory allows)
-    jitter: float = 0.2              # calls per burst drawn uniformly in [1 - jitter, 1 + jitter] x the plan
-    marks: int = 16                  # intermediate marks per burst (per-call percentiles of mark intervals)
-    samples: int = 3                 # timed outputs shipped whole per step (one per early burst, chosen after it)
-    memory_fraction: float = 0.1     # of a rank's device memory (or address space) for held inputs, and for outputs
-    replay_budget_s: float = 0.5     # reference time the check of a step's timed calls may take (CallLimits)
-    clock_floor_s: float = 0.004     # the least allowance for the overhead of reporting a burst
-    clock_factor: float = 4.0        # allowance = max(floor, factor x the reference's 90th-percentile overhead)
-    clock_relative: float = 0.02     # ... plus this fraction of the burst's wall time (check_claims)
-    hidden_work_s: float = 50e-6     # device busy after the end beyond 2x the reference's plus this: escaped work
-    statistic: str = "burst-median"  # the figure of a burst (BurstLog.figures): "burst-median" | "interval-min"
-
-    @classmethod
-    def for_clock(cls, kind: str) -> "TimingProtocol":
-        """GPU bursts are short (a millisecond-scale start skew does not exist behind a device gate); CPU
-        ranks share cores, so their bursts are long enough to swamp scheduling and reporting delays."""
-        if kind == "cuda":
-            return cls(burst_s=0.008, budget_s=0.25, reference_budget_s=0.5, clock_floor_s=0.0005,
-                       replay_budget_s=0.3)
-        if kind == "host":
-            return cls(statistic="interval-min", marks=32, clock_relative=0.2)
-        raise ValueError(f"unknown clock {kind!r}")
-
-    @classmethod
-    def quick(cls, kind: str) -> "TimingProtocol":
-        """Shorter bursts and budgets (tests, CPU sanity runs): coarser figures, same rules."""
-        return replace(cls.for_clock(kind), burst_s=0.015, budget_s=0.08, reference_budget_s=0.3, min_bursts=3,
-                       replay_budget_s=0.3)
+    workload: Workload
+    seeds: SeedPlan
+    rules: Rules | None = None
+    capture_every: bool = False
 
 
 @dataclass
@@ -100,7 +70,7 @@ class CallLimits:
 class BurstLog:
     """Everything the judge observed of one timing session (scored bursts only, warm-up left out)."""
 
-    bursts: list[ops.BurstRecord] = field(default_factory=list)
+    bursts: list[BurstRecord] = field(default_factory=list)
     seeds: list[list[dict[str, int]]] = field(default_factory=list)         # per burst, per rank: base seeds
     sketch_seeds: list[int] = field(default_factory=list)
     samples: list[list[int]] = field(default_factory=list)
@@ -126,30 +96,27 @@ class BurstLog:
         return np.array([max(r.busy_s for r in b.ranks) / b.calls for b in self.bursts], dtype=np.float64)
 
 
-def run_bursts(gen: Generation, workload: dict, plan: SeedPlan, protocol: TimingProtocol, limits: CallLimits,
-               timeout: float, budget_s: float, rules: dict[str, list] | None = None,
-               capture_every: bool = False) -> BurstLog:
+def run_bursts(session: TimedSession, work: TimedWork, protocol: TimingProtocol, limits: CallLimits,
+               budget_s: float) -> BurstLog:
     """Warm up, then time bursts until the figures settle or the budget ends (module docstring).
 
-    With `rules` (the step's comparison checks, pipeline.fingerprint_rules), every scored burst is
-    followed by a fingerprint request with a fresh secret seed. Warm-up bursts are not: their outputs
-    count for nothing, and fingerprinting them cost about a quarter of a GPU step's timing (docs/timing.md). A
-    rank learns that a burst was scored only after it, when its outputs exist; and from the first scored
-    burst on, every burst is checked. `capture_every`: the ranks copy every output as its call returns
-    (bursts.timed_burst).
+    With `work.rules`, every scored burst is followed by a fingerprint request with a fresh secret seed.
+    Warm-up bursts are not: their outputs count for nothing, and fingerprinting them cost about a quarter
+    of a GPU step's timing (docs/timing.md). A rank learns that a burst was scored only after it, when its
+    outputs exist; and from the first scored burst on, every burst is checked.
     """
     rng = random.SystemRandom()
     log = BurstLog(statistic=protocol.statistic)
     marks = max(1, protocol.marks)
     started = time.monotonic()
 
-    def one(calls: int, purpose: str, index: int, scored: bool) -> ops.BurstRecord:
-        seeds = [per_rank[0] for per_rank in plan.per_rank(purpose, [index])]
-        record = ops.burst(gen, workload, seeds, calls, max(1, -(-calls // marks)), capture_every, timeout)
-        if rules is not None and scored:
+    def one(calls: int, purpose: str, index: int, scored: bool) -> BurstRecord:
+        seeds = [per_rank[0] for per_rank in work.seeds.per_rank(purpose, [index])]
+        record = session.burst(work.workload, seeds, calls, max(1, -(-calls // marks)), work.capture_every)
+        if work.rules is not None and scored:
             seed = secrets.randbits(62)
             sample = [rng.randrange(calls)] if len(log.bursts) < protocol.samples else []
-            log.sketches.append(ops.fingerprints(gen, len(log.bursts), seed, rules, sample, timeout))
+            log.sketches.append(session.fingerprints(len(log.bursts), seed, work.rules, sample))
             log.sketch_seeds.append(seed)
             log.samples.append(sample)
         if scored:
@@ -159,7 +126,7 @@ def run_bursts(gen: Generation, workload: dict, plan: SeedPlan, protocol: Timing
             log.warmup_calls += calls
         return record
 
-    def per_call(record: ops.BurstRecord) -> float:
+    def per_call(record: BurstRecord) -> float:
         """The judge's own estimate: wall time from release to the last report, per call."""
         return max(1e-7, (max(r.received for r in record.ranks) - record.released) / record.calls)
 
@@ -169,9 +136,9 @@ def run_bursts(gen: Generation, workload: dict, plan: SeedPlan, protocol: Timing
 
     # Warm-up: bursts at the plan's largest size until the plan stops growing. No scored burst is then
     # longer than a warm-up burst was (`ceiling`), so none holds more outputs than the rank has held
-    # before: a fresh generation's memory pool (cudaMalloc, page faults) grows in the warm-up, not inside
+    # before: a fresh rank set's memory pool (cudaMalloc, page faults) grows in the warm-up, not inside
     # a scored burst, as it would when the plan grows while a process warms up (a fresh candidate
-    # generation beside a long-lived reference one).
+    # rank set beside a long-lived reference one).
     estimate = per_call(one(1, "warmup", 0, scored=False))
     planned = _clamp(protocol.burst_s / estimate, least(estimate), limits.max_calls)
     ceiling = limits.max_calls if protocol.warmup_bursts == 0 else 1
@@ -229,6 +196,7 @@ class ClaimCheck:
     allowance_s: float
     margin_s: float         # the smallest, over ranks, of the largest room left in any burst (>= 0: believed)
     claim_ratio: float      # smallest claimed busy time / the judge's wall time, over bursts and ranks
+    rank: int = -1          # the rank whose reports the problem is about
 
 
 def check_claims(log: BurstLog, allowance_s: float, relative: float = 0.0) -> ClaimCheck:
@@ -245,26 +213,28 @@ def check_claims(log: BurstLog, allowance_s: float, relative: float = 0.0) -> Cl
     room = allowance_s + relative * walls - over          # per burst and rank; < 0: more overhead than allowed
     best = room.max(axis=0) if room.size else np.zeros(1)
     ratios = [r.busy_s / max(1e-9, r.received - b.released) for b in log.bursts for r in b.ranks]
-    problem = None
+    problem, culprit = None, -1
     for b, record in enumerate(log.bursts):
         for rank, r in enumerate(record.ranks):
             wall = r.received - record.released
             slack = max(1e-4, 0.01 * wall)
             if len(r.marks) != record.calls // record.marks_every:
+                culprit = rank
                 problem = f"rank {rank} reported {len(r.marks)} marks of burst {b}; the judge asked for " \
                           f"{record.calls // record.marks_every}"
             elif r.busy_s < 0 or r.busy_s > wall + slack or not (record.released - slack <= r.seen_at <= r.ended_at
                                                                  <= r.received + slack):
+                culprit = rank
                 problem = (f"rank {rank} reported a burst the judge's clock rules out (burst {b}: busy "
                            f"{r.busy_s * 1e3:.3f} ms, seen {1e3 * (r.seen_at - record.released):.3f} ms and ended "
                            f"{1e3 * (r.ended_at - record.released):.3f} ms after the release, reported after "
                            f"{wall * 1e3:.3f} ms)")
     if problem is None and float(best.min()) < 0:
-        rank = int(np.argmin(best))
+        rank = culprit = int(np.argmin(best))
         problem = (f"rank {rank}'s timing reports claim at least {float(np.min(over[:, rank])) * 1e3:.3f} ms less "
                    f"per burst than the judge's clock saw between release and report, in every burst; an honest "
                    f"rank's reporting takes at most {allowance_s * 1e3:.3f} ms + {relative:.0%} of the burst")
-    return ClaimCheck(problem, allowance_s, float(best.min()), min(ratios) if ratios else 1.0)
+    return ClaimCheck(problem, allowance_s, float(best.min()), min(ratios) if ratios else 1.0, culprit)
 
 
 def summarize(log: BurstLog, clock: str) -> TimingResult:
@@ -284,7 +254,7 @@ def summarize(log: BurstLog, clock: str) -> TimingResult:
                         idle_s=float(np.median(idles)) if idles else None, wall_s=log.wall_s)
 
 
-def _intervals(b: ops.BurstRecord) -> list[float]:
+def _intervals(b: BurstRecord) -> list[float]:
     """Per-call time of every interval between marks of one burst, the slowest rank's per interval."""
     per_rank = []
     for r in b.ranks:

@@ -16,7 +16,7 @@ barrier after the last remote read of a call (the pattern in this package's docs
 The first allocation in a process also sets torch's symmetric memory up: on one H200 (torch 2.11) that
 took 1.9-3.5 s over 10 fresh processes (it loads NVSHMEM even for the CUDA backend), later ones about
 1 ms. A candidate pays it in its build or first trial, never in a timed call; the judge no longer sets it
-up for every generation, which made warm steps wait up to 1.6 s for their ranks (docs/timing.md).
+up for every rank set, which made warm steps wait up to 1.6 s for their ranks (docs/timing.md).
 """
 from __future__ import annotations
 

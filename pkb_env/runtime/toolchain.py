@@ -1,7 +1,7 @@
 """The compilers behind `pkb_env.runtime`: NVRTC, nvcc and torch extension builds, as plain functions.
 
 They compile in the process that calls them. Inside pkb-env that is a build cell the judge starts for
-each build (executors/builder.py): contained like the ranks, as an unprivileged user, after the judge
+each build (sandbox/builder.py): contained like the ranks, as an unprivileged user, after the judge
 checked the options and includes (judge/compile_checks.py). Outside pkb-env (debugging a candidate by
 hand) `pkb_env.runtime` calls them in your own process. Nothing here caches or checks anything.
 """

@@ -8,23 +8,23 @@ import os
 import pytest
 
 from conftest import make_env  # tests/conftest.py (FAST settings, private calibration cache)
-from pkb_env.executors.isolation import unprivileged_uid
-from pkb_env.executors.zygote import Containment
-from pkb_env.judge.pipeline import JudgeSettings
-from pkb_env.judge.timing import TimingProtocol
+from pkb_env.sandbox.privileges import unprivileged_uid
+from pkb_env.sandbox.containment import Containment
+from pkb_env.config import JudgeConfig
+from pkb_env.config import TimingProtocol
 
 WORLD_SIZE = 4
 # Short time limits (a hang costs trial_timeout_s) and the production timing protocol of CPU ranks: an
 # exploit's gain is judged against the honest figures of the protocol that pays rewards.
-ADVERSARIAL = JudgeSettings(trials=2, trial_timeout_s=4.0, build_timeout_s=15.0, timing_timeout_s=15.0,
+ADVERSARIAL = JudgeConfig(trials=2, trial_timeout_s=4.0, build_timeout_s=15.0, timing_timeout_s=15.0,
                             protocol=TimingProtocol.for_clock("host"))
 # A secret-looking variable in the judge's environment before the executor starts: no rank may see it.
 CANARY = ("PKB_ADV_CANARY_TOKEN", "canary-value-that-must-not-leak")
 
 
 def uncontained() -> bool:
-    """True where generations get no namespaces and ranks keep the judge's uid: `uncontained` holes are open."""
-    return Containment.from_environment().missing() is not None and unprivileged_uid()[0] is None
+    """True where rank sets get no namespaces and ranks keep the judge's uid: `uncontained` holes are open."""
+    return Containment.of(JudgeConfig()).missing() is not None and unprivileged_uid()[0] is None
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def adv_env():
     name, value = CANARY
     previous = os.environ.get(name)
     os.environ[name] = value
-    env = make_env(world_size=WORLD_SIZE, judge_settings=ADVERSARIAL)
+    env = make_env(world_size=WORLD_SIZE, config=ADVERSARIAL)
     try:
         env.reset(seed=0)
         yield env

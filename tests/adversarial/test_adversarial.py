@@ -62,12 +62,12 @@ def test_legit_candidate_is_correct(adv_env, name):
 @pytest.mark.parametrize("name", list(_exploit_params()))
 def test_exploit_is_defeated(adv_env, baseline, name):
     e = EXPLOITS_BY_NAME[name]
-    executor = adv_env.unwrapped.executor
+    executor = adv_env.unwrapped.judge.executor
     baseline.prime(e.task)
     obs, _ = adv_env.reset(options={"task": e.task})
     _remove(e.files)
     if e.fresh_reference_time:  # as on the first step of a task in a real run
-        _forget_reference_time(adv_env, e.task)
+        adv_env.unwrapped.judge.forget_reference_timing(e.task)
     processes_before = len(executor.process_ids())
     root_before = executor.directory_bytes()
 
@@ -106,7 +106,7 @@ def test_exploit_is_defeated(adv_env, baseline, name):
         _kill(strays, executor.root)  # this exploit's: cleaned up so later tests run on a quiet machine
     left = [f for f in e.files if os.path.exists(f)]
     if left:
-        problems.append(f"files outside the generation directory survived the step: {left}")
+        problems.append(f"files outside the rank set directory survived the step: {left}")
         _remove(left)
     root_after = executor.directory_bytes()
     if root_after > root_before + ROOT_GROWTH_BYTES:
@@ -114,9 +114,8 @@ def test_exploit_is_defeated(adv_env, baseline, name):
     processes_after = len(executor.process_ids())
     if processes_after > processes_before + WORLD_SIZE:
         problems.append(f"the executor owns {processes_after} processes, {processes_before} before the step")
-    if e.fresh_reference_time:  # the reference generation may have been tampered with: start clean
-        executor.discard_reference()
-        _forget_reference_time(adv_env, e.task)
+    if e.fresh_reference_time:  # the reference ranks may have been tampered with: start clean
+        adv_env.unwrapped.judge.restart_reference()
 
     # The judge is intact: the reference itself is judged correct on the next step (and its time joins the
     # honest distribution, measured under the load the exploit ran under).
@@ -138,12 +137,6 @@ def test_exploit_is_defeated(adv_env, baseline, name):
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
-
-def _forget_reference_time(env, task: str) -> None:
-    times = env.unwrapped.judge._reference_times
-    for key in [k for k in times if k[0] == task]:
-        del times[key]
-
 
 def _marker_processes(marker: str | None) -> list[psutil.Process]:
     if not marker:
@@ -216,8 +209,8 @@ def _num(x, fmt: str) -> str:
 def markdown_table() -> str:
     """What happened to every candidate run in this module, as Markdown (for docs/)."""
     exposed = uncontained()
-    where = ("generations without namespaces, ranks with the judge's uid" if exposed
-             else "each generation in its own PID, mount and network namespaces")
+    where = ("rank sets without namespaces, ranks with the judge's uid" if exposed
+             else "each rank set in its own PID, mount and network namespaces")
     lines = [f"Exploits (CPU executor, world size {WORLD_SIZE}, {ADVERSARIAL.trials} trials; {where}). "
              f"Hole = the judge does not stop it today (test is xfail).", "",
              "| Exploit | Family | Seen | Task | Expected | Verdict | Reward | Speedup | Hole |",

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import pkb_env  # noqa: F401
-from pkb_env.judge.pipeline import JudgeSettings
+from pkb_env.config import JudgeConfig
 from pkb_env.task import load_task, task_names
 
 EXPERTS = Path(__file__).resolve().parents[2] / "agents" / "experts"
@@ -60,7 +60,7 @@ def test_expert_correct_emulated(emulated, task):
 
 @pytest.fixture(scope="module")
 def emulated3_fp16():
-    env = make("cuda-emulated", 3, dtype="float16")  # default JudgeSettings: several trials per step
+    env = make("cuda-emulated", 3, dtype="float16")  # default JudgeConfig: several trials per step
     env.reset(seed=1)
     yield env
     env.close()
@@ -71,7 +71,7 @@ def test_expert_back_to_back_calls(emulated3_fp16, task):
     """The judge's trials call the solution one after another in the same rank processes, reusing the
     symmetric buffers: a missing final barrier lets a fast rank overwrite data a slow peer still reads.
     Three ranks, fp16, bench size: uneven two-shot slices for all_reduce."""
-    assert JudgeSettings().trials >= 2
+    assert JudgeConfig().trials >= 2
     emulated3_fp16.reset(options={"task": task})
     _, _, _, _, info = emulated3_fp16.step(expert(task))
     assert info["correct"], info["feedback"]

@@ -35,7 +35,7 @@ def cuda1():
 
 
 def test_gpu_ranks_see_the_driver_and_nothing_of_the_home(cuda1):
-    isolation = cuda1.unwrapped.executor.isolation()
+    isolation = cuda1.unwrapped.judge.isolation()
     assert isolation["filesystem"].startswith("allowlisted root") and "nvidia" in isolation["filesystem"], isolation
     home = os.path.join(os.path.expanduser("~"), f".pkb-env-gpu-test-{secrets.token_hex(4)}")
     os.makedirs(home, mode=0o700)

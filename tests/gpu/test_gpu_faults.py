@@ -16,7 +16,7 @@ import gymnasium
 import pytest
 
 import pkb_env  # noqa: F401
-from pkb_env.judge.pipeline import JudgeSettings
+from pkb_env.config import JudgeConfig
 
 KERNEL = '''
 import torch
@@ -98,9 +98,9 @@ def settled_state(seconds: float = 3.0) -> tuple[int, int]:
 
 @pytest.fixture(scope="module")
 def env():
-    settings = JudgeSettings(trials=2, trial_timeout_s=20.0)
+    settings = JudgeConfig(trials=2, trial_timeout_s=20.0)
     env = gymnasium.make("pkb_env/ParallelKernel-v0", task="all_reduce", world_size=2, executor="cuda-emulated",
-                         preset="bench", max_turns=1000, judge_settings=settings)
+                         preset="bench", max_turns=1000, config=settings)
     env.reset(seed=0)
     yield env
     env.close()

@@ -1,5 +1,5 @@
 """Real multi-GPU judging: the cuda executor at world size = every GPU here (one process per GPU, NCCL
-references), each generation in its own namespaces. Skipped on machines with fewer than two GPUs.
+references), each rank set in its own namespaces. Skipped on machines with fewer than two GPUs.
 
 Every task's reference is correct, timed near its own speed and within its roofline (calibrated and
 datasheet fractions <= 1); every expert (agents/experts) is correct and timed; the calibration measured
@@ -88,7 +88,7 @@ def test_calibration_measured_nvlink(cuda_all):
 
 
 def test_calibration_measured_the_compute_and_memory_peaks_under_the_datasheet(cuda_all):
-    """A large bf16 matmul and a device copy, measured in the reference generation: real (above a third of
+    """A large bf16 matmul and a device copy, measured in the reference rank set: real (above a third of
     the datasheet) and possible (under it), so the calibrated bound stays a lower bound."""
     judge = cuda_all.unwrapped.judge
     calibration, sheet = judge.calibration(), judge.topology.datasheet_peaks()

@@ -1,0 +1,248 @@
+"""The commands of `pkb-env`, each a thin client of one JudgeService (or, for `tasks`, of the catalogue)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from importlib import resources
+
+from tqdm import tqdm
+
+from pkb_env.cli.exits import EXIT_CODES
+from pkb_env.config import JudgeConfig
+from pkb_env.tables import table
+
+
+def judge_config(args: argparse.Namespace) -> JudgeConfig:
+    """The JudgeConfig of a command: its placement options over the judge settings of its --config file."""
+    settings = dict(getattr(args, "judge_settings", None) or {})
+    for name in ("executor", "world_size", "preset", "dtype"):
+        if hasattr(args, name):
+            settings[name] = getattr(args, name)
+    return JudgeConfig.from_mapping(settings)
+
+
+def cmd_tasks(args) -> int:
+    from pkb_env.catalog import listing
+
+    print(listing())
+    return 0
+
+
+def cmd_show(args) -> int:
+    """The prompt the env's first observation carries here (with the cached calibration, if any: `show`
+    never measures; `pkb-env calibrate` does)."""
+    from pkb_env.service import JudgeService
+
+    with JudgeService(judge_config(args).replace(calibration="cached")) as judge:
+        print(judge.open(args.task, prestart=False).prompt)
+    return 0
+
+
+class RankProgress:
+    """One status line on stderr while ranks start and work ("reference start-up: 40/64 ranks"); off when
+    stderr is not a terminal unless asked. Installed as the service's progress hook."""
+
+    def __init__(self, world_size: int, enabled: bool | None = None):
+        enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.bar = tqdm(total=world_size, file=sys.stderr, leave=False, disable=not enabled,
+                        bar_format="{desc}: {n}/{total} ranks [{elapsed}]")
+
+    def __call__(self, role: str, phase: str, done: int, total: int) -> None:
+        if self.bar.disable:
+            return
+        self.bar.set_description_str(f"{role} {phase}", refresh=False)
+        self.bar.total, self.bar.n = total, done
+        self.bar.refresh()
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def cmd_eval(args) -> int:
+    from pkb_env import spaces
+    from pkb_env.agents import FileAgent
+    from pkb_env.rewards import load_reward
+    from pkb_env.service import JudgeService
+    from pkb_env.task import load_task
+
+    load_task(args.task)
+    agent = FileAgent(args.path)
+    reward_fn = load_reward(args.reward)
+    progress = RankProgress(args.world_size)
+    verdicts, summary = [], []
+    try:
+        with JudgeService(judge_config(args), progress=progress) as judge:
+            for path in tqdm(agent.files, desc=f"judging on {args.task}", unit="file", disable=len(agent.files) < 2):
+                session = judge.open(args.task)  # each file is judged as turn 0 of its own episode
+                record = session.judge(agent.act(spaces.observation(session)))
+                reward = reward_fn(record).value
+                verdicts.append(record.verdict)
+                if args.json:
+                    print(json.dumps({"file": str(path), "reward": reward, **record.to_dict()}))
+                    continue
+                print(f"\n== {path} ==")
+                print(stage_table(record))
+                print(f"\nverdict {record.verdict.value}   reward {reward:+.3f}\n\n{record.feedback}")
+                summary.append([path.name, record.verdict.value, record.speedup, record.roofline_fraction, reward])
+    finally:
+        progress.close()
+    if len(summary) > 1:
+        print("\n" + table(["file", "verdict", "speedup", "roofline", "reward"], summary))
+    worst = min(verdicts, key=lambda verdict: verdict.rank)  # Verdict's order: flagged worst, correct best
+    return EXIT_CODES[worst.value]
+
+
+def stage_table(record) -> str:
+    """Per-stage rows: what each stage found and how long it took (the candidate's stages; the reference's
+    part of the step is its own row)."""
+    failed = record.failure.stage.value if record.failure else None
+    found = {
+        "parse": record.parse and (record.parse.error or ("fenced block" if record.parse.from_fence else "bare code")),
+        "screen": record.screen and (record.screen.error or f"{len(record.screen.flags)} flag(s)"),
+        "build": "imported on every rank" if record.build else None,
+        "run": record.run and f"{record.run.trials} trials on {record.world_size} ranks",
+        "verify": record.verify and ("all outputs match" if record.verify.correct else
+                                     f"{len(record.verify.mismatches)} mismatch(es)") + f" ({record.verify.checked} checked)",
+        "time": record.timing and (f"{record.timing.statistic} {record.timing.time_s * 1e3:.3f} ms, speedup "
+                                   f"{record.timing.speedup:.2f}x" if record.timing.speedup else "measured"),
+        "roofline": record.roofline and f"{record.roofline.fraction:.1%} of bound",
+    }
+    if failed:
+        found[failed] = record.failure.error
+    rows = [[stage, round(record.stage_seconds[stage] * 1e3, 2), _short(found.get(stage))]
+            for stage in found if stage in record.stage_seconds]
+    work = record.reference
+    if work is not None:
+        cached = ", its time cached" if work.timing_cached else ""
+        rows.append(["reference", round((work.trials_s + work.timing_s + work.replay_s) * 1e3, 2),
+                     f"trials, timing and replay on the reference's ranks{cached}"])
+    return table(["stage", "ms", "result"], rows)
+
+
+def _short(text, limit: int = 90) -> str:
+    text = str(text or "").replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def cmd_evaluate(args) -> int:
+    from pkb_env.evaluation import agent_from_spec, evaluate, resolve_tasks
+
+    try:
+        ks = [int(k) for k in args.k.split(",") if k.strip()]
+    except ValueError:
+        ks = []
+    if not ks or min(ks) < 1:
+        raise ValueError(f"--k {args.k!r}: pass comma-separated positive integers, e.g. --k 1,5")
+    agent = agent_from_spec(args.agent)
+    tasks = resolve_tasks(args.tasks, agent)
+    report = evaluate(agent, tasks=tasks, config=judge_config(args), samples=args.samples, ks=ks, reward=args.reward)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "report.json").write_text(report.to_json() + "\n")
+    markdown = report.to_markdown()
+    (args.out / "report.md").write_text(markdown)
+    written = [args.out / "report.json", args.out / "report.md"]
+    try:
+        written.append(report.plot(args.out / "speedup_vs_roofline.png"))
+    except ImportError as exc:
+        print(f"pkb-env: warning: {exc}; skipped the plot", file=sys.stderr)
+    print(markdown)
+    print("wrote " + ", ".join(map(str, written)))
+    return 0
+
+
+DEMO_EXPECTED = {"reference": "correct", "ring send/recv": "correct", "wrong: no communication": "wrong"}
+
+
+def cmd_demo(args) -> int:
+    """Three single-turn episodes on all_reduce: the reference, a ring of send/recv, and a wrong candidate."""
+    from pkb_env import spaces
+    from pkb_env.agents import ReferenceAgent
+    from pkb_env.rewards import load_reward
+    from pkb_env.service import JudgeService
+
+    ring = resources.files("pkb_env.agents").joinpath("candidates/all_reduce_ring.py").read_text()
+    wrong = "```python\nimport torch\n\ndef solution(tensor):\n    return tensor.clone()  # forgot the peers\n```"
+    reward_fn = load_reward(args.reward)
+    rows, reports, verdicts = [], [], {}
+    with JudgeService(judge_config(args)) as judge, tqdm(total=4, desc="starting rank processes", unit="step") as bar:
+        session = judge.open("all_reduce")
+        prompt = session.prompt
+        bar.update()
+        for label, action in (("reference", ReferenceAgent().act(spaces.observation(session))),
+                              ("ring send/recv", ring), ("wrong: no communication", wrong)):
+            bar.set_description(f"judging: {label}")
+            record = judge.open("all_reduce").judge(action)   # each candidate is a single-turn episode of its own
+            reward = reward_fn(record).value
+            bar.update()
+            verdicts[label] = record.verdict.value
+            rows.append([label, record.verdict.value, record.speedup, record.roofline_fraction, reward,
+                         round(record.wall_s, 3)])
+            reports.append(f"--- {label}: reward {reward:+.3f}\n{record.feedback}")
+        where = f"executor: {judge.info.name}, world size {judge.world_size}"
+    print(f"{where}; the prompt of turn 0:\n")
+    print(prompt)
+    print("\n\n".join(reports))
+    print("\n" + table(["candidate", "verdict", "speedup", "roofline", "reward", "step s"], rows))
+    unexpected = {label: got for label, got in verdicts.items() if got != DEMO_EXPECTED[label]}
+    if unexpected:
+        print(f"pkb-env: the demo's verdicts are not the expected ones ({unexpected}; expected {DEMO_EXPECTED}): "
+              f"the judge does not work on this machine; the feedback above says why", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_topology(args) -> int:
+    from pkb_env.hardware import detect
+    from pkb_env.topology import load_topology
+
+    machine = detect()
+    print(machine.describe())
+    topology = load_topology(machine.topology_name)
+    print(f"\ntopology config: {topology.name}\n{topology.describe(len(machine.gpus) or 1, 'auto', None)}")
+    if topology.sources:
+        print("sources:\n  " + "\n  ".join(topology.sources))
+    print(f"\ncandidate containment here: {containment_summary()}")
+    return 0
+
+
+def containment_summary() -> str:
+    """What a rank set would get on this machine under the default JudgeConfig, without starting one."""
+    from pkb_env.sandbox.containment import Containment
+    from pkb_env.sandbox.privileges import unprivileged_uid
+    from pkb_env.sandbox.rootfs import plan
+
+    config = JudgeConfig()
+    wanted = Containment.of(config)
+    missing = wanted.missing()
+    if missing is None:
+        shown = plan()
+        namespaces = (f"own PID, mount and network namespaces per rank set and per build; an allowlisted root "
+                      f"showing only these host paths, read-only: {', '.join(shown.paths)}")
+    else:
+        namespaces = f"no namespaces: {missing}; candidates see the host's filesystem"
+    required = "; required (PKB_ENV_REQUIRE_CONTAINMENT=1)" if wanted.required else ""
+    privileges = unprivileged_uid(allowlisted_root=missing is None, drop=config.drop_privileges)[1]
+    return f"{namespaces}{required}; privileges: {privileges}"
+
+
+def cmd_calibrate(args) -> int:
+    from pkb_env.service import JudgeService
+
+    progress = RankProgress(args.world_size)
+    try:
+        with JudgeService(JudgeConfig(executor=args.executor, world_size=args.world_size), progress=progress) as judge:
+            print(f"calibrating {judge.info.hardware} at world size {args.world_size}...", file=sys.stderr)
+            cal = judge.calibrate()
+            where = judge.calibration_path()
+    finally:
+        progress.close()
+    rows = [[size, bw] for size, bw in cal.busbw_by_size]
+    print(table(["all_reduce bytes", "busbw GB/s"], rows))
+    if cal.peer_copy_gbps:
+        print("\n" + table(["src GPU", "dst GPU", "copy GB/s"], [list(p) for p in cal.peer_copy_gbps]))
+    print("\n" + table(["probe", "value"], [[name, value] for name, value in cal.probes]))
+    rates = ", ".join(f"{dtype} {tflops:.3g}" for dtype, tflops in cal.matmul_tflops)
+    print(f"\nroofline peaks: latency {cal.alpha_s * 1e6:.1f} us, bandwidth {cal.bandwidth_gbps:.3f} GB/s (best of the "
+          f"probes), matmul TFLOP/s {rates}, device copy {cal.copy_gbps:.4g} GB/s\nsaved to {where}")
+    return 0

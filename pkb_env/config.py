@@ -1,0 +1,250 @@
+"""`JudgeConfig`: every setting the judge has, in one frozen, picklable object (docs/architecture.md, "The service"),
+with `TimingProtocol`, the burst protocol's targets and budgets (docs/timing.md; the protocol itself is
+judge/timing.py).
+
+One object configures a `JudgeService` wherever it runs: in this process, in a Ray actor on another node,
+behind a server. Each field carries its default and the reason for it beside it, as CleanRL's `Args` does;
+nothing else in the package holds a deadline, a limit or a switch of its own (what remains as module
+constants are properties of the protocols: nonce lengths, fingerprint block sizes, page sizes).
+
+    JudgeConfig()                                          # CPU ranks where there is no GPU, 4 of them, tiny
+    JudgeConfig(executor="cuda", world_size=8, preset="bench")
+    JudgeConfig.from_mapping({"world_size": 2, "executor": "cpu"})   # YAML, reward kwargs, request bodies
+
+Three fields read the environment when the config is made, so that the process which makes it decides,
+and the value travels with the object to wherever it is used: `namespaces` (PKB_ENV_NAMESPACES=0 turns
+the cells' namespaces off), `require_containment` (PKB_ENV_REQUIRE_CONTAINMENT=1 refuses to run without
+them), `drop_privileges` (PKB_ENV_DROP_PRIVILEGES=0 keeps the judge's uid in candidate ranks), and
+`cache_dir` (PKB_ENV_CACHE, else ~/.cache/pkb_env).
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+EXECUTORS = ("auto", "cpu", "cuda", "cuda-emulated")
+CALIBRATIONS = ("auto", "cached")
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    return default if value is None else value != "0"
+
+
+def default_cache_dir() -> str:
+    return os.environ.get("PKB_ENV_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "pkb_env")
+
+
+@dataclass(frozen=True)
+class TimingProtocol:
+    """Targets and budgets of the bursts; `for_clock` gives the defaults of a placement's clock."""
+
+    burst_s: float = 0.04            # target wall time of one burst
+    warmup_bursts: int = 3           # at most, after the one-call sizing burst; fewer once the plan stops growing
+    budget_s: float = 0.25           # wall time for a candidate's scored bursts (fingerprinting included)
+    reference_budget_s: float = 1.0  # the same for the reference (measured once per task and size, cached)
+    calibration_budget_s: float = 0.1  # the same per calibration size
+    min_bursts: int = 5
+    max_bursts: int = 64
+    rse_target: float = 0.01         # stop when the relative standard error of burst figures is below this
+    min_calls: int = 8               # calls per burst, at least (fewer only where 8 would take over 4 bursts' time)
+    max_calls: int = 4096            # calls per burst, at most (and as memory allows)
+    jitter: float = 0.2              # calls per burst drawn uniformly in [1 - jitter, 1 + jitter] x the plan
+    marks: int = 16                  # intermediate marks per burst (per-call percentiles of mark intervals)
+    samples: int = 3                 # timed outputs shipped whole per step (one per early burst, chosen after it)
+    memory_fraction: float = 0.1     # of a rank's device memory (or address space) for held inputs, and for outputs
+    replay_budget_s: float = 0.5     # reference time the check of a step's timed calls may take (CallLimits)
+    clock_floor_s: float = 0.004     # the least allowance for the overhead of reporting a burst
+    clock_factor: float = 4.0        # allowance = max(floor, factor x the reference's 90th-percentile overhead)
+    clock_relative: float = 0.02     # ... plus this fraction of the burst's wall time (check_claims)
+    hidden_work_s: float = 50e-6     # device busy after the end beyond 2x the reference's plus this: escaped work
+    statistic: str = "burst-median"  # the figure of a burst (BurstLog.figures): "burst-median" | "interval-min"
+
+    @classmethod
+    def for_clock(cls, kind: str) -> "TimingProtocol":
+        """GPU bursts are short (a millisecond-scale start skew does not exist behind a device gate); CPU
+        ranks share cores, so their bursts are long enough to swamp scheduling and reporting delays."""
+        if kind == "cuda":
+            return cls(burst_s=0.008, budget_s=0.25, reference_budget_s=0.5, clock_floor_s=0.0005,
+                       replay_budget_s=0.3)
+        if kind == "host":
+            return cls(statistic="interval-min", marks=32, clock_relative=0.2)
+        raise ValueError(f"unknown clock {kind!r}")
+
+    @classmethod
+    def quick(cls, kind: str) -> "TimingProtocol":
+        """Shorter bursts and budgets (tests, CPU sanity runs): coarser figures, same rules."""
+        return replace(cls.for_clock(kind), burst_s=0.015, budget_s=0.08, reference_budget_s=0.3, min_bursts=3,
+                       replay_budget_s=0.3)
+
+
+class ConfigError(ValueError):
+    """A setting the judge cannot take; the message names it and the fix."""
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    # -- where ranks run, and the problem they run ------------------------------------------------------
+    executor: str = "auto"
+    """cpu (rank processes over gloo), cuda (one process per GPU, NCCL), cuda-emulated (several ranks per
+    GPU: correctness only), auto (cuda with enough GPUs, cuda-emulated with fewer, cpu without any)."""
+    world_size: int = 4
+    """Ranks a candidate runs on; limited by the machine (executors/capacity.py), checked before anything starts."""
+    preset: str = "tiny"
+    """Problem size: tiny (CPU ranks in milliseconds), bench (PKB's size), large (where a task has it)."""
+    dtype: str | None = None
+    """Element type; None takes each preset's own (the task's spec)."""
+
+    # -- what one step does ---------------------------------------------------------------------------
+    trials: int = 3
+    """Untimed calls checked element by element before any timing: enough for a wrong shard or a skipped
+    rank to show, few enough that a CPU step stays well under a second (every timed call is checked too)."""
+    protocol: TimingProtocol | None = None
+    """The burst protocol's targets and budgets; None: the placement clock's defaults (TimingProtocol.for_clock)."""
+    max_action_chars: int = 200_000
+    """An action (a model's completion) longer than this is refused unread: no kernel module needs more."""
+
+    # -- deadlines (seconds) --------------------------------------------------------------------------
+    step_budget_s: float = 600.0
+    """The hard wall-clock budget of one step, counted from its start, compiles included: every wait on the
+    candidate's ranks, and every compile they ask for, ends by then (a candidate past it has timed out), so a
+    training loop never waits longer for one completion. The reference's own work is bounded by the
+    deadlines below (its time is measured once per task and size, then cached)."""
+    start_timeout_s: float = 120.0
+    """A rank set's start (CUDA contexts, the process group, NCCL's connections): minutes only when a
+    machine is badly overloaded; past it the judge says so (a start is never the candidate's fault)."""
+    build_timeout_s: float = 60.0
+    """Importing the candidate's module in every rank (the compiles it asks for have deadlines of their own)."""
+    trial_timeout_s: float = 30.0
+    """All trials of one step: a hang or a deadlock costs this long, once."""
+    timing_timeout_s: float = 60.0
+    """One request of the timing protocol (a burst, its fingerprints, the reference's replay of it)."""
+    compile_timeout_s: float = 300.0
+    """One NVRTC or nvcc build in a build cell."""
+    extension_timeout_s: float = 480.0
+    """One torch extension build (load_inline: torch's headers make these slow, ~60 s on one H200)."""
+    compile_budget_s: float = 480.0
+    """The judge-side compile time one step's ranks may ask for in all (then every request is refused)."""
+    failure_grace_s: float = 0.3
+    """After one rank fails, how long the others may still report, so that the message names each rank's fate."""
+
+    # -- rank sets ------------------------------------------------------------------------------------
+    spares: int | None = None
+    """Candidate rank sets kept pre-started; None: the placement's (one per start phase and a ready one on
+    GPUs, where cells have namespaces; one elsewhere: docs/timing.md)."""
+    fresh_starts: int = 2
+    """Tries at a new candidate rank set when no spare answered (a host briefly out of processes: EAGAIN)."""
+    fresh_start_pause_s: float = 1.0
+    """Between those tries."""
+
+    # -- containment (defaults from the environment: the module docstring) --------------------------
+    namespaces: bool = field(default_factory=lambda: _env_flag("PKB_ENV_NAMESPACES", True))
+    """Each rank set and build in its own PID, mount and network namespaces, where the machine allows them."""
+    require_containment: bool = field(default_factory=lambda: _env_flag("PKB_ENV_REQUIRE_CONTAINMENT", False))
+    """Refuse to run a candidate without namespaces (ContainmentError naming the fix) instead of falling back."""
+    drop_privileges: bool = field(default_factory=lambda: _env_flag("PKB_ENV_DROP_PRIVILEGES", True))
+    """Candidate ranks and builds of a root judge run as nobody; off only to diagnose a machine."""
+
+    # -- limits ---------------------------------------------------------------------------------------
+    log_tail_bytes: int = 1500
+    """Of a failing rank's output, the last bytes shown (the feedback keeps a few hundred characters)."""
+    build_memory_bytes: int = 16 << 30
+    """Address space of one compiler process (nvcc on torch's headers needs a few GiB)."""
+    build_cpu_seconds: int = 600
+    """CPU time of one compiler process."""
+    build_file_bytes: int = 512 << 20
+    """Largest file a build may write (objects, the shared library)."""
+    build_processes: int = 256
+    """Processes of the candidate uid during a build (ninja's jobs, the compiler's drivers)."""
+    max_build_bytes: int = 256 << 20
+    """Largest built object the judge takes back from a build cell."""
+
+    # -- calibration and caches -----------------------------------------------------------------------
+    calibration: str = "auto"
+    """auto: measure latency, bandwidth and peaks at the first open where none is cached for this hardware
+    and world size; cached: use a cached one, else the datasheet's peaks (never measure). Never inside a step."""
+    calibration_sizes: tuple[int, ...] | None = None
+    """all_reduce sizes (bytes) whose best bus bandwidth is calibrated; None: the placement's."""
+    cache_dir: str = field(default_factory=default_cache_dir)
+    """Calibrations and built kernels: written only by the judge's own process, never shown to a candidate."""
+
+    def __post_init__(self) -> None:
+        problems = list(self._problems())
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    def _problems(self):
+        if self.executor not in EXECUTORS:
+            yield f"unknown executor {self.executor!r}; choose one of {', '.join(EXECUTORS)}"
+        if isinstance(self.world_size, bool) or not isinstance(self.world_size, int) or self.world_size < 1:
+            yield f"world_size must be a positive integer, got {self.world_size!r}"
+        if not isinstance(self.preset, str) or not self.preset:
+            yield f"preset must be a preset's name (tiny, bench, large), got {self.preset!r}"
+        if self.dtype is not None and not isinstance(self.dtype, str):
+            yield f"dtype must be a dtype's name such as 'float32' or None, got {self.dtype!r}"
+        for name in ("trials", "max_action_chars", "log_tail_bytes", "fresh_starts", "build_memory_bytes",
+                     "build_cpu_seconds", "build_file_bytes", "build_processes", "max_build_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "fresh_starts" else 1):
+                yield f"{name} must be a positive integer, got {value!r}"
+        for name in ("step_budget_s", "start_timeout_s", "build_timeout_s", "trial_timeout_s", "timing_timeout_s",
+                     "compile_timeout_s", "extension_timeout_s", "compile_budget_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                yield f"{name} must be a positive number of seconds, got {value!r}"
+        for name in ("failure_grace_s", "fresh_start_pause_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                yield f"{name} must be a number of seconds >= 0, got {value!r}"
+        if self.spares is not None and (isinstance(self.spares, bool) or not isinstance(self.spares, int)
+                                        or self.spares < 1):
+            yield f"spares must be a positive integer or None (the placement's), got {self.spares!r}"
+        if self.protocol is not None and not isinstance(self.protocol, TimingProtocol):
+            yield (f"protocol must be a TimingProtocol (e.g. TimingProtocol.for_clock('host')) or None, got "
+                   f"{type(self.protocol).__name__}")
+        if self.calibration not in CALIBRATIONS:
+            yield f"calibration {self.calibration!r} is unknown; choose one of {', '.join(CALIBRATIONS)}"
+        if self.calibration_sizes is not None and not (
+                isinstance(self.calibration_sizes, tuple) and self.calibration_sizes
+                and all(isinstance(s, int) and s > 0 for s in self.calibration_sizes)):
+            yield f"calibration_sizes must be a tuple of positive byte counts or None, got {self.calibration_sizes!r}"
+        for name in ("namespaces", "require_containment", "drop_privileges"):
+            if not isinstance(getattr(self, name), bool):
+                yield f"{name} must be true or false, got {getattr(self, name)!r}"
+        if not isinstance(self.cache_dir, str) or not self.cache_dir:
+            yield f"cache_dir must be a directory's path, got {self.cache_dir!r}"
+
+    def replace(self, **changes: Any) -> "JudgeConfig":
+        """A copy with `changes` (unknown names refused with the closest known one)."""
+        _check_names(changes)
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> "JudgeConfig":
+        """From plain data (YAML, a trainer's reward kwargs, a request body): keys are field names (dashes
+        allowed), `protocol` a mapping of TimingProtocol's fields, `calibration_sizes` a list."""
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"a judge config must be a mapping of setting: value, got {type(values).__name__}")
+        data = {str(k).replace("-", "_"): v for k, v in values.items()}
+        _check_names(data)
+        if isinstance(data.get("protocol"), Mapping):
+            known = {f.name for f in dataclasses.fields(TimingProtocol)}
+            unknown = sorted(set(data["protocol"]) - known)
+            if unknown:
+                raise ConfigError(f"protocol: unknown setting(s) {unknown}; TimingProtocol takes {sorted(known)}")
+            data["protocol"] = TimingProtocol(**data["protocol"])
+        if isinstance(data.get("calibration_sizes"), list):
+            data["calibration_sizes"] = tuple(data["calibration_sizes"])
+        return cls(**data)
+
+
+def _check_names(values: Mapping[str, Any]) -> None:
+    known = [f.name for f in dataclasses.fields(JudgeConfig)]
+    for name in values:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(f"unknown judge setting {name!r}; {hint}JudgeConfig takes {', '.join(known)}")

@@ -1,0 +1,18 @@
+"""The package's two kinds of failure that are nobody's verdict: the judge's own, and a machine that cannot
+serve what was asked.
+
+`JudgeError` is raised where the judge cannot give a verdict (the reference ranks died twice, a
+candidate's ranks could not be started, containment that was required is missing, the clock measured
+the reference faster than physics allows). The CLI exits 7 on it; a pool reports it as an
+infrastructure failure. A candidate's failures are verdicts in its EvaluationRecord instead.
+"""
+from __future__ import annotations
+
+
+class JudgeError(RuntimeError):
+    """The judge itself failed: not the candidate's fault, never rewarded."""
+
+
+class ExecutorError(ValueError):
+    """An executor that cannot be made here (unknown name, no GPU, a world size over the machine's limit);
+    the message says the fix. A usage error: the CLI exits 2 on it."""

@@ -1,0 +1,140 @@
+"""The executor interface: what the judge may ask of wherever code runs, and what comes back.
+
+The judge (pkb_env/judge/) is typed on these protocols only. An `Executor` hands out sessions: a
+`CandidateSession` on fresh ranks for one step's candidate, and the trusted `ReferenceSession` for the
+reference's outputs, timings, replays and the calibration. Their methods are the operations; their
+arguments are typed (wire/requests.py: workloads, seeds, rules); their answers are the dataclasses below,
+decoded from frames that the rank set has already held to their schemas (wire/messages.py).
+
+Everything about processes stays behind this line: which rank set serves a step, spares and their
+phases (nothing starts beside a timed burst: a session's `burst` waits for any start still running),
+retries of a reference whose ranks died, transport errors. A session raises `RankSetFailed` when ranks
+failed or said something no honest rank says (the judge turns each RankFailure into a verdict), and
+`JudgeError` (pkb_env/errors.py) when the judge's own machinery failed: never the candidate's fault.
+"""
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, TypeVar
+
+from pkb_env.executors.builds import BuildOutcome
+from pkb_env.executors.placement import ExecutorInfo, Placement
+from pkb_env.tracing import Tracer
+from pkb_env.wire.requests import Rules, Seeds, Workload
+
+T = TypeVar("T")
+# Answers a rank's compile request before a deadline (judge/compiler.py): (header, time.monotonic() deadline).
+Services = Callable[[dict, "float | None"], tuple[dict, "bytes | None"]]
+
+
+@dataclass
+class TrialOutputs:
+    """One untimed call on every rank."""
+
+    outputs: list[Any]            # per rank
+    seconds: list[float]          # per rank, the untimed trial call (for deadlines, not for scoring)
+    aliases: list[list[str]]      # per rank: output paths that are views of inputs
+    mutated: list[list[str]]      # per rank: arguments changed by the call
+    shares: list[list[int]]       # per rank: earlier trials whose output memory this output shares
+    input_bytes: int = 0          # the largest rank's, for the timing plan (believed from the reference only)
+    output_bytes: int = 0
+
+
+@dataclass
+class RankBurst:
+    """One rank's report of one burst, and when the judge read it."""
+
+    seen_at: float
+    ended_at: float
+    busy_s: float
+    host_s: float
+    idle_s: float | None
+    marks: list[float]
+    received: float
+
+
+@dataclass
+class BurstRecord:
+    calls: int
+    marks_every: int              # a mark after every this many calls
+    released: float               # the judge's clock at the release
+    ranks: list[RankBurst]
+
+
+class TimedSession(Protocol):
+    """What the timing protocol (judge/timing.py) needs of a session: bursts, and their fingerprints."""
+
+    world_size: int
+    memory_bytes: int
+
+    def burst(self, workload: Workload, seeds: list[Seeds], calls: int, marks_every: int,
+              capture_every: bool = False) -> BurstRecord:
+        """One burst of `calls` calls, every rank gated and released at once; seeds[r] are rank r's base seeds."""
+
+    def fingerprints(self, burst: int, seed: int, rules: Rules, sample: list[int]) -> list[dict]:
+        """Per rank: fingerprints of the last burst's outputs and inputs, its problems, the sampled outputs."""
+
+
+class CandidateSession(TimedSession, Protocol):
+    containment: dict[str, str]   # what protects the judge while these ranks run, in words (for the record)
+
+    def load(self, task: str, source: str) -> float:
+        """Load `task` (its process groups are built first), then execute the candidate's module on every
+        rank; the slowest rank's seconds."""
+
+    def trials(self, workload: Workload, seeds: list[list[Seeds]]) -> list[TrialOutputs]:
+        """One call per seed set; seeds[r][k] are rank r's seeds for call k."""
+
+    def quiet(self, label: str) -> None:
+        """No rank said anything nobody asked for (a late forged report), else RankSetFailed."""
+
+    def end(self) -> None:
+        """Kill the candidate's ranks now, without waiting; the session's close confirms they are gone."""
+
+
+class ReferenceSession(TimedSession, Protocol):
+    def trials(self, workload: Workload, seeds: list[list[Seeds]]) -> list[TrialOutputs]:
+        """As the candidate's."""
+
+    def replay(self, workload: Workload, seeds: list[Seeds], calls: int, burst: int, seed: int, rules: Rules,
+               sample: list[int]) -> list[dict]:
+        """The reference's fingerprints (with its bound terms) for the inputs of a candidate's burst."""
+
+    def copy_rates(self, size: int) -> list[list[float]]:
+        """[src, dst, GB/s] for every ordered GPU pair (the calibration)."""
+
+
+class Executor(Protocol):
+    info: ExecutorInfo
+    placement: Placement              # the candidates'
+    reference_placement: Placement    # the reference's (CPU ranks under cuda-emulated)
+    world_size: int
+    tracer: Tracer                    # where a step's time goes (pkb_env/tracing.py)
+
+    def candidate(self, services: Services | None = None,
+                  deadline: float | None = None) -> AbstractContextManager[CandidateSession]:
+        """Fresh ranks for one candidate, ready to load it; closed (every process gone) when the block ends.
+        No wait inside outlasts `deadline` (time.monotonic())."""
+
+    def reference(self, task: str | None, work: Callable[[ReferenceSession], T]) -> T:
+        """`work` on the trusted reference ranks with `task` loaded (None: nothing loaded, the calibration);
+        retried once on fresh ranks when they died, then JudgeError."""
+
+    def build(self, job: dict, timeout: float) -> "BuildOutcome":
+        """One build of a candidate's kernels in a build cell of its own (executors/builds.py)."""
+
+    def prestart(self) -> None:
+        """Start what the next step needs now (the reference ranks, spare candidate ranks)."""
+
+    def discard_reference(self) -> None:
+        """End the reference ranks; the next request starts fresh ones."""
+
+    def isolation(self) -> dict[str, str]:
+        """What containment candidate ranks get here, in words."""
+
+    def process_ids(self) -> list[int]:
+        """Every live process the executor owns (for leak checks)."""
+
+    def close(self) -> None:
+        """End every process and remove every file the executor made."""

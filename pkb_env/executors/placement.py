@@ -1,0 +1,46 @@
+"""Where an executor's ranks run, as data: whatever differs between cpu, cuda and cuda-emulated lives here
+(no other module asks an executor for its name)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pkb_env.sandbox.limits import ResourceLimits
+
+
+@dataclass(frozen=True)
+class Placement:
+    """devices: one device string per rank; backend: the process-group backend; clock: "host" (CPU ranks)
+    or "cuda" (CUDA events behind a device gate); calibration_sizes: all_reduce sizes (bytes) whose best
+    bus bandwidth is the calibrated B (GPUs need large messages to saturate a link); spares: candidate
+    rank sets kept pre-started where cells have namespaces (executors/process.py, `_fill_spares`): a GPU
+    rank starts in three phases of 0.2-0.4 s each (wire/messages.START_PHASES), CPU ranks in a fraction of
+    that.
+    """
+
+    devices: tuple[str, ...]
+    backend: str
+    limits: ResourceLimits
+    clock: str = "host"
+    calibration_sizes: tuple[int, ...] = (1 << 20, 8 << 20)
+    pg_timeout_s: float = 120.0
+    spares: int = 1
+
+    @property
+    def world_size(self) -> int:
+        return len(self.devices)
+
+    @property
+    def gpu(self) -> bool:
+        return self.devices[0].startswith("cuda")
+
+    @property
+    def on_cpu(self) -> bool:
+        return all(device == "cpu" for device in self.devices)
+
+
+@dataclass(frozen=True)
+class ExecutorInfo:
+    name: str                      # "cpu" | "cuda" | "cuda-emulated"
+    hardware: str                  # fingerprint used as the key of cached reference times and calibrations
+    performance_available: bool    # False when ranks time-slice one device: times would mean nothing
+    topology: str                  # name of the topology config (configs/topologies/<name>.yaml)

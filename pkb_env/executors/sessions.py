@@ -1,0 +1,149 @@
+"""Sessions: a rank set seen through the operations the judge runs on it (executors/interface.py).
+
+Each operation turns typed arguments into one wire request per rank (every rank gets only its own seeds:
+wire/requests.py), waits with the config's deadline for that kind of request, and decodes what came
+back (the rank set has already held every frame to its schema and the request's nonce). Payloads are
+unpacked with weights_only loading (wire/channel.py); one that cannot be read is a forgery of the rank
+that sent it (RankSetFailed with kind "forged"). Nothing here decides a count or believes a time: the
+timing protocol (judge/timing.py) does both.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from pkb_env.executors.interface import BurstRecord, RankBurst, TrialOutputs
+from pkb_env.executors.rank_set import Delivery, RankSet, RankSetFailed
+from pkb_env.record import RankFailure
+from pkb_env.tracing import Tracer
+from pkb_env.wire import channel
+from pkb_env.wire.requests import Burst, Copies, Fingerprints, Load, Replay, Rules, Seeds, Trials, Workload
+
+
+class Session:
+    """Operations common to candidate and reference ranks. `before_timing` runs before every burst (the
+    executor's `settle`: no rank set may be starting beside one)."""
+
+    def __init__(self, ranks: RankSet, before_timing: Callable[[], None], tracer: Tracer):
+        self.ranks = ranks
+        self._before_timing = before_timing
+        self.tracer = tracer
+        self.config = ranks.config
+
+    @property
+    def world_size(self) -> int:
+        return self.ranks.world_size
+
+    @property
+    def memory_bytes(self) -> int:
+        """The least memory of any rank (device memory on GPUs, else the address-space limit)."""
+        return (min((f.get("memory_bytes") or 0) for f in self.ranks.facts)
+                or self.ranks.placement.limits.address_space_bytes or (2 << 30))
+
+    def trials(self, workload: Workload, seeds: list[list[Seeds]]) -> list[TrialOutputs]:
+        count = len(seeds[0])
+        with self.tracer.span("trials"):
+            self.ranks.ask([Trials(workload, tuple(s)) for s in seeds])
+            got = self.ranks.collect("trial", count, self._deadline(self.config.trial_timeout_s), Trials.label)
+        results = []
+        for k in range(count):
+            per_rank = [got[r][k] for r in range(self.world_size)]
+            results.append(TrialOutputs(
+                outputs=[self._unpack(d, r, Trials.label)["output"] for r, d in enumerate(per_rank)],
+                seconds=[d.header["seconds"] for d in per_rank],
+                aliases=[d.header["aliases"] for d in per_rank],
+                mutated=[d.header["mutated"] for d in per_rank],
+                shares=[d.header["shares"] for d in per_rank],
+                input_bytes=max(d.header["input_bytes"] for d in per_rank),
+                output_bytes=max(d.header["output_bytes"] for d in per_rank)))
+        return results
+
+    def burst(self, workload: Workload, seeds: list[Seeds], calls: int, marks_every: int,
+              capture_every: bool = False) -> BurstRecord:
+        with self.tracer.span("burst"):
+            self._before_timing()
+            deadline = self._deadline(self.config.timing_timeout_s)
+            epoch = self.ranks.page.next_epoch()
+            self.ranks.ask([Burst(workload, s, calls, epoch, marks_every, capture_every) for s in seeds])
+            self.ranks.collect("gated", 1, deadline, Burst.label)
+            released = self.ranks.release(epoch)
+            got = self.ranks.collect("burst", 1, deadline, Burst.label)
+        ranks = []
+        for (d,) in got:
+            h = d.header
+            ranks.append(RankBurst(h["seen_at"], h["ended_at"], h["busy_s"], h["host_s"], h["idle_s"], h["marks"],
+                                   d.received))
+        return BurstRecord(calls, marks_every, released, ranks)
+
+    def fingerprints(self, burst: int, seed: int, rules: Rules, sample: list[int]) -> list[dict]:
+        with self.tracer.span("fingerprints"):
+            self.ranks.ask(Fingerprints(burst, seed, rules, tuple(sample)))
+            return self._sketches(Fingerprints.label)
+
+    def _sketches(self, label: str) -> list[dict]:
+        got = self.ranks.collect("sketches", 1, self._deadline(self.config.timing_timeout_s), label)
+        return [self._unpack(d[0], r, label) for r, d in enumerate(got)]
+
+    def _deadline(self, seconds: float) -> float:
+        return time.monotonic() + seconds
+
+    def _unpack(self, delivery: Delivery, rank: int, label: str) -> dict:
+        try:
+            data = channel.unpack_tensors(delivery.payload)
+        except Exception as exc:  # weights_only refusal, truncated data: a forged or broken payload
+            raise self._forged(rank, label, f"a payload the judge could not read ({type(exc).__name__})") from None
+        if not isinstance(data, dict):
+            raise self._forged(rank, label, "a payload that is not of the judge's form")
+        return data
+
+    def _forged(self, rank: int, label: str, what: str) -> RankSetFailed:
+        failure = RankFailure(rank, "forged", f"rank {rank} sent {what} during {label}", label,
+                              self.ranks.log_tail(rank))
+        return RankSetFailed([failure])
+
+
+class CandidateRanks(Session):
+    """A candidate's fresh ranks for one step (executors/interface.py, CandidateSession)."""
+
+    def __init__(self, ranks: RankSet, before_timing: Callable[[], None], tracer: Tracer,
+                 end: Callable[[RankSet], None], containment: dict[str, str]):
+        super().__init__(ranks, before_timing, tracer)
+        self._end = end
+        self.containment = containment
+
+    def load(self, task: str, source: str) -> float:
+        with self.tracer.span("load"):
+            self.ranks.ask(Load(task, source))
+            got = self.ranks.collect("built", 1, self._deadline(self.config.build_timeout_s), Load.label)
+        return max(d[0].header["seconds"] for d in got)
+
+    def quiet(self, label: str) -> None:
+        self.ranks.quiet(label)
+
+    def end(self) -> None:
+        with self.tracer.span("end"):
+            self._end(self.ranks)
+
+
+class ReferenceRanks(Session):
+    """The trusted reference ranks (executors/interface.py, ReferenceSession)."""
+
+    def replay(self, workload: Workload, seeds: list[Seeds], calls: int, burst: int, seed: int, rules: Rules,
+               sample: list[int]) -> list[dict]:
+        with self.tracer.span("replay"):
+            self.ranks.ask([Replay(workload, s, calls, burst, seed, rules, tuple(sample)) for s in seeds])
+            return self._sketches(Replay.label)
+
+    def copy_rates(self, size: int) -> list[list[float]]:
+        self.ranks.ask([Copies(size if r == 0 else 0) for r in range(self.world_size)])
+        got = self.ranks.collect("copies", 1, self._deadline(self.config.timing_timeout_s), Copies.label)
+        return got[0][0].header["table"]
+
+    def load(self, task: str | None) -> None:
+        """The task's reference on every rank (once per task: the ranks keep it until another is loaded)."""
+        if task is not None and self.ranks.loaded != task:
+            self.ranks.loaded = None
+            with self.tracer.span("load"):
+                self.ranks.ask(Load(task, None))
+                self.ranks.collect("built", 1, self._deadline(self.config.build_timeout_s), Load.label)
+            self.ranks.loaded = task

@@ -1,0 +1,78 @@
+"""The stages that run candidate code, on the step's fresh candidate ranks: build, trials, timing.
+
+Each is a function of the step context and the candidate's session that returns its own result, or the
+`StageFailure` that ends the step there (what every failing rank did, as the judge observed it; the
+verdict follows from it in judge/verdict.py). A rank's own account of a failure can only make things
+worse for it: a forged frame, a tampered tool or a timing report the judge's clock rules out is an
+exploit; nothing a rank says can turn a failure into a success.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from pkb_env.executors.interface import CandidateSession, TrialOutputs
+from pkb_env.executors.rank_set import RankSetFailed
+from pkb_env.judge.context import StepContext
+from pkb_env.config import TimingProtocol
+from pkb_env.judge.reference import ReferenceTiming, call_limits
+from pkb_env.judge.timing import (BurstLog, TimedWork, check_claims, clock_allowance, escaped_work, run_bursts,
+                                  summarize, suspect_reason)
+from pkb_env.record import BuildResult, RankFailure, RunResult, Stage, StageFailure, TimingResult
+
+
+def build(ctx: StepContext, ranks: CandidateSession, source: str) -> BuildResult | StageFailure:
+    """Import the candidate's module on every rank (the task's process groups exist by then)."""
+    try:
+        return BuildResult(seconds=ranks.load(ctx.task.name, source))
+    except RankSetFailed as exc:
+        return failure(Stage.BUILD, exc)
+
+
+def run_trials(ctx: StepContext, ranks: CandidateSession) -> tuple[RunResult, list[TrialOutputs]] | StageFailure:
+    """The untimed trials, on the same secret seeds as the reference's; their outputs for the verify stage."""
+    start = time.perf_counter()
+    try:
+        got = ranks.trials(ctx.workload, ctx.trial_seeds())
+    except RankSetFailed as exc:
+        return failure(Stage.RUN, exc)
+    return RunResult(trials=ctx.trials, seconds=time.perf_counter() - start), got
+
+
+@dataclass
+class Timed:
+    result: TimingResult     # whole: figures, the reference's time, the speedup, the clock check, any suspicion
+    log: BurstLog            # what the judge observed, for the check of every timed call
+
+
+def time_candidate(ctx: StepContext, ranks: CandidateSession, protocol: TimingProtocol, reference: ReferenceTiming,
+                   reuses: bool, clock: str, floor_s: float | None) -> Timed | StageFailure:
+    """Bursts with fingerprints; every report held to the judge's clock; the timing record made whole.
+
+    `reuses`: the candidate returned the same memory in two trials (a buffer it refills), so each of its
+    timed outputs is copied as its call returns, inside the timed window, as a caller would have to.
+    """
+    work = TimedWork(ctx.workload, ctx.seeds, rules=ctx.rules, capture_every=reuses)
+    limits = call_limits(protocol, ranks.memory_bytes, reference.sizes, reference)
+    try:
+        log = run_bursts(ranks, work, protocol, limits, protocol.budget_s)
+        ranks.quiet("timing")  # a frame nobody asked for (a forged report sent late) is caught here
+    except RankSetFailed as exc:
+        return failure(Stage.TIME, exc)
+    claims = check_claims(log, clock_allowance(protocol, reference.overheads), protocol.clock_relative)
+    if claims.problem:
+        forged = RankFailure(claims.rank, "forged_timing", f"timing reports the judge's clock rules out: "
+                                                           f"{claims.problem}", "timing")
+        return StageFailure(Stage.TIME, forged.message, [forged])
+    figures = summarize(log, clock)
+    speedup = reference.result.time_s / figures.time_s if figures.time_s > 0 else None
+    suspect = (escaped_work(figures, reference.result, protocol.hidden_work_s)
+               or suspect_reason(figures.time_s, floor_s))
+    result = TimingResult(**{**vars(figures), "clock_allowance_s": claims.allowance_s,
+                             "clock_margin_s": claims.margin_s, "claim_ratio": claims.claim_ratio,
+                             "reference_s": reference.result.time_s, "speedup": speedup, "suspect": suspect})
+    return Timed(result, log)
+
+
+def failure(stage: Stage, exc: RankSetFailed) -> StageFailure:
+    return StageFailure(stage, "; ".join(f.message for f in exc.failures), list(exc.failures))

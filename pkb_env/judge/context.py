@@ -1,0 +1,49 @@
+"""The step context: what one step judges, worked out once before any stage runs, read by every stage.
+
+Before it existed the workload was rebuilt five times a step, the output checks three times, and the
+comparison rules crossed four layers as loose dicts; now a stage gets everything it needs from one
+frozen object and returns its own result (judge/pipeline.py).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from pkb_env.contract import Check, CostModel
+from pkb_env.contract.spec import TaskSpec
+from pkb_env.judge.seeds import SeedPlan
+from pkb_env.wire.requests import Rules, Seeds, TaskWorkload
+
+
+@dataclass(frozen=True)
+class StepContext:
+    task: TaskSpec
+    preset: str
+    dtype: str
+    world_size: int
+    workload: TaskWorkload       # what every request of the step runs: the loaded solution on the task's inputs
+    seeds: SeedPlan              # this step's secret, handed out rank by rank
+    checks: dict[str, Check]     # how each output path is compared (the task's tolerance at this dtype and size)
+    rules: Rules                 # the same checks as the ranks fingerprint with them
+    cost: CostModel              # the task's cost model at this size, world size and dtype
+    trials: int
+    deadline: float              # the step's hard end (time.monotonic()): JudgeConfig.step_budget_s
+
+    @classmethod
+    def make(cls, task: TaskSpec, preset: str, dtype: str, world_size: int, rng: str, trials: int,
+             budget_s: float) -> "StepContext":
+        """`rng`: where inputs are drawn ("device" where the reference's ranks are on GPUs too, else "cpu")."""
+        dims = task.preset(preset).dims
+        checks = task.output_checks(dtype, dims, world_size)
+        rules = {path: (c.tolerance.atol, c.tolerance.rtol, c.unordered) for path, c in checks.items()}
+        return cls(task, preset, dtype, world_size, TaskWorkload(task.name, preset, dtype, rng),
+                   SeedPlan(task.layout(world_size)), checks, rules, task.cost_model(dims, world_size, dtype), trials,
+                   time.monotonic() + budget_s)
+
+    def trial_seeds(self) -> list[list[Seeds]]:
+        """seeds[rank][k]: rank's seeds for trial k (the reference's and the candidate's are the same)."""
+        return self.seeds.per_rank("trial", range(self.trials))
+
+    @property
+    def trial_labels(self) -> list[str]:
+        return [f"trial {k}" for k in range(self.trials)]

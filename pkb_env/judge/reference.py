@@ -1,0 +1,103 @@
+"""The reference's part of a step: its outputs (what the candidate must match), its time (the speedup's
+denominator), its replay of the candidate's timed calls. All of it runs on the trusted reference ranks,
+only while no process of the step's candidate exists or after it is gone, and is billed to the reference
+(`ReferenceWork` in the record), never to the candidate's stages.
+
+The reference's time is measured once per task, preset, dtype, world size and hardware, by the same
+protocol and in the same placement as candidates, and cached in this object (`time_for`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pkb_env.contract import CostModel, Peaks
+from pkb_env.errors import JudgeError
+from pkb_env.executors.interface import Executor, ReferenceSession, TrialOutputs
+from pkb_env.judge.context import StepContext
+from pkb_env.config import TimingProtocol
+from pkb_env.judge.roofline import roofline
+from pkb_env.judge.timing import BurstLog, CallLimits, TimedWork, overheads, run_bursts, summarize, suspect_reason
+from pkb_env.record import TimingResult
+
+
+@dataclass
+class ReferenceTiming:
+    """The reference's time and its honest reporting overheads (the clock check's allowance comes from them)."""
+
+    result: TimingResult
+    overheads: np.ndarray
+    sizes: tuple[int, int]      # (input bytes, output bytes) of one call, the largest rank's
+
+
+class Reference:
+    """The reference's work for the steps of one judge, and its cache of times."""
+
+    def __init__(self, executor: Executor, protocol: TimingProtocol, clock: str):
+        self.executor = executor
+        self.protocol = protocol
+        self.clock = clock
+        self._times: dict[tuple, ReferenceTiming] = {}
+
+    def outputs(self, ctx: StepContext) -> list[TrialOutputs]:
+        """The expected outputs of the step's trials (the same secret seeds the candidate's trials get)."""
+        seeds = ctx.trial_seeds()
+        return self.executor.reference(ctx.task.name, lambda ranks: ranks.trials(ctx.workload, seeds))
+
+    def cached(self, ctx: StepContext, hardware: str) -> ReferenceTiming | None:
+        return self._times.get(self._key(ctx, hardware))
+
+    def time_for(self, ctx: StepContext, hardware: str, sizes: tuple[int, int], floor_s: float | None,
+                 ) -> ReferenceTiming:
+        """The reference timed by the candidates' protocol in their placement, once per task and size.
+
+        `sizes`: (input, output) bytes of one call, from the reference's own trials (they bound how many
+        calls a burst may hold). `floor_s`: the task's least possible time here; the reference is correct
+        by definition, so a time below it is the judge's fault (JudgeError), never a candidate's."""
+        key = self._key(ctx, hardware)
+        if key not in self._times:
+            work = TimedWork(ctx.workload, ctx.seeds)
+
+            def measure(ranks: ReferenceSession) -> BurstLog:
+                limits = call_limits(self.protocol, ranks.memory_bytes, sizes, None)
+                return run_bursts(ranks, work, self.protocol, limits, self.protocol.reference_budget_s)
+
+            log = self.executor.reference(ctx.task.name, measure)
+            result = summarize(log, self.clock)
+            problem = suspect_reason(result.time_s, floor_s)
+            if problem:
+                raise JudgeError(f"the judge's own clock is wrong: the reference measured {problem}")
+            self._times[key] = ReferenceTiming(result, overheads(log), sizes)
+        return self._times[key]
+
+    def replay(self, ctx: StepContext, log: BurstLog) -> list[list[dict]]:
+        """Per burst, per rank: the reference's fingerprints of the candidate's timed calls, same inputs."""
+        def run(ranks: ReferenceSession) -> list[list[dict]]:
+            return [ranks.replay(ctx.workload, log.seeds[b], burst.calls, b, log.sketch_seeds[b], ctx.rules,
+                                 log.samples[b]) for b, burst in enumerate(log.bursts)]
+
+        return self.executor.reference(ctx.task.name, run)
+
+    def forget(self, task: str | None) -> None:
+        """Drop the cached times of `task` (None: all)."""
+        for key in [k for k in self._times if task is None or k[0] == task]:
+            del self._times[key]
+
+    @staticmethod
+    def _key(ctx: StepContext, hardware: str) -> tuple:
+        return ctx.task.name, ctx.preset, ctx.dtype, ctx.world_size, hardware
+
+
+def call_limits(protocol: TimingProtocol, memory_bytes: int, sizes: tuple[int, int],
+                reference: ReferenceTiming | None) -> CallLimits:
+    """Calls per burst (memory) and in all (the reference's replay) for a session with `memory_bytes`."""
+    replayed = reference.result.time_s if reference is not None else None
+    return CallLimits.from_sizes(protocol, *sizes, memory_bytes, replayed)
+
+
+def physical_floor(cost: CostModel, datasheet: Peaks | None) -> float | None:
+    """The least time the task can take here: its cost model bounded at the datasheet's peaks (None where
+    the topology has none). The one input of the suspect rule (timing.suspect_reason)."""
+    floor = roofline(cost, 1.0, None, datasheet)
+    return floor.bound.bound_s if floor is not None else None

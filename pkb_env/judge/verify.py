@@ -1,0 +1,48 @@
+"""The verify stages, in the judge's process: the trials element by element, every timed call by fingerprints.
+
+Both compare with outputs that only the trusted reference ranks computed and only this process holds.
+Each output is compared by its own check (StepContext.checks: the task's tolerance at this dtype and
+size; exact for integers, booleans and data movement; rows as a set for unordered outputs).
+"""
+from __future__ import annotations
+
+from pkb_env.executors.interface import TrialOutputs
+from pkb_env.judge.compare import compare_outputs
+from pkb_env.judge.context import StepContext
+from pkb_env.judge.fingerprints import compare_burst
+from pkb_env.judge.timing import BurstLog
+from pkb_env.record import Mismatch, RankFailure, Stage, StageFailure, VerifyResult
+from pkb_env.wire.channel import ChannelError
+
+
+def verify_trials(ctx: StepContext, expected: list[TrialOutputs], got: list[TrialOutputs]) -> VerifyResult:
+    """Every rank's outputs of every trial against the reference's; aliasing and input mutation count."""
+    mismatches: list[Mismatch] = []
+    checked = 0
+    for label, exp, cand in zip(ctx.trial_labels, expected, got):
+        for rank, (e, g) in enumerate(zip(exp.outputs, cand.outputs)):
+            checked += 1
+            for path in cand.aliases[rank]:
+                mismatches.append(Mismatch(label, rank, path, f"{path} is a view of an input argument; "
+                                           f"return a new tensor"))
+            for path in cand.mutated[rank]:
+                mismatches.append(Mismatch(label, rank, path, f"the call modified {path}; inputs must be left "
+                                           f"unchanged (copy before working in place)"))
+            mismatches.extend(compare_outputs(e, g, ctx.checks, label, rank))
+    return VerifyResult(correct=not mismatches, checked=checked, mismatches=mismatches)
+
+
+def verify_timed(ctx: StepContext, log: BurstLog, expected: list[list[dict]]) -> VerifyResult | StageFailure:
+    """Every timed call of every rank against the reference's replay of the same inputs (`expected`, per
+    burst and rank). A fingerprint payload the judge cannot read is a forgery of the rank that sent it."""
+    mismatches: list[Mismatch] = []
+    for b, (exp_ranks, got_ranks) in enumerate(zip(expected, log.sketches)):
+        for rank, (exp, got) in enumerate(zip(exp_ranks, got_ranks)):
+            try:
+                mismatches += compare_burst(exp, got, ctx.checks, b, rank)
+            except ChannelError as exc:
+                forged = RankFailure(rank, "forged", f"rank {rank} sent fingerprints no honest rank sends: {exc}",
+                                     "timed-output check")
+                return StageFailure(Stage.TIME, forged.message, [forged])
+    checked = sum(burst.calls for burst in log.bursts) * ctx.world_size
+    return VerifyResult(correct=not mismatches, checked=checked, mismatches=mismatches)

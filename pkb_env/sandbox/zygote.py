@@ -1,0 +1,115 @@
+"""The zygote: a fork server that imports torch once, so that each rank set or build is a fork (milliseconds).
+
+Starting a rank from scratch costs a torch import (1-1.5 s here, per rank); candidates must run in fresh
+processes every step (docs/architecture.md, "Processes"), so the zygote imports torch and the rank code
+once and forks on request: a cell per rank set or per build (cell.py: its namespaces and allowlisted
+root), which forks that rank set's ranks or the build. The zygote is started with a scrubbed
+environment (variables.py: no secrets reach a fork, not even through /proc/self/environ) and without the
+working directory on its `sys.path` (a cell must never depend on where the judge was started), never
+initialises CUDA or a process group itself, and dies with the judge (PR_SET_PDEATHSIG). Each fork server
+reaps its children and reports their exit status.
+
+Both ends live here: `Zygote` is the judge's handle, `main` the zygote process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from multiprocessing.connection import Connection
+
+from pkb_env.sandbox.cell import Cell
+from pkb_env.sandbox.containment import Containment, ContainmentError, containment_advice
+from pkb_env.sandbox.forking import ForkServer, serve
+from pkb_env.sandbox.limits import become_subreaper, set_parent_death_signal
+from pkb_env.wire import channel
+
+
+# `python -c` puts "" (the working directory) first on sys.path; the zygote drops it before importing anything.
+BOOT = ("import sys; sys.path[:] = [p for p in sys.path if p]; "
+        "from pkb_env.sandbox.zygote import main; main()")
+
+
+class Zygote(ForkServer):
+    def __init__(self, env: dict[str, str], start_timeout: float, cache: str):
+        """Start the zygote with `env` (the scrubbed environment); `cache` is the judge's cache directory,
+        which no cell may show."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        judge = json.dumps({"home": os.path.expanduser("~"), "cache": cache})
+        cmd = [sys.executable, "-c", BOOT, str(theirs.fileno()), judge]
+        self.process = subprocess.Popen(cmd, env=env, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                                        start_new_session=True)
+        theirs.close()
+        self._sock = ours
+        super().__init__(Connection(os.dup(ours.fileno())), self.process.pid)
+        message, _ = channel.recv(self.conn, time.monotonic() + start_timeout)
+        if message.get("event") != "ready":
+            raise RuntimeError(f"zygote failed to start: {message}")
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def cell(self, workdir: str, containment: Containment, kind: str = "ranks", owner: tuple[int, int] | None = None,
+             timeout: float = 30.0) -> "Cell":
+        """Fork a cell for a rank set (kind "ranks") or a build (kind "build") working in `workdir`.
+
+        A contained build gets a private tmpfs at `workdir` owned by `owner` (uid, gid) instead of the host's
+        directory: nothing it writes reaches the host. Waits until the cell is contained.
+        """
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            spec = {"workdir": workdir, "kind": kind, "owner": owner or (os.geteuid(), os.getegid()),
+                    **asdict(containment)}
+            pid = self.fork("cell", spec, theirs.fileno())
+        finally:
+            theirs.close()
+        cell = Cell(Connection(os.dup(ours.fileno())), pid, self)
+        ours.close()
+        try:
+            message, _ = channel.recv(cell.conn, time.monotonic() + timeout)
+        except (channel.ChannelTimeout, channel.ChannelClosed, channel.ChannelError) as exc:
+            cell.close()
+            raise ContainmentError(f"the rank set's cell did not start: {exc!r}") from None
+        if message.get("event") != "ready":
+            cell.close()
+            raise ContainmentError(f"{message.get('message', message)}. Fix: {containment_advice(message, containment)}")
+        cell.isolation = message["isolation"]
+        cell.contained = message["contained"]
+        return cell
+
+    def close(self) -> None:
+        try:
+            channel.send(self.conn, {"op": "exit"})
+        except OSError:
+            pass
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self.conn.close()
+        self._sock.close()
+
+
+def main() -> None:
+    """The zygote process itself (started by `Zygote` through BOOT): arguments are the channel's file
+    descriptor, then JSON with the judge's home and cache directories (which the allowlisted root must
+    never show; the scrubbed environment names neither)."""
+    fd, judge = int(sys.argv[1]), json.loads(sys.argv[2])
+    set_parent_death_signal()
+    become_subreaper()  # orphans of un-namespaced cells (double forks, fork-walkers) become ours: the judge sweeps them
+    import torch  # noqa: F401  (the point of the zygote: pay for this once)
+    import torch.distributed  # noqa: F401
+
+    from pkb_env.ranks import server  # noqa: F401  (imported before any fork: inherited warm)
+    from pkb_env.sandbox import builder, cell, rootfs  # noqa: F401
+
+    cell.PLAN = rootfs.plan(home=judge["home"], cache=judge["cache"])  # once: every cell shows the same host paths
+    conn = Connection(fd)
+    channel.send(conn, {"event": "ready"})
+    serve(conn, "cell", cell.run_cell)  # cells and ranks die with us: each sets PR_SET_PDEATHSIG

@@ -1,0 +1,262 @@
+"""`JudgeService`: the one front door to the judge (docs/architecture.md, "The service").
+
+    from pkb_env import JudgeConfig, JudgeService
+    with JudgeService(JudgeConfig(executor="cpu", world_size=4)) as judge:
+        task = judge.open("all_reduce")        # a TaskSession: prompt, reference, topology, spec
+        record = task.judge(code)              # an EvaluationRecord, the reward not yet applied
+        judge.judge("all_gather", code)        # shorthand for one-off calls
+
+The service owns the executor and its processes, the reference's cached times, the compile cache and
+the calibration; everything else is a thin client of it: the Gymnasium env (episodes, turns, rewards),
+the TRL reward, `evaluate`, the CLI, the benchmarks, and what attaches later (a pool of judges, servers,
+trainer adapters). They use the methods below and nothing under them, as vLLM's front ends use its
+engine core. A record crosses processes as JSON (`record.to_dict()`, `EvaluationRecord.from_dict`).
+
+One service judges one step at a time; its timings are meant to be the only work on its GPUs (or cores).
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable
+
+from pkb_env.config import JudgeConfig
+from pkb_env.contract import TaskError
+from pkb_env.executors import make_executor
+from pkb_env.executors.placement import ExecutorInfo
+from pkb_env.judge.calibration import calibrate
+from pkb_env.judge.pipeline import Judge
+from pkb_env.config import TimingProtocol
+from pkb_env.prompt import build_prompt
+from pkb_env.record import EvaluationRecord, TimingResult
+from pkb_env.task import TaskSpec, load_task, runnable_tasks, size_problem
+from pkb_env.tracing import Sink
+from pkb_env.topology import Calibration, calibration_path, load_calibration, load_topology, save_calibration
+
+
+class JudgeService:
+    """The judge, configured by one `JudgeConfig` (see the module docstring).
+
+    Making one starts nothing: the first `open` starts the rank processes (in the background: the first
+    step need not wait for them) and, with `calibration="auto"`, measures the machine where no calibration
+    of it is cached. `progress(role, phase, ranks_done, world_size)` is called as ranks start and work (the
+    CLI's status line); `trace(operation, seconds)` after each operation of a step (pkb_env/tracing.py). `close()` (or leaving the `with` block) stops every process and removes every file.
+    """
+
+    def __init__(self, config: JudgeConfig | None = None, progress: Callable[[str, str, int, int], None] | None = None,
+                 trace: Sink | None = None):
+        self.config = config or JudgeConfig()
+        # the executor, exposed for tests and diagnostics of the processes; callers use the methods below
+        self.executor = make_executor(self.config)   # ExecutorError (a ValueError) when the machine cannot
+        self.executor.progress = progress
+        self.executor.tracer.sink = trace            # `trace(operation, seconds)`: pkb_env/tracing.py
+        self.protocol = self.config.protocol or TimingProtocol.for_clock(self.executor.placement.clock)
+        self.topology = load_topology(self.executor.info.topology)
+        self._judge = Judge(self.executor, self.config, self.protocol, self.topology)
+        self._calibration_known = False
+
+    # -- what it is --------------------------------------------------------------------------------
+    @property
+    def info(self) -> ExecutorInfo:
+        """The executor in words: name, hardware fingerprint, whether times mean anything, topology config."""
+        return self.executor.info
+
+    @property
+    def world_size(self) -> int:
+        return self.config.world_size
+
+    def tasks(self, preset: str | None = None, dtype: str | None = None) -> list[str]:
+        """The suite as it runs here: every task that takes this world size at `preset` in `dtype` (default:
+        the config's) and whose reference and outputs this executor can judge at that size."""
+        return runnable_tasks(self.world_size, preset or self.config.preset, dtype or self.config.dtype,
+                              self.executor.reference_placement.on_cpu)
+
+    def problem(self, task: TaskSpec, preset: str | None = None, dtype: str | None = None) -> str | None:
+        """Why `task` cannot be judged here at `preset` and `dtype`, with the fix, or None."""
+        return size_problem(task, self.world_size, preset or self.config.preset, dtype or self.config.dtype,
+                            self.executor.reference_placement.on_cpu)
+
+    # -- the door ------------------------------------------------------------------------------------
+    def open(self, task: str, preset: str | None = None, dtype: str | None = None,
+             prestart: bool = True) -> "TaskSession":
+        """A session on `task` (TaskError naming the fix when it cannot be judged here). `prestart`: start the
+        rank processes now, so that the first step need not wait (False for a prompt alone)."""
+        spec = load_task(task)   # TaskError with the list of known tasks
+        problem = self.problem(spec, preset, dtype)
+        if problem:
+            raise TaskError(problem)
+        preset = preset or self.config.preset
+        calibration = self.calibration() if prestart else self._cached_calibration()
+        if prestart:
+            self.executor.prestart()
+        return TaskSession(self, spec, preset, spec.resolve_dtype(preset, dtype or self.config.dtype), calibration)
+
+    def judge(self, task: str, code: object, preset: str | None = None, dtype: str | None = None) -> EvaluationRecord:
+        """One-off: `open(task, ...).judge(code)`."""
+        return self.open(task, preset, dtype).judge(code)
+
+    def evaluate(self, session: "TaskSession", code: object) -> EvaluationRecord:
+        """Judge `code` on an open session's task (TaskSession.judge calls this)."""
+        return self._judge.evaluate(session.spec, code, session.preset, session.dtype)
+
+    # -- calibration and the reference -----------------------------------------------------------------
+    def calibration(self) -> Calibration | None:
+        """The calibration in force: cached for this hardware and world size, else (config.calibration "auto")
+        measured now; None where nothing is measured (one rank, or times that mean nothing here)."""
+        if not self._calibration_known:
+            cal = self._cached_calibration()
+            if cal is None and self.config.calibration == "auto" and self._measurable():
+                cal = self.calibrate()
+            self._set_calibration(cal)
+        return self._judge.calibration
+
+    def calibrate(self) -> Calibration:
+        """Measure latency, bus bandwidth and the machine's peaks now (judge/calibration.py), cache and use them."""
+        if not self._measurable():
+            raise TaskError(f"nothing to calibrate at world size {self.world_size} on {self.info.name}: "
+                            f"calibrate with 2 or more ranks, on an executor that measures times")
+        sizes = self.config.calibration_sizes or self.executor.placement.calibration_sizes
+        cal = calibrate(self.executor, self.protocol, sizes)
+        save_calibration(self.config.cache_dir, cal)
+        self._set_calibration(cal)
+        return cal
+
+    def calibration_path(self) -> str:
+        """Where this machine's calibration at this world size is cached."""
+        return str(calibration_path(self.config.cache_dir, self.info.hardware, self.world_size, self.protocol.statistic))
+
+    def reference_timing(self, task: str, preset: str | None = None, dtype: str | None = None) -> TimingResult:
+        """The reference's time per call for `task` here, as the speedups of this service divide by it:
+        measured once per task, size, dtype and world size, then cached."""
+        session = self.open(task, preset, dtype)
+        ctx = self._judge.context(session.spec, session.preset, session.dtype)
+        return self._judge.reference_timing(ctx).result
+
+    def forget_reference_timing(self, task: str | None = None) -> None:
+        """Measure the reference's time again at the next step of `task` (None: of every task), e.g. when
+        something else loaded the machine while it was measured."""
+        self._judge.reference.forget(task)
+
+    def restart_reference(self) -> None:
+        """Fresh reference ranks at the next step, and its times measured again: after a change of the machine,
+        or where candidates run as the reference's user (no namespaces) and may have reached its processes."""
+        self.executor.discard_reference()
+        self._judge.reference.forget(None)
+
+    @property
+    def compile_requests(self) -> int:
+        """Compile requests the ranks of this service's steps made (cache hits included)."""
+        return self._judge.kernels.requests
+
+    def _cached_calibration(self) -> Calibration | None:
+        if not self._measurable():
+            return None
+        return load_calibration(self.config.cache_dir, self.info.hardware, self.world_size, self.protocol.statistic)
+
+    def _measurable(self) -> bool:
+        return self.world_size >= 2 and self.info.performance_available
+
+    def _set_calibration(self, cal: Calibration | None) -> None:
+        self._judge.calibration, self._calibration_known = cal, True
+
+    # -- processes -----------------------------------------------------------------------------------
+    def prestart(self) -> None:
+        """Start the rank processes now (reference and spares), without opening a task."""
+        self.executor.prestart()
+
+    def isolation(self) -> dict[str, str]:
+        """What containment candidate ranks get here, in words (starts the processes if none run)."""
+        return self.executor.isolation()
+
+    def process_ids(self) -> list[int]:
+        """Every live process of the service (for leak checks)."""
+        return self.executor.process_ids()
+
+    def directory_bytes(self) -> int:
+        """Bytes in the files the service's processes hold on disk now (for leak checks)."""
+        return self.executor.directory_bytes()
+
+    def reference_facts(self) -> list[dict]:
+        """What each reference rank said of itself when it started (its context, group and warm-up times, its
+        clock and gate), once they are ready: for benchmarks and diagnostics."""
+        return self.executor.reference_facts()
+
+    def close(self) -> None:
+        """Stop every rank process and remove the executor's files. Ctrl-C and SIGTERM arriving meanwhile are
+        held until it is done (then raised as usual), so an impatient second Ctrl-C cannot leave half of it."""
+        with _signals_held():
+            self.executor.close()
+
+    def __enter__(self) -> "JudgeService":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@dataclass
+class TaskSession:
+    """One task on one service: what a model is shown, and the door to judge its code."""
+
+    service: JudgeService
+    spec: TaskSpec
+    preset: str
+    dtype: str
+    calibration: Calibration | None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def reference(self) -> str:
+        """The reference module, verbatim."""
+        return self.spec.reference_source
+
+    @property
+    def topology(self) -> str:
+        """The hardware paragraph of the prompt: executor, world size, interconnect, measured figures."""
+        service = self.service
+        return service.topology.describe(service.world_size, service.info.name, self.calibration)
+
+    @property
+    def prompt(self) -> str:
+        """Everything a model needs for a first turn (the env's observation carries the same text)."""
+        return self.prompt_after("", 0)
+
+    def prompt_after(self, feedback: str, turn: int) -> str:
+        """The prompt of a later turn: the same, with the judge's feedback on the previous attempt."""
+        service = self.service
+        return build_prompt(self.spec, self.preset, self.dtype, service.world_size, self.topology, feedback, turn,
+                            gpu=service.executor.placement.gpu, peaks=service.topology.peaks(self.calibration))
+
+    def judge(self, code: object) -> EvaluationRecord:
+        """Judge `code` (a raw completion or bare code): an EvaluationRecord, the reward not yet applied."""
+        return self.service.evaluate(self, code)
+
+
+@contextmanager
+def _signals_held():
+    """Hold SIGINT and SIGTERM for the block: note them, then hand them to the previous handlers afterwards.
+
+    Python runs signal handlers in the main thread whichever thread the kernel picked, so blocking the
+    signals in this thread would not hold them; swapping the handlers does. Off the main thread (where
+    handlers cannot be set) this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: handler for sig, handler in previous.items() if handler is not None}  # None: set outside Python
+    for sig in previous:
+        signal.signal(sig, lambda signum, _frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(caught):
+            signal.raise_signal(sig)

@@ -1,0 +1,211 @@
+"""The judge's front door (docs/architecture.md, "The service"): JudgeConfig, JudgeService, TaskSession, the
+record's JSON round trip, the typed requests and the verdict, as a caller sees them."""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import FAST
+from pkb_env import EvaluationRecord, JudgeConfig, JudgeService
+from pkb_env.config import ConfigError
+from pkb_env.judge.verdict import decide
+from pkb_env.record import Flag, RankFailure, ScreenResult, ParseResult, Severity, Stage, StageFailure, Verdict, VerifyResult
+from pkb_env.task import load_task
+from pkb_env.wire import requests
+
+RING = open(os.path.join(os.path.dirname(__file__), "..", "agents", "candidates", "all_reduce_ring.py")).read()
+WRONG = "def solution(tensor):\n    return tensor.clone()\n"
+RAISES = "def solution(tensor):\n    raise ValueError('no')\n"
+PATCHES = "import time\ntime.perf_counter = lambda: 0.0\ndef solution(tensor):\n    return tensor.clone()\n"
+
+API = textwrap.dedent("""
+    import json, sys
+    from pkb_env import EvaluationRecord, JudgeConfig, JudgeService
+    from pkb_env.config import TimingProtocol
+    config = JudgeConfig(executor="cpu", world_size=2, preset="tiny", trials=2,
+                         protocol=TimingProtocol.quick("host"))
+    with JudgeService(config) as judge:
+        task = judge.open("all_reduce")
+        assert task.prompt.startswith("# Task: ") and "## Hardware" in task.prompt, task.prompt[:200]
+        assert task.reference == task.spec.reference_source and "def solution" in task.reference
+        assert task.topology in task.prompt and task.spec.name == "all_reduce"
+        record = task.judge(task.reference)
+        assert record.correct, record.feedback
+        other = judge.judge("all_gather", "def solution(x):\\n    return x.clone()\\n")
+        assert other.task == "all_gather" and other.verdict.value == "wrong", other.feedback
+        assert EvaluationRecord.from_dict(json.loads(json.dumps(record.to_dict()))) == record
+        pids = judge.process_ids()
+    print(json.dumps({"pids": pids, "speedup": record.speedup}))
+""")
+
+
+def test_the_api_from_a_fresh_interpreter():
+    """Every line of the front door's example, in a process that imported nothing else first."""
+    done = subprocess.run([sys.executable, "-c", API], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["pids"] and out["speedup"] and out["speedup"] > 0
+    import psutil
+
+    assert not [p for p in out["pids"] if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.fixture(scope="module")
+def judge():
+    with JudgeService(FAST.replace(executor="cpu", world_size=2)) as service:
+        yield service
+
+
+@pytest.mark.parametrize("code, verdict", [(RING, "correct"), (WRONG, "wrong"), (PATCHES, "flagged"),
+                                           (RAISES, "runtime_error"), ("import nope_no_such_module\n"
+                                                                       "def solution(tensor):\n    return tensor\n",
+                                                                       "build_error"), ("((", "unparsable")])
+def test_the_record_round_trips_through_json(judge, code, verdict):
+    record = judge.open("all_reduce").judge(code)
+    assert record.verdict.value == verdict, record.feedback
+    text = json.dumps(record.to_dict())
+    back = EvaluationRecord.from_dict(json.loads(text))
+    assert back == record and back.to_dict() == record.to_dict()
+    assert back.verdict is record.verdict and back.stage is record.stage  # enums, not strings
+    assert type(back.flags) is list and all(isinstance(f, Flag) for f in back.flags)
+    if record.timing is not None:
+        assert back.timing.speedup == record.timing.speedup and back.speedup == record.speedup
+    if record.failure is not None:
+        assert isinstance(back.failure.failures[0], RankFailure) and back.failure.stage is record.failure.stage
+
+
+def test_a_record_with_non_finite_numbers_round_trips():
+    record = EvaluationRecord(task="all_reduce", world_size=2, preset="tiny", dtype="float32", executor="cpu",
+                              hardware="x", verdict=Verdict.WRONG, stage=Stage.VERIFY)
+    record.verify = VerifyResult(False, 4, [])
+    from pkb_env.record import Mismatch
+
+    record.verify.mismatches.append(Mismatch("trial 0", 1, "output", "NaN", max_abs_err=float("nan"),
+                                             max_rel_err=float("inf")))
+    back = EvaluationRecord.from_dict(json.loads(json.dumps(record.to_dict())))
+    assert back == record and str(back.verify.mismatches[0].max_rel_err) == "inf"
+    with pytest.raises(ValueError, match="no field"):
+        EvaluationRecord.from_dict({**record.to_dict(), "extra": 1})
+
+
+def test_the_reference_is_billed_to_the_reference(judge):
+    """The reference's trials and timing are the reference's part of a step, not the candidate's stages."""
+    judge.forget_reference_timing("broadcast")
+    record = judge.open("broadcast").judge("def solution(tensor, src):\n    return tensor.clone()\n")
+    assert record.verdict is Verdict.WRONG and record.timing is None
+    assert "time" not in record.stage_seconds and record.reference.timing_s > 0 and not record.reference.timing_cached
+    assert record.wall_s >= sum(record.stage_seconds.values()) + record.reference.trials_s
+    second = judge.open("broadcast").judge(load_task("broadcast").reference_source)
+    assert second.correct and second.reference.timing_cached and second.reference.replay_s > 0
+
+
+def test_the_hard_step_budget_ends_a_hang_before_its_trial_timeout():
+    """A candidate that hangs in its trials is cut at the step's budget, not at the (longer) trial timeout."""
+    config = FAST.replace(executor="cpu", world_size=2, trial_timeout_s=120.0, step_budget_s=8.0)
+    with JudgeService(config) as service:
+        record = service.open("all_reduce").judge("import time\ndef solution(tensor):\n    time.sleep(600)\n")
+    assert record.verdict is Verdict.RUNTIME_ERROR and "in time" in record.error, record.error
+    assert record.stage_seconds["run"] < 60  # the trial timeout (120 s) was never waited for
+
+
+def test_calibration_happens_at_open_and_never_inside_a_step(tmp_path):
+    config = FAST.replace(executor="cpu", world_size=2, cache_dir=str(tmp_path))
+    with JudgeService(config.replace(calibration="cached")) as service:
+        record = service.open("all_reduce").judge(RING)
+        assert record.correct and service.calibration() is None and not (tmp_path / "calibration").exists()
+    with JudgeService(config) as service:
+        service.open("all_reduce", prestart=False)          # a prompt alone: nothing measured
+        assert not (tmp_path / "calibration").exists()
+        session = service.open("all_reduce")                # calibration="auto": measured here
+        measured = list((tmp_path / "calibration").iterdir())
+        assert len(measured) == 1 and service.calibration() is not None
+        assert "Measured here" in session.prompt
+        record = session.judge(RING)
+        assert record.roofline.bound.source == "calibrated"
+        assert list((tmp_path / "calibration").iterdir()) == measured
+
+
+def test_open_refuses_what_cannot_be_judged_here(judge):
+    with pytest.raises(ValueError, match="unknown task 'nope'"):
+        judge.open("nope")
+    with pytest.raises(ValueError, match="no preset 'huge'"):
+        judge.open("all_reduce", preset="huge")
+    with pytest.raises(ValueError, match="does not take dtype 'int8'"):
+        judge.open("all_reduce", dtype="int8")
+    assert "all_reduce" in judge.tasks() and set(judge.tasks()) <= set(judge.tasks(preset="tiny"))
+
+
+def test_the_config_is_one_picklable_object_that_names_bad_settings():
+    config = JudgeConfig(executor="cpu", world_size=2, trials=5, protocol=FAST.protocol)
+    assert pickle.loads(pickle.dumps(config)) == config
+    assert JudgeConfig.from_mapping({"world-size": 2, "executor": "cpu", "trials": 5,
+                                     "protocol": {"burst_s": 0.015, "budget_s": 0.08, "reference_budget_s": 0.3,
+                                                  "min_bursts": 3, "replay_budget_s": 0.3,
+                                                  "statistic": "interval-min", "marks": 32,
+                                                  "clock_relative": 0.2}}) == config
+    for values, message in [({"world_sizes": 2}, "did you mean 'world_size'"),
+                            ({"executor": "tpu"}, "unknown executor 'tpu'"),
+                            ({"world_size": 0}, "world_size must be a positive integer"),
+                            ({"step_budget_s": -1}, "step_budget_s must be a positive number"),
+                            ({"calibration": "sometimes"}, "calibration 'sometimes' is unknown"),
+                            ({"protocol": {"burst": 1}}, "protocol: unknown setting")]:
+        with pytest.raises(ConfigError, match=message):
+            JudgeConfig.from_mapping(values)
+    with pytest.raises(ConfigError, match="did you mean 'trials'"):
+        config.replace(trial=3)
+
+
+def test_requests_are_as_strict_on_the_rank_side_as_when_made():
+    workload = requests.TaskWorkload("all_reduce", "tiny", "float32", "cpu")
+    burst = requests.Burst(workload, {"world=0": 7}, calls=8, epoch=1, marks_every=2)
+    message = json.loads(json.dumps({**burst.message(), "nonce": "n" * 32}))
+    assert requests.parse(message) == (burst, "n" * 32)
+    for change, problem in [({"calls": "8"}, "Burst.calls"), ({"extra": 1}, "keys"), ({"label": "x"}, "labelled"),
+                            ({"op": "launch_missiles"}, "no known kind"), ({"seeds": {"world=0": -1}}, "seeds"),
+                            ({"workload": {"kind": "task", "task": "all_reduce"}}, "TaskWorkload")]:
+        with pytest.raises(requests.RequestError, match=problem):
+            requests.parse({**message, **change})
+    with pytest.raises(requests.RequestError, match="rng"):
+        requests.TaskWorkload("all_reduce", "tiny", "float32", "gpu")
+    with pytest.raises(requests.RequestError, match="seeds"):
+        requests.Trials(workload, ())
+
+
+def _record(**parts) -> EvaluationRecord:
+    record = EvaluationRecord(task="t", world_size=2, preset="tiny", dtype="float32", executor="cpu", hardware="x")
+    record.parse, record.screen = ParseResult("code", 4, False), ScreenResult()
+    for key, value in parts.items():
+        setattr(record, key, value)
+    return record
+
+
+@pytest.mark.parametrize("parts, stage, verdict, flag", [
+    ({"parse": ParseResult(None, 0, False, error="empty")}, Stage.PARSE, Verdict.UNPARSABLE, None),
+    ({"screen": ScreenResult([Flag("monkeypatch", Severity.EXPLOIT, "patches")], error="bad signature")},
+     Stage.SCREEN, Verdict.FLAGGED, "monkeypatch"),
+    ({"failure": StageFailure(Stage.BUILD, "boom", [RankFailure(0, "exception", "boom", "build")])},
+     Stage.BUILD, Verdict.BUILD_ERROR, None),
+    ({"failure": StageFailure(Stage.RUN, "late", [RankFailure(1, "timeout", "late", "trials")])},
+     Stage.RUN, Verdict.RUNTIME_ERROR, None),
+    ({"failure": StageFailure(Stage.BUILD, "x", [RankFailure(0, "exception", "x", "build"),
+                                                  RankFailure(1, "tampered", "patched", "build")])},
+     Stage.BUILD, Verdict.FLAGGED, "runtime_tampering"),
+    ({"failure": StageFailure(Stage.TIME, "claims", [RankFailure(0, "forged_timing", "claims", "timing")])},
+     Stage.TIME, Verdict.FLAGGED, "forged_timing"),
+    ({"verify": VerifyResult(False, 2)}, Stage.VERIFY, Verdict.WRONG, None),
+    ({"verify": VerifyResult(True, 2), "timed_check": VerifyResult(False, 80)}, Stage.TIME, Verdict.WRONG, None),
+    ({"verify": VerifyResult(True, 2), "timed_check": VerifyResult(True, 80)}, Stage.DONE, Verdict.CORRECT, None),
+])
+def test_the_verdict_follows_from_the_results_alone(parts, stage, verdict, flag):
+    record = _record(**parts)
+    before = record.to_dict()
+    decision = decide(record)
+    assert (decision.stage, decision.verdict) == (stage, verdict)
+    assert [f.code for f in decision.flags if f.severity is Severity.EXPLOIT] == ([flag] if flag else [])
+    assert record.to_dict() == before  # no side effects
