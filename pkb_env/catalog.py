@@ -33,6 +33,7 @@ class Row:
     computes: str
     dominant: str            # "communication (W=2, 4, 8)" or per world size
     world_sizes: str         # at bench, among 1..8
+    tiny_world_sizes: str    # at tiny (the default preset), among 1..8
     dtypes: str
     departures: str
 
@@ -44,7 +45,8 @@ def rows() -> list[Row]:
     for name in task_names():
         spec = load_task(name)
         out.append(Row(spec.name, spec.family, spec.pkb_id, spec.title, spec.description,
-                       _dominant(spec, peaks), _ranges(spec.allowed_world_sizes("bench")), ", ".join(spec.dtypes),
+                       _dominant(spec, peaks), _ranges(spec.allowed_world_sizes("bench")),
+                       _ranges(spec.allowed_world_sizes("tiny")), ", ".join(spec.dtypes),
                        "; ".join(spec.departures) or "none"))
     order = list(FAMILIES)
     return sorted(out, key=lambda r: (order.index(r.family), r.pkb_id or 10 ** 6, r.name))
@@ -92,7 +94,8 @@ def markdown() -> str:
 
 
 def listing() -> str:
-    """The `pkb-env tasks` text: one table per family."""
+    """The `pkb-env tasks` text: one table per family, with the world sizes (among 1-8) each preset's shapes
+    allow: `tiny` (the default preset) and `bench`."""
     from pkb_env.tables import table
 
     blocks = []
@@ -101,8 +104,9 @@ def listing() -> str:
         if row is None or row.family != current:
             if members:
                 blocks.append(f"{FAMILIES[current].title} ({current})\n" + table(
-                    ["task", "PKB id", "world sizes", "dtypes", f"dominant at bench ({BOARD})", "title"],
-                    [[r.name, r.pkb_id, r.world_sizes, r.dtypes, r.dominant, r.title] for r in members]))
+                    ["task", "PKB id", "world sizes: tiny", "bench", "dtypes", f"dominant at bench ({BOARD})", "title"],
+                    [[r.name, r.pkb_id, r.tiny_world_sizes, r.world_sizes, r.dtypes, r.dominant, r.title]
+                     for r in members]))
             if row is None:
                 break
             current, members = row.family, []

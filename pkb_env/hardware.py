@@ -6,7 +6,12 @@ path), so the prompt and the roofline describe the machine the candidate will ru
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+
+# Device nodes of a GPU driver (NVIDIA, WSL's, ROCm's): without any, no GPU is visible, and neither NVML nor
+# torch (a second to import) need be asked.
+GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/dxg", "/dev/kfd")
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,8 @@ _PCIE_LEVELS = {0: "same board", 10: "PCIe switch", 20: "PCIe switches", 30: "PC
 
 
 def detect() -> MachineInfo:
+    if not any(os.path.exists(node) for node in GPU_DEVICE_NODES):
+        return MachineInfo()  # no GPU driver here: nothing to install for NVML either
     try:
         import pynvml
     except ImportError:

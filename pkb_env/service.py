@@ -101,6 +101,11 @@ class JudgeService:
         """Judge `code` on an open session's task (TaskSession.judge calls this)."""
         return self._judge.evaluate(session.spec, code, session.preset, session.dtype)
 
+    def screen(self, session: "TaskSession", code: object) -> EvaluationRecord | None:
+        """Parse and screen `code` alone, starting nothing: its finished record where that decides it
+        (unparsable, flagged), else None (it must be run: `session.judge`). For refusing bad files at once."""
+        return self._judge.screen(session.spec, code, session.preset, session.dtype)
+
     # -- calibration and the reference -----------------------------------------------------------------
     def calibration(self) -> Calibration | None:
         """The calibration in force: cached for this hardware and world size, else (config.calibration "auto")

@@ -6,6 +6,7 @@ name starts with an underscore hold shared helpers, not tasks. docs/task_contrac
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 import pkgutil
 from dataclasses import replace
@@ -55,7 +56,9 @@ def runnable_tasks(world_size: int, preset: str, dtype: str | None = None, cpu_r
 def load_task(name: str) -> TaskSpec:
     """The TaskSpec of `tasks/<name>/`, with its reference path filled in and its signature checked."""
     if not isinstance(name, str) or name not in task_names():
-        raise TaskError(f"unknown task {name!r}; known tasks: {', '.join(task_names())} "
+        close = difflib.get_close_matches(name, task_names(), n=1) if isinstance(name, str) else []
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise TaskError(f"unknown task {name!r}; {hint}known tasks: {', '.join(task_names())} "
                         f"(`pkb-env tasks` lists them)")
     module = importlib.import_module(f"{TASKS_PACKAGE}.{name}.spec")
     spec: TaskSpec = module.SPEC

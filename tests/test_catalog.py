@@ -39,3 +39,14 @@ def test_pkb_env_tasks_groups_by_family(capsys):
             assert load_task(name).family == family, f"{name} is listed under {family}"
             seen.append(name)
     assert sorted(seen) == sorted(task_names())
+
+
+def test_pkb_env_tasks_names_the_world_sizes_of_each_preset(capsys):
+    """The default preset is tiny: the listing gives its world sizes beside bench's, each labelled."""
+    assert cli(["tasks"]) == 0
+    out = capsys.readouterr().out
+    assert "world sizes: tiny  bench" in out
+    row = next(line for line in out.splitlines() if line.startswith("allgather_gemm "))
+    tiny = ", ".join(map(str, load_task("allgather_gemm").allowed_world_sizes("tiny")))
+    bench = ", ".join(map(str, load_task("allgather_gemm").allowed_world_sizes("bench")))
+    assert tiny != bench and f"{tiny}   {bench}" in row

@@ -26,8 +26,23 @@ def test_show_prints_the_prompt(capsys):
     assert "def solution(tensor" in out and "world size 3" in out and "```python" in out
 
 
+def test_show_prints_the_envs_prompt_with_its_calibration(capsys):
+    """`show` is the env's first observation, calibrated figures included where a calibration is cached."""
+    from conftest import make_env
+
+    env = make_env(world_size=2)
+    try:
+        obs, _ = env.reset(seed=0, options={"task": "all_gather"})   # calibrates here unless one is cached
+    finally:
+        env.close()
+    assert main(["show", "all_gather", "--executor", "cpu", "--world-size", "2"]) == 0
+    shown = capsys.readouterr().out
+    assert "Measured here: bus bandwidth" in shown and shown.rstrip("\n") == obs["prompt"].rstrip("\n")
+
+
 @pytest.mark.parametrize("argv, message", [
     (["show", "nope"], "unknown task 'nope'"),
+    (["eval", "all_reduc", "x.py", "--executor", "cpu"], "unknown task 'all_reduc'; did you mean 'all_reduce'?"),
     (["show", "reduce_scatter", "--world-size", "0"], "world_size must be a positive integer"),
     (["eval", "all_reduce", "/no/such/file.py", "--executor", "cpu"], "no such file or folder"),
 ])
@@ -40,11 +55,20 @@ def test_eval_folder_prints_stage_tables(tmp_path, capsys):
     ring = resources.files("pkb_env.agents").joinpath("candidates/all_reduce_ring.py").read_text()
     (tmp_path / "a_ring.py").write_text(ring)
     (tmp_path / "b_broken.py").write_text("def solution(tensor):\n    raise RuntimeError('nope')\n")
+    (tmp_path / "c_in_place.py").write_text("import torch.distributed as dist\ndef solution(tensor):\n"
+                                            "    dist.all_reduce(tensor)\n    return tensor\n")
     assert main(["eval", "all_reduce", str(tmp_path), "--executor", "cpu", "--world-size", "2"]) == 3  # runtime_error
     out = capsys.readouterr().out
     assert "== " in out and "stage" in out and "verify" in out
-    assert "verdict correct" in out and "verdict runtime_error" in out
+    assert "verdict correct" in out and "verdict runtime_error" in out and "verdict wrong" in out
     assert "a_ring.py" in out and "b_broken.py" in out
+    tables = {block.split(" ==")[0]: block for block in out.split("== ")[1:]}
+    broken, in_place = tables[str(tmp_path / "b_broken.py")], tables[str(tmp_path / "c_in_place.py")]
+    # a candidate never timed shows no time row: the reference's work is a row of its own
+    assert "\ntime " not in broken and "\ntime " not in in_place and "\nreference " in in_place
+    # notes are not flags, and the verify row says how many rank outputs were checked and were wrong
+    assert "1 note(s), none penalised" in in_place and "flag(s)" not in in_place
+    assert "6 of 6 trial outputs wrong (12 problem(s))" in in_place
 
 
 def test_eval_json_lines(tmp_path, capsys):
@@ -71,7 +95,14 @@ def test_topology_without_gpu(capsys):
     assert main(["topology"]) == 0
     out = capsys.readouterr().out
     assert "no GPU found" in out and "topology config: cpu" in out
+    assert "pip install" not in out  # nothing to install where no GPU exists (no driver's device node)
     assert "candidate containment here:" in out and "privileges:" in out
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    out = subprocess.run(f"{sys.executable} -m pkb_env.cli tasks | head -1", shell=True, capture_output=True,
+                         text=True, timeout=120)
+    assert out.stdout.startswith("Collective primitives") and out.stderr == "", out.stderr
 
 
 def test_console_script_installed():

@@ -167,8 +167,9 @@ def test_world_size_refusal_does_not_import_torch():
 # -- demo and calibrate ------------------------------------------------------------------------------------
 def test_demo_runs_the_three_candidates(capsys):
     assert main(["demo", *CPU2]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "executor: cpu, world size 2" in out and "# Task: All-reduce" in out
+    assert "\r" not in err and "judging:" not in err  # no progress bar where stderr is not a terminal
     rows = {line.split()[0]: line for line in out.splitlines() if line.startswith(("reference", "ring", "wrong:"))}
     assert " correct " in rows["reference"] and " correct " in rows["ring"] and " wrong " in rows["wrong:"]
 

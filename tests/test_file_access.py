@@ -109,6 +109,7 @@ def test_candidates_find_no_private_file(judge_home):
     targets = [*paths.items(), ("shadow", "/etc/shadow"), ("gshadow", "/etc/gshadow"),
                ("own_calibration", os.path.join(home, ".cache", "pkb_env", "calibration", sorted(calibrations)[0]))]
     folders = [("home", home), ("homes", "/home"), ("cache", os.path.join(home, ".cache"))]
+    env.reset(options={"task": "all_reduce"})  # the reference's step may have ended its episode
     _, _, _, _, info = env.step(PROBE.format(targets=targets, folders=[*folders, ("root_home", "/root")]))
     feedback = info["feedback"]
     assert info["verdict"] == "build_error", feedback  # the probe ran (it was not screened out) and raised

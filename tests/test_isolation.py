@@ -137,7 +137,7 @@ def test_without_namespaces_the_judge_still_works():
         _, _, _, _, info = env.step(obs["reference"])
         assert info["correct"], info["feedback"]
         _, _, _, _, info = env.step("import time\ndef solution(tensor):\n    while True:\n        time.sleep(0.01)\n")
-        assert info["verdict"] == "runtime_error" and "in time" in info["feedback"], info["feedback"]
+        assert info["verdict"] == "runtime_error" and "did not finish" in info["feedback"], info["feedback"]
         _, _, _, _, info = env.step(obs["reference"])
         assert info["correct"], info["feedback"]
         zygote = psutil.Process(env.unwrapped.judge.executor.zygote.pid)
@@ -173,13 +173,18 @@ def solution(tensor):
 
 @needs_namespaces
 def test_nothing_survives_a_killed_judge(tmp_path):
-    """SIGKILL the judge while a candidate's detached children run: the namespace takes them all down."""
+    """SIGKILL the judge while a candidate's detached children run: the namespace takes them all down, and
+    the zygote, told as its parent dies, removes the executor's directory (nothing is left in $TMPDIR)."""
+    import glob
     import subprocess
     import sys
+    import tempfile
     import time
 
     marker = "7" + str(os.getpid() % 1000).zfill(3)  # a sleep length no one else uses
     tests = os.path.dirname(os.path.abspath(__file__))
+    roots = os.path.join(tempfile.gettempdir(), "pkb-env-*")
+    before = set(glob.glob(roots))
     judge = subprocess.Popen([sys.executable, "-c", JUDGE_SCRIPT.format(tests=tests, marker=marker)],
                              env={**os.environ, "PKB_ENV_CACHE": str(tmp_path)})
 
@@ -200,6 +205,7 @@ def test_nothing_survives_a_killed_judge(tmp_path):
             time.sleep(0.1)
         assert not left(), f"children outlived the judge: {[p.pid for p in left()]}"
         assert not [p for p in family if running(p)]  # running(): a process may end between two looks
+        assert set(glob.glob(roots)) <= before, f"the killed judge left {set(glob.glob(roots)) - before}"
     finally:
         for p in left():
             p.kill()

@@ -110,7 +110,7 @@ def test_the_hard_step_budget_ends_a_hang_before_its_trial_timeout():
     config = FAST.replace(executor="cpu", world_size=2, trial_timeout_s=120.0, step_budget_s=8.0)
     with JudgeService(config) as service:
         record = service.open("all_reduce").judge("import time\ndef solution(tensor):\n    time.sleep(600)\n")
-    assert record.verdict is Verdict.RUNTIME_ERROR and "in time" in record.error, record.error
+    assert record.verdict is Verdict.RUNTIME_ERROR and "within step_budget_s = 8 s" in record.error, record.error
     assert record.stage_seconds["run"] < 60  # the trial timeout (120 s) was never waited for
 
 
@@ -209,3 +209,16 @@ def test_the_verdict_follows_from_the_results_alone(parts, stage, verdict, flag)
     assert (decision.stage, decision.verdict) == (stage, verdict)
     assert [f.code for f in decision.flags if f.severity is Severity.EXPLOIT] == ([flag] if flag else [])
     assert record.to_dict() == before  # no side effects
+
+
+def test_code_the_screen_decides_is_refused_without_starting_anything():
+    """Unparsable or flagged code needs no rank: `screen` decides it in this process (what `pkb-env eval`
+    does first, so an empty file is refused at once); code that must run gets None."""
+    with JudgeService(FAST.replace(executor="cpu", world_size=2)) as service:
+        session = service.open("all_reduce", prestart=False)
+        for code, verdict in (("", Verdict.UNPARSABLE), ("def solution(tensor:\n", Verdict.UNPARSABLE),
+                              (PATCHES, Verdict.FLAGGED)):
+            record = service.screen(session, code)
+            assert record is not None and record.verdict is verdict and record.stage in (Stage.PARSE, Stage.SCREEN)
+        assert service.screen(session, RING) is None
+        assert service.process_ids() == []  # nothing was started

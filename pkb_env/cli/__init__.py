@@ -9,6 +9,7 @@ directory removed before the exit (130 for Ctrl-C, 143 for SIGTERM), with one li
 """
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -50,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         except JudgeError as exc:  # the reference or containment failed: not the candidate's fault
             print(f"pkb-env: judge failure ({type(exc).__name__}): {exc}", file=sys.stderr)
             return EXIT_JUDGE_FAILURE
+        except BrokenPipeError:  # `pkb-env tasks | head`: the reader has gone; nothing left to say
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+            return 0
 
 
 @contextmanager

@@ -73,9 +73,16 @@ def cmd_eval(args) -> int:
     verdicts, summary = [], []
     try:
         with JudgeService(judge_config(args), progress=progress) as judge:
-            for path in tqdm(agent.files, desc=f"judging on {args.task}", unit="file", disable=len(agent.files) < 2):
-                session = judge.open(args.task)  # each file is judged as turn 0 of its own episode
-                record = session.judge(agent.act(spaces.observation(session)))
+            prompt = judge.open(args.task, prestart=False)  # the observation alone: nothing starts yet
+            session = None                                  # the ranks, once a file must be run
+            # a bar for a folder, on a terminal only (tqdm's disable=None): none in logs
+            for path in tqdm(agent.files, desc=f"judging on {args.task}", unit="file",
+                             disable=True if len(agent.files) < 2 else None):
+                action = agent.act(spaces.observation(prompt))  # each file is judged as turn 0 of its own episode
+                record = judge.screen(prompt, action)          # unparsable or flagged: decided at once
+                if record is None:
+                    session = session or judge.open(args.task)
+                    record = session.judge(action)
                 reward = reward_fn(record).value
                 verdicts.append(record.verdict)
                 if args.json:
@@ -99,11 +106,11 @@ def stage_table(record) -> str:
     failed = record.failure.stage.value if record.failure else None
     found = {
         "parse": record.parse and (record.parse.error or ("fenced block" if record.parse.from_fence else "bare code")),
-        "screen": record.screen and (record.screen.error or f"{len(record.screen.flags)} flag(s)"),
+        "screen": record.screen and (record.screen.error or _screened(record.screen.flags)),
         "build": "imported on every rank" if record.build else None,
         "run": record.run and f"{record.run.trials} trials on {record.world_size} ranks",
-        "verify": record.verify and ("all outputs match" if record.verify.correct else
-                                     f"{len(record.verify.mismatches)} mismatch(es)") + f" ({record.verify.checked} checked)",
+        "verify": record.verify and "; ".join(_checked(what, check) for what, check in (
+            ("trial outputs", record.verify), ("timed calls' outputs", record.timed_check)) if check),
         "time": record.timing and (f"{record.timing.statistic} {record.timing.time_s * 1e3:.3f} ms, speedup "
                                    f"{record.timing.speedup:.2f}x" if record.timing.speedup else "measured"),
         "roofline": record.roofline and f"{record.roofline.fraction:.1%} of bound",
@@ -118,6 +125,23 @@ def stage_table(record) -> str:
         rows.append(["reference", round((work.trials_s + work.timing_s + work.replay_s) * 1e3, 2),
                      f"trials, timing and replay on the reference's ranks{cached}"])
     return table(["stage", "ms", "result"], rows)
+
+
+def _screened(flags) -> str:
+    """What the screen found, in words that keep notes (never penalised) apart from exploits."""
+    exploits = sum(f.severity.value == "exploit" for f in flags)
+    notes = len(flags) - exploits
+    if exploits:
+        return f"{exploits} exploit flag(s)" + (f" and {notes} note(s)" if notes else "")
+    return f"{notes} note(s), none penalised" if notes else "nothing to note"
+
+
+def _checked(what: str, check) -> str:
+    """A verify result in words: how many rank outputs were checked and how many of them were wrong."""
+    if check.correct:
+        return f"all {check.checked} {what} match"
+    wrong = len({(m.trial, m.rank) for m in check.mismatches})
+    return f"{wrong} of {check.checked} {what} wrong ({len(check.mismatches)} problem(s))"
 
 
 def _short(text, limit: int = 90) -> str:
@@ -165,7 +189,8 @@ def cmd_demo(args) -> int:
     wrong = "```python\nimport torch\n\ndef solution(tensor):\n    return tensor.clone()  # forgot the peers\n```"
     reward_fn = load_reward(args.reward)
     rows, reports, verdicts = [], [], {}
-    with JudgeService(judge_config(args)) as judge, tqdm(total=4, desc="starting rank processes", unit="step") as bar:
+    with JudgeService(judge_config(args)) as judge, \
+            tqdm(total=4, desc="starting rank processes", unit="step", disable=None) as bar:  # terminals only
         session = judge.open("all_reduce")
         prompt = session.prompt
         bar.update()

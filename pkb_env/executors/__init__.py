@@ -20,6 +20,7 @@ import platform
 
 from pkb_env.config import EXECUTORS, JudgeConfig
 from pkb_env.errors import ExecutorError
+from pkb_env.hardware import GPU_DEVICE_NODES
 from pkb_env.executors.capacity import world_size_limit
 from pkb_env.executors.placement import ExecutorInfo, Placement
 from pkb_env.executors.process import ProcessExecutor
@@ -31,12 +32,9 @@ GPU_CALIBRATION_SIZES = (1 << 20, 64 << 20, 256 << 20)
 CPU_CALIBRATION_SIZES = (1 << 20, 8 << 20)
 
 
-# Device nodes of a GPU driver (NVIDIA, WSL's, ROCm's): without any, no GPU is visible and torch (a second
-# to import) need not be asked, so a bad world size is refused at once on CPU machines.
-GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/dxg", "/dev/kfd")
-
-
 def gpu_count() -> int:
+    """GPUs torch sees; 0 at once where no driver's device node exists (a bad world size is refused at once
+    on CPU machines, without a torch import)."""
     if not any(os.path.exists(node) for node in GPU_DEVICE_NODES):
         return 0
     import torch

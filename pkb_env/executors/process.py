@@ -86,7 +86,7 @@ class ProcessExecutor:
     @property
     def zygote(self) -> Zygote:
         if self._zygote is None or not self._zygote.alive():
-            self._zygote = Zygote(self.env, self.config.start_timeout_s, cache=self.config.cache_dir)
+            self._zygote = Zygote(self.env, self.config.start_timeout_s, cache=self.config.cache_dir, root=self.root)
             self._zygotes.append(self._zygote.process)
         return self._zygote
 

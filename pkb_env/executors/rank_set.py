@@ -16,7 +16,9 @@ the judge's release page (wire/gate.py): `release` starts a burst on every rank 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import signal
 import socket
 import tempfile
 import time
@@ -37,6 +39,8 @@ from pkb_env.wire.gate import ReleasePage
 from pkb_env.wire.requests import Request, Start
 
 LAST_PHASE = len(messages.START_PHASES) - 1
+STACK_WAIT_S = 0.3   # for stuck ranks to write their stacks (faulthandler), before their failure is told
+CANDIDATE_FRAME = re.compile(r'File "[^"]*candidate\.py", line (\d+) in (\w+)')  # faulthandler's form
 
 
 class RankSetFailed(RuntimeError):
@@ -194,13 +198,15 @@ class RankSet:
             raise RankSetFailed(failures)
 
     def collect(self, event: str, count: int, deadline: float, phase: str,
-                max_payload: int = 1 << 30) -> list[list[Delivery]]:
+                max_payload: int = 1 << 30, limit: str = "") -> list[list[Delivery]]:
         """`count` answers of kind `event` to the last request from every rank, or RankSetFailed.
 
         Time the judge spends serving the ranks' compile requests meanwhile extends `deadline` (it is not the
-        ranks'), never past `hard_deadline`."""
-        if self.hard_deadline is not None:
-            deadline = min(deadline, self.hard_deadline)
+        ranks'), never past `hard_deadline`. `limit` names the deadline in a timeout's message (the config
+        setting and its seconds)."""
+        if self.hard_deadline is not None and self.hard_deadline < deadline:
+            deadline = self.hard_deadline
+            limit = f"step_budget_s = {self.config.step_budget_s:g} s, the step's budget"
         got: list[list[Delivery]] = [[] for _ in range(self.world_size)]
         failures: dict[int, RankFailure] = {}
         pending = {conn: rank for rank, conn in enumerate(self.conns)}
@@ -245,16 +251,44 @@ class RankSet:
                             self.progress(self.role, phase, self.world_size - len(pending), self.world_size)
         if pending and not failures:
             late = sorted(pending.values())
-            done = [r for r in range(self.world_size) if r not in late]
-            for rank in late:
+            done = ", ".join(map(str, (r for r in range(self.world_size) if r not in late))) or "none"
+            where = self._where(late)
+            within = f" within {limit}" if limit else " in time"
+            for rank in late:  # one text for all: the judge's account names them together (judge/candidate.py)
                 failures[rank] = RankFailure(
-                    rank, "timeout", f"rank {rank} did not finish {phase} in time (hang, deadlock or "
-                    f"infinite loop); ranks {done or 'none'} finished", phase)
+                    rank, "timeout", f"rank {rank} did not finish {phase}{within} (a hang, a deadlock or an "
+                    f"infinite loop; ranks finished: {done}){where}", phase)
         if failures:
             for failure in failures.values():
                 failure.log_tail = self.log_tail(failure.rank)
             raise RankSetFailed([failures[r] for r in sorted(failures)])
         return got
+
+    def _where(self, ranks: list[int]) -> str:
+        """Where `ranks` are stuck in the candidate's module, in words: each dumps its Python stacks to a file
+        of its directory on SIGUSR1 (ranks/server.py registers faulthandler before candidate code loads; code
+        that undoes that just goes unlocated), read back after a moment. Only lines and functions are told."""
+        for rank in ranks:
+            try:
+                os.kill(self.pids[rank], signal.SIGUSR1)
+            except OSError:
+                pass
+        time.sleep(STACK_WAIT_S)
+        places: dict[str, list[int]] = {}
+        for rank in ranks:
+            try:
+                with open(os.path.join(self.workdir, f"rank{rank}.stacks"), errors="replace") as f:
+                    dump = f.read(1 << 16)
+            except OSError:
+                continue
+            frames = CANDIDATE_FRAME.findall(dump.split("Current thread", 1)[-1])
+            if frames:
+                line, function = frames[0]
+                places.setdefault(f"line {line} of the module, in {function}", []).append(rank)
+        if not places:
+            return ""
+        return "; stuck at " + "; ".join(f"{place}: {'ranks' if len(who) > 1 else 'rank'} {', '.join(map(str, who))}"
+                                         for place, who in places.items())
 
     def _serve_request(self, conn: Connection, header: dict) -> float:
         start = time.monotonic()

@@ -44,7 +44,8 @@ class Session:
         count = len(seeds[0])
         with self.tracer.span("trials"):
             self.ranks.ask([Trials(workload, tuple(s)) for s in seeds])
-            got = self.ranks.collect("trial", count, self._deadline(self.config.trial_timeout_s), Trials.label)
+            got = self.ranks.collect("trial", count, self._deadline(self.config.trial_timeout_s), Trials.label,
+                                     limit=self._limit("trial_timeout_s"))
         results = []
         for k in range(count):
             per_rank = [got[r][k] for r in range(self.world_size)]
@@ -65,9 +66,9 @@ class Session:
             deadline = self._deadline(self.config.timing_timeout_s)
             epoch = self.ranks.page.next_epoch()
             self.ranks.ask([Burst(workload, s, calls, epoch, marks_every, capture_every) for s in seeds])
-            self.ranks.collect("gated", 1, deadline, Burst.label)
+            self.ranks.collect("gated", 1, deadline, Burst.label, limit=self._limit("timing_timeout_s"))
             released = self.ranks.release(epoch)
-            got = self.ranks.collect("burst", 1, deadline, Burst.label)
+            got = self.ranks.collect("burst", 1, deadline, Burst.label, limit=self._limit("timing_timeout_s"))
         ranks = []
         for (d,) in got:
             h = d.header
@@ -81,11 +82,16 @@ class Session:
             return self._sketches(Fingerprints.label)
 
     def _sketches(self, label: str) -> list[dict]:
-        got = self.ranks.collect("sketches", 1, self._deadline(self.config.timing_timeout_s), label)
+        got = self.ranks.collect("sketches", 1, self._deadline(self.config.timing_timeout_s), label,
+                                 limit=self._limit("timing_timeout_s"))
         return [self._unpack(d[0], r, label) for r, d in enumerate(got)]
 
     def _deadline(self, seconds: float) -> float:
         return time.monotonic() + seconds
+
+    def _limit(self, setting: str) -> str:
+        """A deadline's setting in words, for a timeout's message: "trial_timeout_s = 30 s"."""
+        return f"{setting} = {getattr(self.config, setting):g} s"
 
     def _unpack(self, delivery: Delivery, rank: int, label: str) -> dict:
         try:
@@ -114,7 +120,8 @@ class CandidateRanks(Session):
     def load(self, task: str, source: str) -> float:
         with self.tracer.span("load"):
             self.ranks.ask(Load(task, source))
-            got = self.ranks.collect("built", 1, self._deadline(self.config.build_timeout_s), Load.label)
+            got = self.ranks.collect("built", 1, self._deadline(self.config.build_timeout_s), Load.label,
+                                     limit=self._limit("build_timeout_s"))
         return max(d[0].header["seconds"] for d in got)
 
     def quiet(self, label: str) -> None:

@@ -75,4 +75,18 @@ def time_candidate(ctx: StepContext, ranks: CandidateSession, protocol: TimingPr
 
 
 def failure(stage: Stage, exc: RankSetFailed) -> StageFailure:
-    return StageFailure(stage, "; ".join(f.message for f in exc.failures), list(exc.failures))
+    return StageFailure(stage, grouped(exc.failures), list(exc.failures))
+
+
+def grouped(failures: list[RankFailure]) -> str:
+    """The ranks' failures in one line each kind: ranks that failed alike are named together ("ranks 0, 2
+    raised during build: ..."), in rank order of their first."""
+    groups: dict[str, list[int]] = {}
+    for f in failures:
+        prefix = f"rank {f.rank} "
+        groups.setdefault(f.message[len(prefix):] if f.message.startswith(prefix) else f.message, []).append(f.rank)
+    parts = []
+    for text, ranks in groups.items():
+        alike = any(f.message == text for f in failures)  # a message that names no rank of its own
+        parts.append(text if alike else f"{'ranks' if len(ranks) > 1 else 'rank'} {', '.join(map(str, ranks))} {text}")
+    return "; ".join(parts)

@@ -17,9 +17,8 @@ import ast
 import re
 import textwrap
 
+from pkb_env.config import JudgeConfig
 from pkb_env.record import ParseResult
-
-MAX_ACTION_CHARS = 200_000
 
 # An opening fence: up to any indentation, three or more backticks or tildes, then an optional info
 # string whose first word is the language tag. Backtick fences cannot carry backticks in the info string.
@@ -29,7 +28,7 @@ _DEFINES_SOLUTION = re.compile(r"^(?:async[ \t]+)?def[ \t]+solution\b|^solution[
                                re.MULTILINE)
 
 
-def parse_action(action: object, max_chars: int = MAX_ACTION_CHARS) -> ParseResult:
+def parse_action(action: object, max_chars: int = JudgeConfig.max_action_chars) -> ParseResult:
     """The candidate's source from `action` (str, or UTF-8 bytes); `error` says why there is none."""
     if isinstance(action, (bytes, bytearray, memoryview)):
         raw = bytes(action)

@@ -77,12 +77,25 @@ class Judge:
     def evaluate(self, task: TaskSpec, action: object, preset: str, dtype: str) -> EvaluationRecord:
         """Judge `action` on `task` (the size and dtype already checked by the service); JudgeError when the
         judge itself fails (never a candidate's fault, never a record)."""
-        started = time.perf_counter()
+        started, record = time.perf_counter(), self._record(task, preset, dtype)
+        if self._static(task, action, record):
+            self._stages(task, record)
+        return self._finish(record, started)
+
+    def screen(self, task: TaskSpec, action: object, preset: str, dtype: str) -> EvaluationRecord | None:
+        """Parse and screen alone, in this process (no rank is needed): the finished record where they end the
+        step (unparsable, flagged), else None (the code must be run to be judged)."""
+        started, record = time.perf_counter(), self._record(task, preset, dtype)
+        return None if self._static(task, action, record) else self._finish(record, started)
+
+    def _record(self, task: TaskSpec, preset: str, dtype: str) -> EvaluationRecord:
         info = self.executor.info
-        record = EvaluationRecord(task=task.name, world_size=self.executor.world_size, preset=preset, dtype=dtype,
-                                  executor=info.name, hardware=info.hardware,
-                                  performance_available=info.performance_available)
-        self._stages(task, action, record)
+        return EvaluationRecord(task=task.name, world_size=self.executor.world_size, preset=preset, dtype=dtype,
+                                executor=info.name, hardware=info.hardware,
+                                performance_available=info.performance_available)
+
+    def _finish(self, record: EvaluationRecord, started: float) -> EvaluationRecord:
+        """The verdict from the results, the judge's secrets redacted, the feedback written."""
         decision = decide(record)
         record.stage, record.verdict, record.error, record.flags = (decision.stage, decision.verdict, decision.error,
                                                                     decision.flags)
@@ -103,15 +116,18 @@ class Judge:
         return self.reference.time_for(ctx, hardware, sizes, physical_floor(ctx.cost, self.topology.datasheet_peaks()))
 
     # -- the stages, in order ----------------------------------------------------------------------
-    def _stages(self, task: TaskSpec, action: object, record: EvaluationRecord) -> None:
+    def _static(self, task: TaskSpec, action: object, record: EvaluationRecord) -> bool:
+        """Parse and screen; True when the code is to be run."""
         with _stage(record, Stage.PARSE):
             record.parse = parse_action(action, self.config.max_action_chars)
         if record.parse.error:
-            return
+            return False
         with _stage(record, Stage.SCREEN):
             record.screen = screen_source(record.parse.code, _parameters(task.name), task.collectives_allowed)
-        if record.screen.error or any(f.severity is Severity.EXPLOIT for f in record.screen.flags):
-            return
+        return not (record.screen.error or any(f.severity is Severity.EXPLOIT for f in record.screen.flags))
+
+    def _stages(self, task: TaskSpec, record: EvaluationRecord) -> None:
+        """The stages that run code: the reference's part, then the candidate's ranks."""
         ctx = self.context(task, record.preset, record.dtype)
         # The reference's outputs (and time, measured once per task and cached) first, while no process of
         # this candidate exists to interfere with the reference ranks.

@@ -21,7 +21,9 @@ reports what it measured, and the judge checks that against its own clock.
 """
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 import sys
 import traceback
 import types
@@ -83,6 +85,10 @@ class RankServer:
         self.clock = None
         self.phase = 0  # the last of messages.START_PHASES run
         torch.set_num_threads(1)
+        # Where a stuck rank is, when the judge asks (SIGUSR1): its stacks go to a file of their own, not to the
+        # log whose tail the agent reads.
+        self.stacks = open(os.path.join(spec["workdir"], f"rank{self.rank}.stacks"), "w")
+        faulthandler.register(signal.SIGUSR1, file=self.stacks, all_threads=True)
         if self.gpu:
             torch.cuda.set_device(self.device)
             torch.cuda.current_stream(self.device).synchronize()  # the context exists once this returns

@@ -8,6 +8,7 @@ comes for every child reaped, so the judge can say "rank 1 was killed by SIGSEGV
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 import traceback
@@ -86,6 +87,7 @@ def serve(conn: Connection, op: str, child: Callable[[dict, int], NoReturn]) -> 
             pid = os.fork()
             if pid == 0:
                 conn.close()
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the zygote's own handler (zygote.py) is not theirs
                 child(message["spec"], fd)  # never returns
             os.close(fd)
             channel.send(conn, {"event": "spawned", "pid": pid})

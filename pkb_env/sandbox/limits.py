@@ -25,9 +25,9 @@ def prctl(option: int, value: int) -> None:
         raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
 
 
-def set_parent_death_signal() -> None:
-    """Die with SIGKILL when the process that forked us dies: nothing outlives a crashed judge."""
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
+    """Get `sig` (SIGKILL: die) when the process that forked us dies: nothing outlives a crashed judge."""
+    prctl(PR_SET_PDEATHSIG, sig)
 
 
 def become_subreaper() -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -26,7 +27,7 @@ from multiprocessing.connection import Connection
 from pkb_env.sandbox.cell import Cell
 from pkb_env.sandbox.containment import Containment, ContainmentError, containment_advice
 from pkb_env.sandbox.forking import ForkServer, serve
-from pkb_env.sandbox.limits import become_subreaper, set_parent_death_signal
+from pkb_env.sandbox.limits import become_subreaper, kill_tree, set_parent_death_signal
 from pkb_env.wire import channel
 
 
@@ -36,11 +37,12 @@ BOOT = ("import sys; sys.path[:] = [p for p in sys.path if p]; "
 
 
 class Zygote(ForkServer):
-    def __init__(self, env: dict[str, str], start_timeout: float, cache: str):
+    def __init__(self, env: dict[str, str], start_timeout: float, cache: str, root: str):
         """Start the zygote with `env` (the scrubbed environment); `cache` is the judge's cache directory,
-        which no cell may show."""
+        which no cell may show; `root` the executor's directory, which the zygote removes if the judge dies
+        without closing it (`main`)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        judge = json.dumps({"home": os.path.expanduser("~"), "cache": cache})
+        judge = json.dumps({"home": os.path.expanduser("~"), "cache": cache, "root": root})
         cmd = [sys.executable, "-c", BOOT, str(theirs.fileno()), judge]
         self.process = subprocess.Popen(cmd, env=env, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                                         start_new_session=True)
@@ -101,7 +103,10 @@ def main() -> None:
     descriptor, then JSON with the judge's home and cache directories (which the allowlisted root must
     never show; the scrubbed environment names neither)."""
     fd, judge = int(sys.argv[1]), json.loads(sys.argv[2])
-    set_parent_death_signal()
+    # A judge killed outright (SIGKILL, OOM) cannot clean up: the zygote, told by SIGTERM as its parent dies,
+    # ends every cell and removes the executor's directory, so a dead judge leaves nothing in /tmp either.
+    signal.signal(signal.SIGTERM, lambda *_: _orphaned(judge["root"]))
+    set_parent_death_signal(signal.SIGTERM)
     become_subreaper()  # orphans of un-namespaced cells (double forks, fork-walkers) become ours: the judge sweeps them
     import torch  # noqa: F401  (the point of the zygote: pay for this once)
     import torch.distributed  # noqa: F401
@@ -113,3 +118,21 @@ def main() -> None:
     conn = Connection(fd)
     channel.send(conn, {"event": "ready"})
     serve(conn, "cell", cell.run_cell)  # cells and ranks die with us: each sets PR_SET_PDEATHSIG
+
+
+def _orphaned(root: str) -> None:
+    """The judge died: kill every process under us (cells, their ranks, adopted strays), then remove the
+    executor's directory; exit. Ranks die with their cells anyway (PR_SET_PDEATHSIG); killing them first
+    keeps them from writing into the directory while it goes."""
+    import psutil
+
+    try:
+        kill_tree([c.pid for c in psutil.Process().children(recursive=True)], timeout=2.0)
+    except psutil.Error:
+        pass
+    for _ in range(20):
+        shutil.rmtree(root, ignore_errors=True)
+        if not os.path.exists(root):
+            break
+        time.sleep(0.05)
+    os._exit(0)
