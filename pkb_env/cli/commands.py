@@ -129,7 +129,9 @@ def stage_table(record) -> str:
 
 def _screened(flags) -> str:
     """What the screen found, in words that keep notes (never penalised) apart from exploits."""
-    exploits = sum(f.severity.value == "exploit" for f in flags)
+    from pkb_env.record import Severity
+
+    exploits = sum(f.severity is Severity.EXPLOIT for f in flags)
     notes = len(flags) - exploits
     if exploits:
         return f"{exploits} exploit flag(s)" + (f" and {notes} note(s)" if notes else "")
