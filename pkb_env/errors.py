@@ -16,3 +16,8 @@ class JudgeError(RuntimeError):
 class ExecutorError(ValueError):
     """An executor that cannot be made here (unknown name, no GPU, a world size over the machine's limit);
     the message says the fix. A usage error: the CLI exits 2 on it."""
+
+
+class PoolError(RuntimeError):
+    """A Ray pool that cannot run: no cluster at the address, one too small for it, a judge that cannot start
+    on its nodes (pkb_env/pool/); the message says which and the fix. A usage error: the CLI exits 2 on it."""

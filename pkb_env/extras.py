@@ -12,6 +12,7 @@ fixes it instead of a bare ModuleNotFoundError:
 | train   | transformers, trl            | agents/train_grpo.py; TRL's GRPOTrainer around trl_reward   |
 | wandb   | wandb                        | WandbLogger, train_grpo --track                             |
 | plot    | matplotlib                   | `pkb-env evaluate`'s speedup-vs-roofline PNG                |
+| ray     | ray                          | pkb_env.pool: JudgePool, RayVectorEnv, `evaluate --ray`      |
 | dev     | all of the above but CUDA, pytest, pytest-timeout | the test suite                         |
 """
 from __future__ import annotations

@@ -31,8 +31,14 @@ class Stage(str, enum.Enum):
 
 
 class Verdict(str, enum.Enum):
-    """What happened to the candidate, worst first: the order rewards must respect (docs/architecture.md, "One step")."""
+    """What happened to the candidate, worst first: the order rewards must respect (docs/architecture.md, "One step").
 
+    JUDGE_ERROR is not the candidate's: the judge could not give a verdict (a pool's worker was lost twice, the
+    step outran its deadline, the reference failed). Rewards score it 0 and say so (rewards/base.py,
+    `unjudged`); trainers drop it. It sorts first so that a run holding one reports the judge's failure.
+    """
+
+    JUDGE_ERROR = "judge_error"    # no verdict: the judge failed, not the candidate (pkb_env/pool/)
     FLAGGED = "flagged"            # a static or runtime exploit flag
     UNPARSABLE = "unparsable"      # no code, syntax error, no `solution` with the right signature
     BUILD_ERROR = "build_error"    # importing the module or compiling its kernels failed
@@ -295,6 +301,21 @@ class EvaluationRecord:
         if not self.performance_available or self.roofline is None or (self.timing is not None and self.timing.suspect):
             return None
         return self.roofline.fraction
+
+    @property
+    def judged(self) -> bool:
+        """False when the judge could not judge the step (Verdict.JUDGE_ERROR): the record says nothing of the code."""
+        return self.verdict is not Verdict.JUDGE_ERROR
+
+    @classmethod
+    def unjudged(cls, task: str, world_size: int, preset: str, dtype: str, executor: str, hardware: str,
+                 error: str) -> "EvaluationRecord":
+        """The record of a step the judge could not judge (a lost worker, a deadline, the reference's
+        failure): `error` says why, the feedback tells the agent it is not its code's fault."""
+        return cls(task=task, world_size=world_size, preset=preset, dtype=dtype, executor=executor,
+                   hardware=hardware, verdict=Verdict.JUDGE_ERROR, error=error, performance_available=False,
+                   feedback=f"The judge could not judge this step, through no fault of the code: {error}. "
+                            f"It earns no reward; submit it again.")
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable(self)

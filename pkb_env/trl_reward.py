@@ -17,6 +17,14 @@ the reward function named by `reward` (default: the shaped reward, in [-1, 1]): 
 single-turn episode of the env returns. Calls are sequential: a batch of N completions costs N judge
 steps. The service is made on the first call, not at construction, and is left out of pickling, so the
 callable can be copied to workers that make their own.
+
+Over a Ray pool (pkb_env/pool/, docs/scale_out.md) the whole batch is judged at once:
+
+    pool = JudgePool(JudgeConfig(executor="cuda", world_size=2), address="auto")
+    reward = make_trl_reward(pool=pool, deadline_s=900)    # async: TRL awaits it beside its other rewards
+
+A step the pool could not judge (Verdict.JUDGE_ERROR) gets None, TRL's "no reward for this sample", never a
+penalty the code did not earn.
 """
 from __future__ import annotations
 
@@ -71,20 +79,24 @@ class PkbReward:
         self.last_infos: list[dict[str, Any]] = []
 
     def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (), **kwargs) -> list[float]:
-        from pkb_env.env import step_info
         from pkb_env.service import JudgeService
 
         tasks = self._tasks(kwargs, len(completions))
         if self.judge is None:
             self.judge = JudgeService(self.config)
+        records = [self.judge.judge(task, completion_text(completion)) for task, completion in zip(tasks, completions)]
+        return self._score(records, kwargs.get("log_metric"))
+
+    def _score(self, records, log_metric) -> list[float | None]:
+        """Each record's reward (None for one the judge could not judge), `last_infos`, and the batch's metrics."""
+        from pkb_env.env import step_info
+
         rewards, infos = [], []
-        for task, completion in zip(tasks, completions):
-            record = self.judge.judge(task, completion_text(completion))
+        for record in records:
             result = self.reward_fn(record)
-            rewards.append(float(result.value))
+            rewards.append(float(result.value) if record.judged else None)
             infos.append({k: v for k, v in step_info(record, result).items() if k != "record"})
         self.last_infos = infos
-        log_metric = kwargs.get("log_metric")
         if callable(log_metric) and infos:
             log_metric("pkb_env/frac_correct", sum(bool(i["correct"]) for i in infos) / len(infos))
             speedups = [i["speedup"] for i in infos if i["correct"] and i["speedup"] is not None]
@@ -128,12 +140,48 @@ class PkbReward:
             pass
 
 
+class PkbPoolReward(PkbReward):
+    """The TRL reward over a JudgePool: async, the batch judged concurrently (the module docstring).
+
+    `deadline_s` bounds the whole batch (pool.map's deadline): what is unjudged by then gets None. The pool
+    is the caller's: `close()` leaves it running."""
+
+    def __init__(self, pool, task: str | None = None, reward: str = "default", task_column: str = "task",
+                 deadline_s: float | None = None):
+        super().__init__(pool.config, task, reward, task_column)
+        self.pool, self.deadline_s = pool, deadline_s
+
+    async def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),
+                       **kwargs) -> list[float | None]:
+        import asyncio
+
+        tasks = self._tasks(kwargs, len(completions))
+        batch = [(task, completion_text(completion)) for task, completion in zip(tasks, completions)]
+        records = await asyncio.to_thread(self.pool.map, batch, self.deadline_s)
+        return self._score(records, kwargs.get("log_metric"))
+
+    def close(self) -> None:
+        """The pool is the caller's to close."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError("a pool-backed reward does not travel: make it where the pool's handle lives")
+
+
 def make_trl_reward(config: JudgeConfig | Mapping[str, Any] | None = None, task: str | None = None,
-                    reward: str = "default", task_column: str = "task") -> PkbReward:
+                    reward: str = "default", task_column: str = "task", pool=None,
+                    deadline_s: float | None = None) -> PkbReward:
     """A callable for GRPOTrainer(reward_funcs=[...]). `config`: a JudgeConfig, or a mapping of its settings
-    (which may also carry "task" and "reward", as YAML configs do)."""
+    (which may also carry "task" and "reward", as YAML configs do). `pool`: a JudgePool to judge each batch on
+    concurrently (then the pool's config holds; `deadline_s` bounds a batch)."""
     if isinstance(config, Mapping):
         values = dict(config)
         task, reward = values.pop("task", task), values.pop("reward", reward)
         config = JudgeConfig.from_mapping(values)
+    if pool is not None:
+        if config is not None:
+            raise ValueError("pass either config or pool: a pool judges with its own config (pool.config)")
+        return PkbPoolReward(pool, task, reward, task_column, deadline_s)
+    if deadline_s is not None:
+        raise ValueError("deadline_s bounds a pool's batch; without pool=, each step is bounded by the config's "
+                         "step_budget_s")
     return PkbReward(config, task, reward, task_column)

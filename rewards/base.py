@@ -78,6 +78,18 @@ def number(config: Mapping[str, Any], key: str) -> float:
     return float(value)
 
 
+def unjudged(record: EvaluationRecord) -> RewardResult | None:
+    """0, with the reason, for a step the judge could not judge (Verdict.JUDGE_ERROR), else None.
+
+    Such a record says nothing of the code, so no value may rank it against others; 0 lies inside every
+    reward's bounds, and `terms["scored"] == "no"` lets a trainer drop the sample (the TRL reward over a
+    pool returns None for it, TRL's own "no reward for this sample")."""
+    if record.verdict is not Verdict.JUDGE_ERROR:
+        return None
+    return RewardResult(0.0, {"verdict": Verdict.JUDGE_ERROR.value, "scored": "no", "performance": "not_applicable",
+                              "reason": record.error or "the judge failed"})
+
+
 def effective_verdict(record: EvaluationRecord) -> Verdict:
     """The verdict the reward ranks: any exploit flag overrides what the pipeline concluded.
 

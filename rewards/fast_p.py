@@ -11,7 +11,8 @@ from typing import Any, ClassVar, Mapping
 
 from pkb_env.record import EvaluationRecord, Verdict
 
-from .base import RewardFunction, RewardResult, Term, effective_verdict, flag_reason, number, performance_status
+from .base import (RewardFunction, RewardResult, Term, effective_verdict, flag_reason, number, performance_status,
+                   unjudged)
 
 
 class FastP(RewardFunction):
@@ -32,6 +33,8 @@ class FastP(RewardFunction):
 
     def __call__(self, record: EvaluationRecord) -> RewardResult:
         p = self.config["p"]
+        if (result := unjudged(record)) is not None:
+            return result
         verdict = effective_verdict(record)
         terms: dict[str, Term] = {"verdict": verdict.value, "p": p, "performance": "not_applicable"}
         if verdict is not Verdict.CORRECT:

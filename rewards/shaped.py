@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Mapping
 from pkb_env.record import EvaluationRecord, Verdict
 
 from .base import (RewardFunction, RewardResult, Term, effective_verdict, flag_reason, number,
-                   performance_status)
+                   performance_status, unjudged)
 
 # failure verdicts, worst first, each with the config key holding its value
 FAILURE_KEYS: tuple[tuple[Verdict, str], ...] = (
@@ -95,6 +95,8 @@ class ShapedReward(RewardFunction):
 
     def __call__(self, record: EvaluationRecord) -> RewardResult:
         c = self.config
+        if (result := unjudged(record)) is not None:
+            return result
         verdict = effective_verdict(record)
         terms: dict[str, Term] = {"verdict": verdict.value, "performance": "not_applicable",
                                   "base": 0.0, "speedup_term": 0.0, "roofline_term": 0.0}

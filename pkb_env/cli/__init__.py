@@ -17,7 +17,8 @@ from contextlib import contextmanager
 
 from pkb_env.cli.exits import EXIT_CODES, EXIT_INTERRUPTED, EXIT_JUDGE_FAILURE, EXIT_TERMINATED, EXIT_USAGE
 from pkb_env.cli.options import parser, with_config
-from pkb_env.errors import JudgeError
+from pkb_env.errors import JudgeError, PoolError
+from pkb_env.extras import MissingExtra
 
 __all__ = ["main", "EXIT_CODES", "EXIT_USAGE", "EXIT_JUDGE_FAILURE", "EXIT_INTERRUPTED", "EXIT_TERMINATED"]
 
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     with _sigterm_raises():
         try:
             args = with_config(cli, args, argv)
-            if getattr(args, "limits_world_size", False):
+            if getattr(args, "limits_world_size", False) and getattr(args, "ray", None) is None:  # a pool's nodes decide
                 from pkb_env.executors import check_world_size
 
                 check_world_size(args.executor, args.world_size)  # before torch is imported or anything starts
@@ -45,12 +46,15 @@ def main(argv: list[str] | None = None) -> int:
         except Terminated:
             print("pkb-env: terminated (SIGTERM); rank processes stopped, temporary files removed", file=sys.stderr)
             return EXIT_TERMINATED
-        except (ValueError, FileNotFoundError) as exc:  # TaskError, ExecutorError, ConfigError are ValueErrors
+        except (ValueError, FileNotFoundError, MissingExtra) as exc:  # TaskError, ExecutorError, ConfigError: ValueErrors
             print(f"pkb-env: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
         except JudgeError as exc:  # the reference or containment failed: not the candidate's fault
             print(f"pkb-env: judge failure ({type(exc).__name__}): {exc}", file=sys.stderr)
             return EXIT_JUDGE_FAILURE
+        except PoolError as exc:   # --ray: no cluster there, or one too small
+            print(f"pkb-env: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         except BrokenPipeError:  # `pkb-env tasks | head`: the reader has gone; nothing left to say
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
             return 0

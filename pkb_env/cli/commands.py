@@ -162,7 +162,18 @@ def cmd_evaluate(args) -> int:
         raise ValueError(f"--k {args.k!r}: pass comma-separated positive integers, e.g. --k 1,5")
     agent = agent_from_spec(args.agent)
     tasks = resolve_tasks(args.tasks, agent)
-    report = evaluate(agent, tasks=tasks, config=judge_config(args), samples=args.samples, ks=ks, reward=args.reward)
+    if args.ray is None:
+        if args.actors is not None or args.cpus_per_actor is not None:
+            raise ValueError("--actors and --cpus-per-actor size a Ray pool: add --ray local (or --ray auto)")
+        report = evaluate(agent, tasks=tasks, config=judge_config(args), samples=args.samples, ks=ks,
+                          reward=args.reward)
+    else:
+        from pkb_env.pool import JudgePool
+
+        with JudgePool(judge_config(args), address=args.ray, actors=args.actors,
+                       cpus_per_actor=args.cpus_per_actor) as pool:
+            print(f"pkb-env: judging on {pool.size} Ray actor(s) of {pool.shape.describe()}", file=sys.stderr)
+            report = evaluate(agent, tasks=tasks, samples=args.samples, ks=ks, reward=args.reward, pool=pool)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "report.json").write_text(report.to_json() + "\n")
     markdown = report.to_markdown()

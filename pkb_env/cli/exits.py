@@ -3,9 +3,10 @@ from __future__ import annotations
 
 # Exit codes of `pkb-env eval`: the worst verdict over the files judged. The verdict codes are fixed
 # (scripts depend on them); 2 is argparse's own code for bad usage, kept for every usage error.
-EXIT_CODES = {"correct": 0, "wrong": 1, "runtime_error": 3, "build_error": 4, "unparsable": 5, "flagged": 6}
 EXIT_USAGE = 2
 EXIT_JUDGE_FAILURE = 7
+EXIT_CODES = {"correct": 0, "wrong": 1, "runtime_error": 3, "build_error": 4, "unparsable": 5, "flagged": 6,
+              "judge_error": EXIT_JUDGE_FAILURE}
 EXIT_INTERRUPTED = 130   # 128 + SIGINT, what a shell reports for Ctrl-C
 EXIT_TERMINATED = 143    # 128 + SIGTERM
 
@@ -18,7 +19,7 @@ EXIT_CODES_HELP = f"""exit codes (the worst verdict over the files judged):
   {EXIT_CODES['build_error']}    build_error    importing the module or compiling its kernels failed
   {EXIT_CODES['unparsable']}    unparsable     no module defining solution(...) with the reference's parameters
   {EXIT_CODES['flagged']}    flagged        the code does something the judge does not allow
-  {EXIT_JUDGE_FAILURE}    judge failure  the judge itself failed (reference, containment): not the candidate's fault
+  {EXIT_JUDGE_FAILURE}    judge_error    the judge itself failed (reference, containment): not the candidate's fault
   {EXIT_INTERRUPTED}  interrupted    Ctrl-C; no process or temporary file is left behind
   {EXIT_TERMINATED}  terminated     SIGTERM; likewise"""
 

@@ -64,6 +64,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, default=1, help="samples per task (default 1)")
     p.add_argument("--k", default="1", help="comma-separated k of pass@k, each <= --samples (default 1)")
     p.add_argument("--out", type=Path, default=Path("pkb-eval"), help="output folder (default ./pkb-eval)")
+    p.add_argument("--ray", metavar="ADDRESS", default=None,
+                   help="judge on a Ray pool of judges: 'local' starts a cluster for the run, 'auto' joins the one "
+                        "`ray start --head` started here, ray://HOST:PORT a remote one (pip install 'pkb-env[ray]'; "
+                        "docs/scale_out.md)")
+    p.add_argument("--actors", type=int, default=None,
+                   help="with --ray: judge actors (default: as many as the cluster holds)")
+    p.add_argument("--cpus-per-actor", type=float, default=None,
+                   help="with --ray: CPUs each actor claims (default: the world size for cpu, 1 for GPU executors)")
     _placement(p)
     _judging(p)
 

@@ -26,12 +26,12 @@ from pkb_env.task import TaskError, load_task, task_names
 
 def evaluate(agent, tasks: Sequence[str] | None = None, config: JudgeConfig | None = None, samples: int = 1,
              ks: Sequence[int] = (1,), ps: Sequence[float] = (0, 1, 1.5, 2), progress: bool | None = None,
-             reward: str = "default") -> EvaluationReport:
+             reward: str = "default", pool=None) -> EvaluationReport:
     """Judge `samples` single-turn answers of `agent` on each task (None: the suite as it runs here) on one
-    JudgeService made from `config`. `reward`: a configs/rewards/ name or a YAML path (each row's reward).
+    JudgeService made from `config`, or on a JudgePool (`pool`: every sample of the run submitted at once, the
+    pool's config in force). `reward`: a configs/rewards/ name or a YAML path (each row's reward).
     `progress`: a bar on stderr (None: when stderr is a terminal)."""
     from pkb_env.rewards import load_reward
-    from pkb_env.service import JudgeService
 
     names = list(dict.fromkeys(tasks)) if tasks is not None else None   # None: what runs here
     if names == []:
@@ -48,32 +48,65 @@ def evaluate(agent, tasks: Sequence[str] | None = None, config: JudgeConfig | No
     ps = tuple(ps)
     if any(isinstance(p, bool) or not isinstance(p, (int, float)) or not p >= 0 for p in ps):
         raise ValueError(f"ps must be numbers >= 0, got {list(ps)!r}")
+    if pool is not None and config is not None:
+        raise ValueError("pass either config or pool: a pool judges with its own config (pool.config)")
     reward_fn = load_reward(reward)
-    config = config or JudgeConfig()
-
     start = time.perf_counter()
-    rows: list[SampleResult] = []
+    # tqdm's own disable=None: off when stderr is not a terminal
+    bar = tqdm(desc="evaluating", unit="sample", disable=None if progress is None else not progress)
+    with bar:
+        if pool is None:
+            config = config or JudgeConfig()
+            records, executor, hardware, performance = _judge_here(agent, names, config, samples, bar)
+        else:
+            config = pool.config
+            records, executor, hardware, performance = _judge_on_pool(agent, names, pool, samples, bar)
+    rows = [sample_row(record, i, float(reward_fn(record).value)) for record, i in records]
+    return EvaluationReport(rows=rows, ks=ks, ps=ps, agent=getattr(agent, "name", type(agent).__name__),
+                            executor=executor, world_size=config.world_size, preset=config.preset, dtype=config.dtype,
+                            hardware=hardware, performance_available=performance,
+                            wall_seconds=time.perf_counter() - start)
+
+
+def _judge_here(agent, names: list[str] | None, config: JudgeConfig, samples: int, bar: tqdm):
+    """Every sample judged in turn on one local JudgeService: (record, sample) pairs and the executor's facts."""
+    from pkb_env.service import JudgeService
+
+    records = []
     with JudgeService(config) as judge:
         for name in names or ():
             problem = judge.problem(load_task(name))  # every task checked before the first is judged
             if problem:
                 raise TaskError(problem)
         names = names or judge.tasks()
-        # tqdm's own disable=None: off when stderr is not a terminal
-        with tqdm(total=len(names) * samples, desc="evaluating", unit="sample",
-                  disable=None if progress is None else not progress) as bar:
-            for name in names:
-                for i in range(samples):
-                    bar.set_description(f"{name} [{i + 1}/{samples}]")
-                    session = judge.open(name)
-                    record = session.judge(agent.act(spaces.observation(session)))
-                    rows.append(sample_row(record, i, float(reward_fn(record).value)))
-                    bar.update()
+        bar.reset(total=len(names) * samples)
+        for name in names:
+            for i in range(samples):
+                bar.set_description(f"{name} [{i + 1}/{samples}]")
+                session = judge.open(name)
+                records.append((session.judge(agent.act(spaces.observation(session))), i))
+                bar.update()
         info = judge.info
-    return EvaluationReport(rows=rows, ks=ks, ps=ps, agent=getattr(agent, "name", type(agent).__name__),
-                            executor=info.name, world_size=config.world_size, preset=config.preset, dtype=config.dtype,
-                            hardware=info.hardware, performance_available=info.performance_available,
-                            wall_seconds=time.perf_counter() - start)
+    return records, info.name, info.hardware, info.performance_available
+
+
+def _judge_on_pool(agent, names: list[str] | None, pool, samples: int, bar: tqdm):
+    """Every sample submitted to the pool at once (the agent answering each turn-0 observation as the pool's
+    judges show it), then collected in order as they finish."""
+    config = pool.config
+    if names is None:
+        from pkb_env.task import runnable_tasks
+
+        names = runnable_tasks(config.world_size, config.preset, config.dtype, config.executor != "cuda")
+    observations = {name: pool.observation(name) for name in names}   # TaskError for a task that cannot run
+    bar.reset(total=len(names) * samples)
+    bar.set_description(f"judging on {pool.size} actor(s)")
+    futures = [(pool.submit(name, agent.act(observations[name])), i) for name in names for i in range(samples)]
+    for _ in pool.as_completed([f for f, _ in futures]):
+        bar.update()
+    started = pool.started[0] if pool.started else {}
+    return ([(f.result(), i) for f, i in futures], started.get("executor", config.executor),
+            started.get("hardware", "unknown"), started.get("performance_available", False))
 
 
 def sample_row(record: EvaluationRecord, sample: int, reward: float) -> SampleResult:
