@@ -13,10 +13,10 @@ once and reused across calls: `symmetric_buffer` caches them by (shape, dtype, t
 buffer across calls means a fast rank can overwrite its buffer while a slow peer still reads it: put a
 barrier after the last remote read of a call (the pattern in this package's docstring).
 
-The first allocation in a process also sets torch's symmetric memory up: on one H200 (torch 2.11) that
-took 1.9-3.5 s over 10 fresh processes (it loads NVSHMEM even for the CUDA backend), later ones about
-1 ms. A candidate pays it in its build or first trial, never in a timed call; the judge no longer sets it
-up for every rank set, which made warm steps wait up to 1.6 s for their ranks (docs/timing.md).
+The first allocation in a process used to cost 1.9-3.5 s (one H200, torch 2.11): not NVSHMEM, but the 483
+Python modules it imports (torch.fx.experimental.symbolic_shapes and sympy), compiled from source in rank
+processes that write no .pyc. The zygote imports them once before it forks (pkb_env/sandbox/zygote.py), so
+a rank's first allocation takes milliseconds (`benchmarks/symmetric_setup_cost.py`).
 """
 from __future__ import annotations
 

@@ -110,6 +110,10 @@ def main() -> None:
     become_subreaper()  # orphans of un-namespaced cells (double forks, fork-walkers) become ours: the judge sweeps them
     import torch  # noqa: F401  (the point of the zygote: pay for this once)
     import torch.distributed  # noqa: F401
+    # torch's first symmetric allocation imports this (483 modules, sympy's among them, compiled from source
+    # where no .pyc can be written): 1.9-3.2 s in every fresh rank on one H200, 1-2 ms once it is imported here
+    # (benchmarks/symmetric_setup_cost.py). Pure Python: no CUDA is touched.
+    import torch.fx.experimental.symbolic_shapes  # noqa: F401
 
     from pkb_env.ranks import server  # noqa: F401  (imported before any fork: inherited warm)
     from pkb_env.sandbox import builder, cell, rootfs  # noqa: F401
