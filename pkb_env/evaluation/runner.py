@@ -26,10 +26,12 @@ from pkb_env.task import TaskError, load_task, task_names
 
 def evaluate(agent, tasks: Sequence[str] | None = None, config: JudgeConfig | None = None, samples: int = 1,
              ks: Sequence[int] = (1,), ps: Sequence[float] = (0, 1, 1.5, 2), progress: bool | None = None,
-             reward: str = "default") -> EvaluationReport:
+             reward: str = "default", recorder=None) -> EvaluationReport:
     """Judge `samples` single-turn answers of `agent` on each task (None: the suite as it runs here) on one
     JudgeService made from `config`. `reward`: a configs/rewards/ name or a YAML path (each row's reward).
-    `progress`: a bar on stderr (None: when stderr is a terminal)."""
+    `progress`: a bar on stderr (None: when stderr is a terminal). `recorder`: a pkb_env.data.EpisodeRecorder
+    that gets every judged sample (its chat, completion and reward: a dataset row each, docs/data.md)."""
+    from pkb_env.agents import build_messages
     from pkb_env.rewards import load_reward
     from pkb_env.service import JudgeService
 
@@ -66,8 +68,15 @@ def evaluate(agent, tasks: Sequence[str] | None = None, config: JudgeConfig | No
                 for i in range(samples):
                     bar.set_description(f"{name} [{i + 1}/{samples}]")
                     session = judge.open(name)
-                    record = session.judge(agent.act(spaces.observation(session)))
-                    rows.append(sample_row(record, i, float(reward_fn(record).value)))
+                    observation = spaces.observation(session)
+                    action = agent.act(observation)
+                    record = session.judge(action)
+                    result = reward_fn(record)
+                    rows.append(sample_row(record, i, float(result.value)))
+                    if recorder is not None:
+                        recorder.record(record, action, build_messages(observation), config=config,
+                                        topology=judge.info.topology, agent=getattr(agent, "name", None),
+                                        reward=result.value, reward_terms=result.terms)
                     bar.update()
         info = judge.info
     return EvaluationReport(rows=rows, ks=ks, ps=ps, agent=getattr(agent, "name", type(agent).__name__),
