@@ -12,6 +12,7 @@ fixes it instead of a bare ModuleNotFoundError:
 | train   | transformers, trl            | agents/train_grpo.py; TRL's GRPOTrainer around trl_reward   |
 | wandb   | wandb                        | WandbLogger, train_grpo --track                             |
 | plot    | matplotlib                   | `pkb-env evaluate`'s speedup-vs-roofline PNG                |
+| data    | datasets, pyarrow            | episode datasets: pkb_env.data, `pkb-env data`, `--dataset` |
 | dev     | all of the above but CUDA, pytest, pytest-timeout | the test suite                         |
 """
 from __future__ import annotations

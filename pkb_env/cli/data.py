@@ -43,6 +43,7 @@ def add_data_command(command) -> None:
 
 
 def cmd_data(args: argparse.Namespace) -> int:
+    _require_data()
     from pkb_env.data import read_rows
     from pkb_env.data import recipes
 
@@ -83,6 +84,17 @@ def open_recorder(folder: Path | None, agent):
     """The EpisodeRecorder of `evaluate --dataset DIR` (None without the option)."""
     if folder is None:
         return None
+    _require_data()
     from pkb_env.data import EpisodeRecorder
 
     return EpisodeRecorder(folder, agent=getattr(agent, "name", None))
+
+
+def _require_data() -> None:
+    """The `data` extra, or a usage error (exit 2) naming it, before anything starts."""
+    from pkb_env.extras import MissingExtra, require
+
+    try:
+        require("pyarrow", "data", "episode datasets (pkb-env data, --dataset)")
+    except MissingExtra as exc:
+        raise ValueError(str(exc)) from None
