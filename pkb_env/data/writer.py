@@ -94,7 +94,7 @@ class DatasetWriter:
                     self._shards.append(self.data / f"part-{self.run_id}-{len(self._shards):05d}.parquet")
                     self._current = []
                 self._index[key] = (len(self._shards) - 1, len(self._current))
-                self._current.append({**row, "run_id": self.run_id, "count": int(row.get("count") or 1)})
+                self._current.append({**row, "run_id": self.run_id, "count": 1})
                 self.rows += 1
             self._pending += 1
             if self._pending >= self.flush_every:
