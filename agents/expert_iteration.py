@@ -45,7 +45,6 @@ import torch
 
 from pkb_env import JudgeConfig, JudgeService
 from pkb_env.agents.messages import build_messages, render_prompt
-from pkb_env.config import TimingProtocol
 from pkb_env.extras import MissingExtra, require
 from pkb_env.record import EvaluationRecord
 
@@ -222,11 +221,9 @@ def main(argv=None, judge: Judge | None = None) -> list[dict]:
     # ---- the judge and the recorder --------------------------------------------------------------------
     owns_judge = judge is None
     if judge is None:
-        config = JudgeConfig(executor=args.executor, world_size=args.world_size)
-        if args.fast_judge:
-            config = config.replace(trials=2, trial_timeout_s=10.0, build_timeout_s=30.0, timing_timeout_s=30.0,
-                                    protocol=TimingProtocol.quick("host"))
-        judge = JudgeService(config)
+        from pkb_env.agents.train_grpo import judge_config
+
+        judge = JudgeService(judge_config(args.executor, args.world_size, args.fast_judge))
     topology = getattr(getattr(judge, "info", None), "topology", None)   # a pool may not say
     model, tokenizer = load_policy(args)
     agent_name = "tiny-llama" if args.tiny else args.model_name

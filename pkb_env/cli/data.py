@@ -13,33 +13,27 @@ def add_data_command(command) -> None:
     p = command("data", DATA_HELP, cmd_data)
     sub = p.add_subparsers(dest="data_command", required=True, metavar="SUBCOMMAND")
 
-    s = sub.add_parser("summary", help="counts per task and verdict, best speedup per task, a speedup-vs-roofline plot",
-                       description="counts per task and verdict, best speedup per task, a speedup-vs-roofline plot")
-    s.add_argument("dataset", type=Path, metavar="DIR", help="the dataset folder")
-    s.add_argument("--plot", type=Path, default=None, help="where the PNG goes (default DIR/speedup_vs_roofline.png)")
+    def subcommand(name: str, help: str, out: bool = True) -> argparse.ArgumentParser:
+        s = sub.add_parser(name, help=help, description=help)
+        s.add_argument("dataset", type=Path, metavar="DIR", help="the dataset folder")
+        if out:
+            s.add_argument("--out", type=Path, required=True,
+                           help="a folder (OUT/train.parquet is written) or a .parquet path")
+        return s
 
-    s = sub.add_parser("sft", help="the best correct solutions per prompt as chat `messages` rows (TRL's SFTTrainer)",
-                       description="the best correct solutions per prompt as chat `messages` rows (TRL's SFTTrainer)")
-    s.add_argument("dataset", type=Path, metavar="DIR", help="the dataset folder")
-    s.add_argument("--out", type=Path, required=True, help="a folder (OUT/train.parquet is written) or a .parquet path")
+    s = subcommand("summary", "counts per task and verdict, best speedup per task, a speedup-vs-roofline plot", out=False)
+    s.add_argument("--plot", type=Path, default=None, help="where the PNG goes (default DIR/speedup_vs_roofline.png)")
+    s = subcommand("sft", "the best correct solutions per prompt as chat `messages` rows (TRL's SFTTrainer)")
     s.add_argument("--min-speedup", type=float, default=0.0,
                    help="keep solutions at least this fast (default 0: any correct one, unmeasured speed included)")
     s.add_argument("--top", type=int, default=1, help="solutions kept per prompt, best first (default 1)")
-
-    s = sub.add_parser("pairs", help="chosen/rejected pairs of one prompt for DPO (TRL's DPOTrainer, conversational)",
-                       description="chosen/rejected pairs of one prompt for DPO: correct over wrong or failed, or "
-                                   "over correct and slower by more than --margin")
-    s.add_argument("dataset", type=Path, metavar="DIR", help="the dataset folder")
-    s.add_argument("--out", type=Path, required=True, help="a folder (OUT/train.parquet is written) or a .parquet path")
+    s = subcommand("pairs", "chosen/rejected pairs of one prompt for DPO (TRL's DPOTrainer, conversational): correct "
+                            "over wrong or failed, or over correct and slower by more than --margin")
     s.add_argument("--margin", type=float, default=0.05,
                    help="a correct solution beats a correct one only when faster by more than this fraction (default 0.05)")
     s.add_argument("--max-per-prompt", type=int, default=8, help="pairs kept per prompt (default 8)")
-
-    s = sub.add_parser("export", help="the prompts in another trainer's format (verl's RL parquet)",
-                       description="the prompts in another trainer's format (verl's RL parquet)")
-    s.add_argument("dataset", type=Path, metavar="DIR", help="the dataset folder")
+    s = subcommand("export", "the prompts in another trainer's format (verl's RL parquet)")
     s.add_argument("--format", required=True, help="verl")
-    s.add_argument("--out", type=Path, required=True, help="a folder (OUT/train.parquet is written) or a .parquet path")
 
 
 def cmd_data(args: argparse.Namespace) -> int:
