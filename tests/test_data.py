@@ -328,6 +328,12 @@ def test_bad_input_names_the_problem_and_the_fix(tmp_path, capsys, argv, message
     assert message in err and ("pkb-env evaluate" in err or "choose one of" in err), err
 
 
+def test_data_commands_without_the_extra_name_it(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "pyarrow", None)   # how Python spells "not installed" for an import
+    assert main(["data", "summary", str(tmp_path)]) == 2
+    assert "pip install 'pkb-env[data]'" in capsys.readouterr().err
+
+
 # -- the recipe ------------------------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.timeout(400)
