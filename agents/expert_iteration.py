@@ -89,7 +89,9 @@ def parse_args(argv=None):
 
 class Judge(Protocol):
     """What the recipe needs of a judge. JudgeService has it; so does a pool of judges (Ray actors, each with
-    a JudgeService) whose `judge` returns the actors' EvaluationRecords to this process."""
+    a JudgeService) whose `judge` returns the actors' EvaluationRecords to this process. Outside --tiny the
+    prompts come from `judge.open(task, prestart=False)` (a TaskSession's observation), which a pool must
+    offer too; `judge.info.topology`, where there is one, goes into the rows."""
 
     config: JudgeConfig
 
@@ -147,7 +149,7 @@ def load_policy(args):
     model = AutoModelForCausalLM.from_pretrained(args.model_name)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return model, tokenizer
+    return model.to("cuda" if torch.cuda.is_available() else "cpu"), tokenizer
 
 
 def sample(model, tokenizer, messages, k: int, args, letters: list[str] | None) -> list[str]:
@@ -155,7 +157,8 @@ def sample(model, tokenizer, messages, k: int, args, letters: list[str] | None) 
     from transformers import LogitsProcessor, LogitsProcessorList
 
     text = render_prompt(tokenizer, messages)
-    enc = tokenizer(text, return_tensors="pt", add_special_tokens=not getattr(tokenizer, "chat_template", None))
+    enc = tokenizer(text, return_tensors="pt",
+                    add_special_tokens=not getattr(tokenizer, "chat_template", None)).to(model.device)
     processors = None
     if letters:
         ids = [tokenizer.encode(letter, add_special_tokens=False) for letter in letters]
@@ -166,7 +169,7 @@ def sample(model, tokenizer, messages, k: int, args, letters: list[str] | None) 
 
         class AllowOnly(LogitsProcessor):
             def __call__(self, input_ids, scores):
-                return scores + allowed[: scores.shape[-1]].to(scores.dtype)
+                return scores + allowed[: scores.shape[-1]].to(scores.device, scores.dtype)
 
         processors = LogitsProcessorList([AllowOnly()])
     model.eval()
@@ -275,8 +278,9 @@ def main(argv=None, judge: Judge | None = None) -> list[dict]:
             print(f"round {round_} | correct {stats['frac_correct']:.2f} ({stats['correct']}/{stats['samples']}) | "
                   + " ".join(f"{t} {v:.2f}" for t, v in stats["per_task"].items())
                   + (f" | picks {stats['choices']}" if args.tiny else "")
-                  + (f" | sft {stats['sft_rows']} rows, loss {stats.get('sft_loss_first', float('nan')):.3f}"
-                     f"->{stats.get('sft_loss_last', float('nan')):.3f}" if "sft_rows" in stats else "")
+                  + (f" | sft {stats['sft_rows']} rows, loss {stats['sft_loss_first']:.3f}->{stats['sft_loss_last']:.3f}"
+                     if "sft_loss_first" in stats else " | sft 0 rows: no correct completion yet" if "sft_rows" in stats
+                     else "")
                   + f" | judge {judge_s:.1f}s | elapsed {stats['elapsed_s']:.1f}s", flush=True)
     finally:
         recorder.close()
