@@ -106,6 +106,15 @@ def parse_args(argv=None):
     return args
 
 
+def judge_config(executor: str, world_size: int, fast: bool) -> JudgeConfig:
+    """The judge's config; `fast`: 2 trials, short deadlines and the short timing protocol (--fast-judge)."""
+    config = JudgeConfig(executor=executor, world_size=world_size)
+    if fast:
+        config = config.replace(trials=2, trial_timeout_s=10.0, build_timeout_s=30.0, timing_timeout_s=30.0,
+                                protocol=TimingProtocol.quick("host"))
+    return config
+
+
 # ---- the sanity task: 4 programs, one letter each -------------------------------------------------------
 SANITY_PROMPT = ("Sanity check, not kernel writing. Task {task}, world size {world}. Choose the program the judge "
                  "runs: A = the reference (correct, ~1x); B = a wrong program; C = a program that raises; "
@@ -250,11 +259,7 @@ if __name__ == "__main__":
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     # ---- judge setup: one JudgeService judges every completion ------------------------------------------
-    config = JudgeConfig(executor=args.executor, world_size=args.world_size)
-    if args.fast_judge:
-        config = config.replace(trials=2, trial_timeout_s=10.0, build_timeout_s=30.0, timing_timeout_s=30.0,
-                                protocol=TimingProtocol.quick("host"))
-    judge = JudgeService(config)
+    judge = JudgeService(judge_config(args.executor, args.world_size, args.fast_judge))
     reward_fn = load_reward(args.reward)
     task_pool = args.tasks or judge.tasks()
     rng = np.random.default_rng(args.seed)

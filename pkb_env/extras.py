@@ -13,6 +13,7 @@ fixes it instead of a bare ModuleNotFoundError:
 | wandb   | wandb                        | WandbLogger, train_grpo --track                             |
 | plot    | matplotlib                   | `pkb-env evaluate`'s speedup-vs-roofline PNG                |
 | ray     | ray                          | pkb_env.pool: JudgePool, RayVectorEnv, `evaluate --ray`      |
+| data    | datasets, pyarrow            | episode datasets: pkb_env.data, `pkb-env data`, `--dataset` |
 | dev     | all of the above but CUDA, pytest, pytest-timeout | the test suite                         |
 """
 from __future__ import annotations

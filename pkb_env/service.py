@@ -43,11 +43,18 @@ class JudgeService:
     step need not wait for them) and, with `calibration="auto"`, measures the machine where no calibration
     of it is cached. `progress(role, phase, ranks_done, world_size)` is called as ranks start and work (the
     CLI's status line); `trace(operation, seconds)` after each operation of a step (pkb_env/tracing.py). `close()` (or leaving the `with` block) stops every process and removes every file.
+
+    `recorder`: called after every step the service judges (`evaluate`, and `screen` where that decides the
+    step) as `recorder.record(record, completion, prompt, config=..., topology=...)`: the record, the action
+    as given, the session's turn-0 prompt (one user message), this service's JudgeConfig and topology
+    config's name. `pkb_env.data.EpisodeRecorder` is one (a dataset row per step: docs/data.md); callers
+    that know more (the chat they sent, turns, episodes) call a recorder themselves instead.
     """
 
     def __init__(self, config: JudgeConfig | None = None, progress: Callable[[str, str, int, int], None] | None = None,
-                 trace: Sink | None = None):
+                 trace: Sink | None = None, recorder=None):
         self.config = config or JudgeConfig()
+        self.recorder = recorder   # pkb_env.data.Recorder: the class docstring
         # the executor, exposed for tests and diagnostics of the processes; callers use the methods below
         self.executor = make_executor(self.config)   # ExecutorError (a ValueError) when the machine cannot
         self.executor.progress = progress
@@ -99,12 +106,18 @@ class JudgeService:
 
     def evaluate(self, session: "TaskSession", code: object) -> EvaluationRecord:
         """Judge `code` on an open session's task (TaskSession.judge calls this)."""
-        return self._judge.evaluate(session.spec, code, session.preset, session.dtype)
+        return self._recorded(session, code, self._judge.evaluate(session.spec, code, session.preset, session.dtype))
 
     def screen(self, session: "TaskSession", code: object) -> EvaluationRecord | None:
         """Parse and screen `code` alone, starting nothing: its finished record where that decides it
         (unparsable, flagged), else None (it must be run: `session.judge`). For refusing bad files at once."""
-        return self._judge.screen(session.spec, code, session.preset, session.dtype)
+        record = self._judge.screen(session.spec, code, session.preset, session.dtype)
+        return record if record is None else self._recorded(session, code, record)
+
+    def _recorded(self, session: "TaskSession", code: object, record: EvaluationRecord) -> EvaluationRecord:
+        if self.recorder is not None:
+            self.recorder.record(record, code, session.prompt, config=self.config, topology=self.info.topology)
+        return record
 
     # -- calibration and the reference -----------------------------------------------------------------
     def calibration(self) -> Calibration | None:

@@ -1,4 +1,5 @@
-"""`pkb-env`: list tasks, show a prompt, judge files, evaluate an agent, run the demo episode, calibrate.
+"""`pkb-env`: list tasks, show a prompt, judge files, evaluate an agent, run the demo episode, calibrate, turn
+recorded episodes into training data (`data`, cli/data.py).
 
 Every command that judges is a thin client of one JudgeService (pkb_env/service.py): the options make a
 JudgeConfig (options.py), the commands (commands.py) open tasks and judge through it.

@@ -152,6 +152,7 @@ def _short(text, limit: int = 90) -> str:
 
 
 def cmd_evaluate(args) -> int:
+    from pkb_env.cli.data import open_recorder
     from pkb_env.evaluation import agent_from_spec, evaluate, resolve_tasks
 
     try:
@@ -162,18 +163,24 @@ def cmd_evaluate(args) -> int:
         raise ValueError(f"--k {args.k!r}: pass comma-separated positive integers, e.g. --k 1,5")
     agent = agent_from_spec(args.agent)
     tasks = resolve_tasks(args.tasks, agent)
-    if args.ray is None:
-        if args.actors is not None or args.cpus_per_actor is not None:
-            raise ValueError("--actors and --cpus-per-actor size a Ray pool: add --ray local (or --ray auto)")
-        report = evaluate(agent, tasks=tasks, config=judge_config(args), samples=args.samples, ks=ks,
-                          reward=args.reward)
-    else:
-        from pkb_env.pool import JudgePool
+    recorder = open_recorder(args.dataset, agent)   # None without --dataset
+    try:
+        if args.ray is None:
+            if args.actors is not None or args.cpus_per_actor is not None:
+                raise ValueError("--actors and --cpus-per-actor size a Ray pool: add --ray local (or --ray auto)")
+            report = evaluate(agent, tasks=tasks, config=judge_config(args), samples=args.samples, ks=ks,
+                              reward=args.reward, recorder=recorder)
+        else:
+            from pkb_env.pool import JudgePool
 
-        with JudgePool(judge_config(args), address=args.ray, actors=args.actors,
-                       cpus_per_actor=args.cpus_per_actor) as pool:
-            print(f"pkb-env: judging on {pool.size} Ray actor(s) of {pool.shape.describe()}", file=sys.stderr)
-            report = evaluate(agent, tasks=tasks, samples=args.samples, ks=ks, reward=args.reward, pool=pool)
+            with JudgePool(judge_config(args), address=args.ray, actors=args.actors,
+                           cpus_per_actor=args.cpus_per_actor) as pool:
+                print(f"pkb-env: judging on {pool.size} Ray actor(s) of {pool.shape.describe()}", file=sys.stderr)
+                report = evaluate(agent, tasks=tasks, samples=args.samples, ks=ks, reward=args.reward, pool=pool,
+                                  recorder=recorder)
+    finally:
+        if recorder is not None:
+            recorder.close()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "report.json").write_text(report.to_json() + "\n")
     markdown = report.to_markdown()
@@ -183,6 +190,9 @@ def cmd_evaluate(args) -> int:
         written.append(report.plot(args.out / "speedup_vs_roofline.png"))
     except ImportError as exc:
         print(f"pkb-env: warning: {exc}; skipped the plot", file=sys.stderr)
+    if recorder is not None:
+        written.append(f"{recorder.writer.rows} dataset rows ({recorder.writer.steps} judged samples) to "
+                       f"{recorder.path}")
     print(markdown)
     print("wrote " + ", ".join(map(str, written)))
     return 0

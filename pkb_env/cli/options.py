@@ -10,10 +10,12 @@ from typing import Any
 from pkb_env import __version__
 from pkb_env.cli.commands import (cmd_calibrate, cmd_demo, cmd_eval, cmd_evaluate, cmd_show, cmd_tasks,
                                   cmd_topology)
+from pkb_env.cli.data import add_data_command
 from pkb_env.cli.exits import EVALUATE_EXIT_HELP, EXIT_CODES_HELP
 from pkb_env.config import EXECUTORS, JudgeConfig
 
-DESCRIPTION = "list tasks, show a prompt, judge files, evaluate an agent, run the demo episode, calibrate"
+DESCRIPTION = ("list tasks, show a prompt, judge files, evaluate an agent, run the demo episode, calibrate, "
+               "turn recorded episodes into training data")
 
 CONFIG_HELP = """config file (--config FILE): a YAML mapping of this command's options, by their long names
 (dashes or underscores), and of judge settings (pkb_env.JudgeConfig's fields), e.g.
@@ -64,6 +66,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, default=1, help="samples per task (default 1)")
     p.add_argument("--k", default="1", help="comma-separated k of pass@k, each <= --samples (default 1)")
     p.add_argument("--out", type=Path, default=Path("pkb-eval"), help="output folder (default ./pkb-eval)")
+    p.add_argument("--dataset", type=Path, default=None, metavar="DIR",
+                   help="also record every judged sample as a row of the episode dataset DIR (docs/data.md)")
     p.add_argument("--ray", metavar="ADDRESS", default=None,
                    help="judge on a Ray pool of judges: 'local' starts a cluster for the run, 'auto' joins the one "
                         "`ray start --head` started here, ray://HOST:PORT a remote one (pip install 'pkb-env[ray]'; "
@@ -79,6 +83,8 @@ def parser() -> argparse.ArgumentParser:
                         "(exit 0 when the three verdicts are the expected ones)", cmd_demo, judges=True)
     _placement(p)
     _judging(p)
+
+    add_data_command(command)
 
     command("topology", "show the GPUs, their links, the topology config that applies, and the containment "
                         "candidates get here", cmd_topology)

@@ -11,6 +11,7 @@ one a single-turn episode of the env would return (metrics: evaluation/metrics.p
 """
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from pathlib import Path
 from typing import Sequence
@@ -26,11 +27,14 @@ from pkb_env.task import TaskError, load_task, task_names
 
 def evaluate(agent, tasks: Sequence[str] | None = None, config: JudgeConfig | None = None, samples: int = 1,
              ks: Sequence[int] = (1,), ps: Sequence[float] = (0, 1, 1.5, 2), progress: bool | None = None,
-             reward: str = "default", pool=None) -> EvaluationReport:
+             reward: str = "default", pool=None, recorder=None) -> EvaluationReport:
     """Judge `samples` single-turn answers of `agent` on each task (None: the suite as it runs here) on one
     JudgeService made from `config`, or on a JudgePool (`pool`: every sample of the run submitted at once, the
     pool's config in force). `reward`: a configs/rewards/ name or a YAML path (each row's reward).
-    `progress`: a bar on stderr (None: when stderr is a terminal)."""
+    `progress`: a bar on stderr (None: when stderr is a terminal). `recorder`: a pkb_env.data.EpisodeRecorder
+    that gets every judged sample as it finishes (its chat, completion and reward: a dataset row each,
+    docs/data.md)."""
+    from pkb_env.agents import build_messages
     from pkb_env.rewards import load_reward
 
     names = list(dict.fromkeys(tasks)) if tasks is not None else None   # None: what runs here
@@ -51,28 +55,33 @@ def evaluate(agent, tasks: Sequence[str] | None = None, config: JudgeConfig | No
     if pool is not None and config is not None:
         raise ValueError("pass either config or pool: a pool judges with its own config (pool.config)")
     reward_fn = load_reward(reward)
+    config = pool.config if pool is not None else config or JudgeConfig()
+    rows: list[SampleResult] = []
+
+    def done(record: EvaluationRecord, sample: int, observation: dict, action: str, topology: str) -> None:
+        result = reward_fn(record)
+        rows.append(sample_row(record, sample, float(result.value)))
+        if recorder is not None:
+            recorder.record(record, action, build_messages(observation), config=config, topology=topology,
+                            agent=getattr(agent, "name", None), reward=result.value, reward_terms=result.terms)
+
     start = time.perf_counter()
     # tqdm's own disable=None: off when stderr is not a terminal
-    bar = tqdm(desc="evaluating", unit="sample", disable=None if progress is None else not progress)
-    with bar:
-        if pool is None:
-            config = config or JudgeConfig()
-            records, executor, hardware, performance = _judge_here(agent, names, config, samples, bar)
-        else:
-            config = pool.config
-            records, executor, hardware, performance = _judge_on_pool(agent, names, pool, samples, bar)
-    rows = [sample_row(record, i, float(reward_fn(record).value)) for record, i in records]
+    with tqdm(desc="evaluating", unit="sample", disable=None if progress is None else not progress) as bar:
+        judge = _judge_here if pool is None else _judge_on_pool
+        names, executor, hardware, performance = judge(agent, names, pool or config, samples, bar, done)
+    rows.sort(key=lambda r: (names.index(r.task), r.sample))   # a pool's finish in any order
     return EvaluationReport(rows=rows, ks=ks, ps=ps, agent=getattr(agent, "name", type(agent).__name__),
                             executor=executor, world_size=config.world_size, preset=config.preset, dtype=config.dtype,
                             hardware=hardware, performance_available=performance,
                             wall_seconds=time.perf_counter() - start)
 
 
-def _judge_here(agent, names: list[str] | None, config: JudgeConfig, samples: int, bar: tqdm):
-    """Every sample judged in turn on one local JudgeService: (record, sample) pairs and the executor's facts."""
+def _judge_here(agent, names: list[str] | None, config: JudgeConfig, samples: int, bar: tqdm, done):
+    """Every sample judged in turn on one local JudgeService, each handed to `done` as it finishes; the tasks
+    judged and the executor's facts."""
     from pkb_env.service import JudgeService
 
-    records = []
     with JudgeService(config) as judge:
         for name in names or ():
             problem = judge.problem(load_task(name))  # every task checked before the first is judged
@@ -84,15 +93,17 @@ def _judge_here(agent, names: list[str] | None, config: JudgeConfig, samples: in
             for i in range(samples):
                 bar.set_description(f"{name} [{i + 1}/{samples}]")
                 session = judge.open(name)
-                records.append((session.judge(agent.act(spaces.observation(session))), i))
+                observation = spaces.observation(session)
+                action = agent.act(observation)
+                done(session.judge(action), i, observation, action, judge.info.topology)
                 bar.update()
         info = judge.info
-    return records, info.name, info.hardware, info.performance_available
+    return names, info.name, info.hardware, info.performance_available
 
 
-def _judge_on_pool(agent, names: list[str] | None, pool, samples: int, bar: tqdm):
+def _judge_on_pool(agent, names: list[str] | None, pool, samples: int, bar: tqdm, done):
     """Every sample submitted to the pool at once (the agent answering each turn-0 observation as the pool's
-    judges show it), then collected in order as they finish."""
+    judges show it), each handed to `done` as it finishes."""
     config = pool.config
     if names is None:
         from pkb_env.task import runnable_tasks
@@ -101,12 +112,18 @@ def _judge_on_pool(agent, names: list[str] | None, pool, samples: int, bar: tqdm
     observations = {name: pool.observation(name) for name in names}   # TaskError for a task that cannot run
     bar.reset(total=len(names) * samples)
     bar.set_description(f"judging on {pool.size} actor(s)")
-    futures = [(pool.submit(name, agent.act(observations[name])), i) for name in names for i in range(samples)]
-    for _ in pool.as_completed([f for f, _ in futures]):
-        bar.update()
     started = pool.started[0] if pool.started else {}
-    return ([(f.result(), i) for f, i in futures], started.get("executor", config.executor),
-            started.get("hardware", "unknown"), started.get("performance_available", False))
+    submitted = {}
+    for name in names:
+        for i in range(samples):
+            action = agent.act(observations[name])
+            submitted[pool.submit(name, action)] = (i, observations[name], action)
+    for future in concurrent.futures.as_completed(submitted):
+        i, observation, action = submitted[future]
+        done(future.result(), i, observation, action, started.get("topology", "unknown"))
+        bar.update()
+    return (names, started.get("executor", config.executor), started.get("hardware", "unknown"),
+            started.get("performance_available", False))
 
 
 def sample_row(record: EvaluationRecord, sample: int, reward: float) -> SampleResult:

@@ -132,7 +132,8 @@ class JudgeActor(_Actor):
         if service is None:
             return {}
         info = service.info
-        return {"executor": info.name, "hardware": info.hardware, "performance_available": info.performance_available}
+        return {"executor": info.name, "hardware": info.hardware, "performance_available": info.performance_available,
+                "topology": info.topology}
 
 
 class EnvActor(_Actor):

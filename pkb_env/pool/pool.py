@@ -41,13 +41,19 @@ class JudgePool:
     queue_limit: steps queued beyond those in flight before `submit` waits (None: 4 per actor).
     max_restarts: Ray restarts of an actor before the pool replaces it with a new one.
     start_timeout_s: for the placement group and every actor's judge to start.
+    recorder: given every judged record on this driver as it arrives, as `recorder.record(record, code, None,
+      config=, topology=)` (pkb_env.data.EpisodeRecorder: a dataset row each, docs/data.md); the pool sees no
+      prompt, so callers that know the chat (evaluate) record themselves instead. JUDGE_ERROR records say
+      nothing of the code and are not recorded.
     Where it cannot start (no cluster, one too small, a judge that cannot start there), PoolError says why.
     """
 
     def __init__(self, config: JudgeConfig | None = None, address: str = "auto", actors: int | None = None,
                  cpus_per_actor: float | None = None, step_timeout_s: float | None = None,
-                 queue_limit: int | None = None, max_restarts: int = 3, start_timeout_s: float = 300.0):
+                 queue_limit: int | None = None, max_restarts: int = 3, start_timeout_s: float = 300.0,
+                 recorder=None):
         config = config or JudgeConfig()
+        self.recorder = recorder
         if not isinstance(config, JudgeConfig):
             raise TypeError(f"config must be a JudgeConfig (JudgeConfig.from_mapping for plain data), got "
                             f"{type(config).__name__}")
@@ -153,7 +159,14 @@ class JudgePool:
                                f"queue_limit")
         self._steps[step.future] = step
         step.future.add_done_callback(lambda done: self._steps.pop(done, None))   # a settled step needs no deadline
+        if self.recorder is not None:
+            step.future.add_done_callback(lambda done: self._record(done, code))
         return step.future
+
+    def _record(self, future: concurrent.futures.Future, code: str) -> None:
+        if future.exception() is None and future.result().judged:
+            topology = self.started[0].get("topology") if self.started else None
+            self.recorder.record(future.result(), code, None, config=self.config, topology=topology)
 
     def as_completed(self, futures: Iterable[concurrent.futures.Future],
                      deadline_s: float | None = None) -> Iterator[EvaluationRecord]:
