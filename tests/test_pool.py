@@ -97,6 +97,21 @@ def test_a_batch_deadline_returns_on_time_and_blames_nobody(pool):
     assert pool.map([("all_reduce", RING)], deadline_s=120)[0].correct   # its actor restarted
 
 
+def test_the_pool_records_what_it_judges_on_the_driver(pool, tmp_path):
+    from pkb_env.data import EpisodeRecorder
+    from pkb_env.data.reader import read_rows
+
+    pool.recorder = recorder = EpisodeRecorder(tmp_path / "data", agent="pool-test")
+    try:
+        pool.map([("all_reduce", RING), ("all_gather", WRONG)], deadline_s=120)
+    finally:
+        pool.recorder = None
+        recorder.close()
+    rows = read_rows(tmp_path / "data")
+    assert sorted((r["task"], r["verdict"], r["executor"]) for r in rows) == [("all_gather", "wrong", "cpu"),
+                                                                          ("all_reduce", "correct", "cpu")]
+
+
 def test_bad_input_is_refused_at_submit(pool):
     with pytest.raises(TaskError, match="all_reduce"):
         pool.submit("all_reduc", RING)

@@ -43,6 +43,7 @@ class Step:
     attempts: int = 0
     failures: list[str] = field(default_factory=list)
     deadline: float | None = None                   # monotonic: the batch's deadline, when one was given
+    judged: Callable[[EvaluationRecord], None] | None = None   # told each judged record before its future is set
 
 
 @dataclass(eq=False)
@@ -234,7 +235,13 @@ class Dispatcher:
                 self._retry(step, value["judge_error"])
             else:
                 self.stats.judged += 1
-                _resolve(step.future, EvaluationRecord.from_dict(value))
+                record = EvaluationRecord.from_dict(value)
+                if step.judged is not None:   # before the future: a caller woken by it finds the record kept
+                    try:
+                        step.judged(record)
+                    except Exception:
+                        traceback.print_exc()
+                _resolve(step.future, record)
 
     def _expire(self, now: float) -> None:
         """Steps past the pool's step timeout (retried) or their batch's deadline (settled as unjudged)."""

@@ -150,6 +150,8 @@ class JudgePool:
         step = Step(task, code, preset, dtype, concurrent.futures.Future(),
                     self._unjudged_record(spec.name, preset, spec.resolve_dtype(preset or self.config.preset,
                                                                                  dtype or self.config.dtype)))
+        if self.recorder is not None:
+            step.judged = lambda record: self._record(record, code)
         wait = self.step_timeout_s if timeout_s is None else timeout_s
         if not dispatcher.enqueue(step, wait):
             if self._closed:
@@ -159,14 +161,11 @@ class JudgePool:
                                f"queue_limit")
         self._steps[step.future] = step
         step.future.add_done_callback(lambda done: self._steps.pop(done, None))   # a settled step needs no deadline
-        if self.recorder is not None:
-            step.future.add_done_callback(lambda done: self._record(done, code))
         return step.future
 
-    def _record(self, future: concurrent.futures.Future, code: str) -> None:
-        if future.exception() is None and future.result().judged:
-            topology = self.started[0].get("topology") if self.started else None
-            self.recorder.record(future.result(), code, None, config=self.config, topology=topology)
+    def _record(self, record: EvaluationRecord, code: str) -> None:
+        topology = self.started[0].get("topology") if self.started else None
+        self.recorder.record(record, code, None, config=self.config, topology=topology)
 
     def as_completed(self, futures: Iterable[concurrent.futures.Future],
                      deadline_s: float | None = None) -> Iterator[EvaluationRecord]:
