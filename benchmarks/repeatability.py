@@ -72,10 +72,16 @@ def main() -> int:
             row[kind] = {"us": times, "max_over_min": max(times) / min(times)}
         selfs = runs[0][preset]["self_speedups"]
         row["self_speedups"] = {"values": selfs, "min": min(selfs), "max": max(selfs)} if selfs else None
+        for kind in ("candidate_speedup", "candidate_cached_speedup"):
+            values = [r[preset][kind] for r in runs]
+            row[kind] = {"values": values, "max_over_min": max(values) / min(values)}
         summary[preset] = row
         print(f"{preset}: reference {_fmt(row['reference'])}; candidate {_fmt(row['candidate'])}; cached reference "
               f"{_fmt(row['reference_cached'])}" + (f"; reference against itself {min(selfs):.3f}-{max(selfs):.3f}x "
-                                                    f"over {len(selfs)} steps" if selfs else ""))
+                                                    f"over {len(selfs)} steps" if selfs else "")
+              + f"; candidate's paired speedup {min(row['candidate_speedup']['values']):.3f}-"
+                f"{max(row['candidate_speedup']['values']):.3f}x (cached: "
+                f"{min(row['candidate_cached_speedup']['values']):.3f}-{max(row['candidate_cached_speedup']['values']):.3f}x)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "repeatability.json").write_text(json.dumps({"args": vars(args), "summary": summary, "runs": runs},
@@ -106,8 +112,10 @@ def child(args) -> dict:
             if args.child == 0 and preset == args.presets[0]:
                 selfs = [session.judge(session.reference).speedup for _ in range(args.self_steps)]
             t = steps["reference"].timing
-            result[preset] = {"reference_us": t.time_s * 1e6, "reference_cached_us": t.reference_s * 1e6,
+            result[preset] = {"reference_us": t.time_s * 1e6, "reference_cached_us": t.cached_reference_s * 1e6,
                               "candidate_us": steps["candidate"].timing.time_s * 1e6,
+                              "candidate_speedup": steps["candidate"].speedup,
+                              "candidate_cached_speedup": t.cached_reference_s / steps["candidate"].timing.time_s,
                               "candidate_rse": steps["candidate"].timing.rse, "reference_rse": t.rse,
                               "self_speedups": selfs}
     return result

@@ -184,8 +184,11 @@ class TimingResult:
     clock_allowance_s: float | None = None  # reporting overhead an honest rank may show per burst
     clock_margin_s: float | None = None   # room left under the allowance in the worst rank's best burst (>= 0)
     claim_ratio: float | None = None      # smallest claimed busy time / judge's wall time of a burst
-    reference_s: float | None = None      # the reference's time, same protocol and placement
-    speedup: float | None = None
+    reference_s: float | None = None      # the reference's time, same protocol and placement: time_s x speedup
+    speedup: float | None = None          # the median of the step's paired ratios (docs/timing.md, "Paired speedup")
+    pairs: int = 0                        # (candidate burst, the reference's replay of it) pairs behind it
+    speedup_spread: float | None = None   # (p90 - p10) / median of the pairs' ratios
+    cached_reference_s: float | None = None  # the reference's time measured once per task (prompt, calibration)
     suspect: str | None = None            # why the time cannot be trusted (never rewarded then)
 
 

@@ -160,14 +160,14 @@ def solution(tensor):
 """
 
 
-def test_the_candidate_is_being_killed_while_the_reference_replays_and_gone_when_the_step_returns(monkeypatch):
-    """After its timing the candidate's ranks are told to end and not waited for: their end overlaps the
-    reference's replay of the timed calls. When the step returns they are confirmed gone."""
+def test_the_candidate_is_gone_before_the_reference_replays_its_timed_calls(monkeypatch):
+    """The reference's replay is timed (the paired half of the speedup), so nothing of the candidate may run
+    beside it: its ranks are confirmed gone when the replay starts, not merely told to end."""
     import psutil
 
     env = make_env(world_size=2, config=PRODUCTION, target_speedup=float("inf"))
     executor = env.unwrapped.judge.executor
-    taken, ending_at_replay = [], []
+    taken, alive_at_replay = [], []
     take, replay = executor._candidate_ranks, ReferenceRanks.replay
 
     def spy_take():
@@ -175,8 +175,9 @@ def test_the_candidate_is_being_killed_while_the_reference_replays_and_gone_when
         return taken[-1]
 
     def spy_replay(session, *args, **kwargs):
-        cell = taken[-1].cell  # told to end; a contained one is not waited for (an uncontained one is swept)
-        ending_at_replay.append(cell.ending and (taken[-1].closed != cell.contained))
+        ranks = taken[-1]
+        alive_at_replay.append((ranks.closed, [p for p in ranks.pids if psutil.pid_exists(p)
+                                               and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]))
         return replay(session, *args, **kwargs)
 
     monkeypatch.setattr(executor, "_candidate_ranks", spy_take)
@@ -185,10 +186,10 @@ def test_the_candidate_is_being_killed_while_the_reference_replays_and_gone_when
         obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
         _, _, _, _, info = env.step(obs["reference"])
         assert info["correct"], info["feedback"]
-        assert ending_at_replay and all(ending_at_replay), ending_at_replay
-        ranks = taken[-1]
-        assert ranks.closed
-        assert not [p for p in ranks.pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        assert alive_at_replay and all(closed and not pids for closed, pids in alive_at_replay), alive_at_replay
+        record = info["record"]
+        assert record.timing.pairs == len(alive_at_replay) >= 3 and record.timing.speedup_spread is not None
+        assert record.timing.cached_reference_s > 0 and record.speedup == record.timing.speedup
     finally:
         env.close()
 

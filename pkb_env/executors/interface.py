@@ -97,9 +97,10 @@ class ReferenceSession(TimedSession, Protocol):
     def trials(self, workload: Workload, seeds: list[list[Seeds]]) -> list[TrialOutputs]:
         """As the candidate's."""
 
-    def replay(self, workload: Workload, seeds: list[Seeds], calls: int, burst: int, seed: int, rules: Rules,
-               sample: list[int]) -> list[dict]:
-        """The reference's fingerprints (with its bound terms) for the inputs of a candidate's burst."""
+    def replay(self, workload: Workload, seeds: list[Seeds], calls: int, marks_every: int, burst: int, seed: int,
+               rules: Rules, sample: list[int]) -> tuple[BurstRecord, list[dict]]:
+        """The inputs of a candidate's burst on the reference, timed as a burst (gated and released at once),
+        and per rank its fingerprints with the bound terms."""
 
     def copy_rates(self, size: int) -> list[list[float]]:
         """[src, dst, GB/s] for every ordered GPU pair (the calibration)."""

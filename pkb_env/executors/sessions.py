@@ -62,13 +62,18 @@ class Session:
     def burst(self, workload: Workload, seeds: list[Seeds], calls: int, marks_every: int,
               capture_every: bool = False) -> BurstRecord:
         with self.tracer.span("burst"):
-            self._before_timing()
-            deadline = self._deadline(self.config.timing_timeout_s)
-            epoch = self.ranks.page.next_epoch()
-            self.ranks.ask([Burst(workload, s, calls, epoch, marks_every, capture_every) for s in seeds])
-            self.ranks.collect("gated", 1, deadline, Burst.label, limit=self._limit("timing_timeout_s"))
-            released = self.ranks.release(epoch)
-            got = self.ranks.collect("burst", 1, deadline, Burst.label, limit=self._limit("timing_timeout_s"))
+            return self._gated(lambda epoch: [Burst(workload, s, calls, epoch, marks_every, capture_every)
+                                              for s in seeds], calls, marks_every, Burst.label)
+
+    def _gated(self, requests: Callable[[int], list], calls: int, marks_every: int, label: str) -> BurstRecord:
+        """Ask `requests(epoch)` of the ranks, release them at once behind the gate, read their burst reports."""
+        self._before_timing()
+        deadline = self._deadline(self.config.timing_timeout_s)
+        epoch = self.ranks.page.next_epoch()
+        self.ranks.ask(requests(epoch))
+        self.ranks.collect("gated", 1, deadline, label, limit=self._limit("timing_timeout_s"))
+        released = self.ranks.release(epoch)
+        got = self.ranks.collect("burst", 1, deadline, label, limit=self._limit("timing_timeout_s"))
         ranks = []
         for (d,) in got:
             h = d.header
@@ -135,11 +140,13 @@ class CandidateRanks(Session):
 class ReferenceRanks(Session):
     """The trusted reference ranks (executors/interface.py, ReferenceSession)."""
 
-    def replay(self, workload: Workload, seeds: list[Seeds], calls: int, burst: int, seed: int, rules: Rules,
-               sample: list[int]) -> list[dict]:
+    def replay(self, workload: Workload, seeds: list[Seeds], calls: int, marks_every: int, burst: int, seed: int,
+               rules: Rules, sample: list[int]) -> tuple[BurstRecord, list[dict]]:
         with self.tracer.span("replay"):
-            self.ranks.ask([Replay(workload, s, calls, burst, seed, rules, tuple(sample)) for s in seeds])
-            return self._sketches(Replay.label)
+            record = self._gated(lambda epoch: [Replay(workload, s, calls, burst, seed, rules, epoch, marks_every,
+                                                       tuple(sample)) for s in seeds], calls, marks_every,
+                                 Replay.label)
+            return record, self._sketches(Replay.label)
 
     def copy_rates(self, size: int) -> list[list[float]]:
         self.ranks.ask([Copies(size if r == 0 else 0) for r in range(self.world_size)])

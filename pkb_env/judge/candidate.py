@@ -9,7 +9,9 @@ exploit; nothing a rank says can turn a failure into a success.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from pkb_env.executors.interface import CandidateSession, TrialOutputs
 from pkb_env.executors.rank_set import RankSetFailed
@@ -72,6 +74,22 @@ def time_candidate(ctx: StepContext, ranks: CandidateSession, protocol: TimingPr
                              "clock_margin_s": claims.margin_s, "claim_ratio": claims.claim_ratio,
                              "reference_s": reference.result.time_s, "speedup": speedup, "suspect": suspect})
     return Timed(result, log)
+
+
+def paired(result: TimingResult, log: BurstLog, reference: BurstLog) -> TimingResult:
+    """The speedup from the step's own pairs (docs/timing.md, "Paired speedup"): burst b of the candidate and
+    the reference's replay of the same calls, timed alike and at most a second apart, so the host's drift between
+    processes and over minutes cancels in each ratio. speedup = the median of the pairs' ratios;
+    reference_s = time_s x speedup (so speedup = reference_s / time_s still); the once-per-task time stays as
+    cached_reference_s (the prompt, the calibration and the escaped-work check use it)."""
+    ratios = reference.figures() / log.figures()
+    ratios = ratios[np.isfinite(ratios) & (ratios > 0)]
+    if not len(ratios):
+        return result
+    speedup = float(np.median(ratios))
+    p10, p90 = np.percentile(ratios, [10, 90])
+    return replace(result, speedup=speedup, reference_s=result.time_s * speedup, pairs=int(len(ratios)),
+                   speedup_spread=float((p90 - p10) / speedup), cached_reference_s=result.reference_s)
 
 
 def failure(stage: Stage, exc: RankSetFailed) -> StageFailure:

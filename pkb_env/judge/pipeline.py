@@ -143,10 +143,15 @@ class Judge:
             work.timing_s = time.perf_counter() - start
         with self.executor.candidate(self.kernels.handle, ctx.deadline) as ranks:
             record.containment = ranks.containment
-            self._candidate(ctx, record, ranks, expected, reference)
+            timed = self._candidate(ctx, record, ranks, expected, reference)
+        if timed is not None:
+            # The candidate's processes are gone (the session's close confirmed it): nothing of it runs while the
+            # reference replays its timed calls, timed alike, for the check and for the paired speedup.
+            self._timed_check(ctx, record, timed)
 
     def _candidate(self, ctx: StepContext, record: EvaluationRecord, ranks: CandidateSession,
-                   expected: list[TrialOutputs], reference: ReferenceTiming | None) -> None:
+                   expected: list[TrialOutputs], reference: ReferenceTiming | None) -> candidate.Timed | None:
+        """Build, trials, verification and timing on the candidate's ranks; what was timed, if it was."""
         with _stage(record, Stage.BUILD):
             built = candidate.build(ctx, ranks, record.parse.code)
         if _stopped(record, built):
@@ -155,31 +160,34 @@ class Judge:
         with _stage(record, Stage.RUN):
             ran = candidate.run_trials(ctx, ranks)
         if _stopped(record, ran):
-            return
+            return None
         record.run, got = ran
         with _stage(record, Stage.VERIFY):
             record.verify = verify_trials(ctx, expected, got)
         if not record.verify.correct or reference is None:
-            return
+            return None
         reuses = any(shares for trial in got for shares in trial.shares)
         with _stage(record, Stage.TIME):
             timed = candidate.time_candidate(ctx, ranks, self.protocol, reference, reuses,
                                              self.executor.placement.clock,
                                              physical_floor(ctx.cost, self.topology.datasheet_peaks()))
         if _stopped(record, timed):
-            return
+            return None
         record.timing = timed.result
-        # Told to end now (the session's close confirms it is gone): the reference replays the timed calls
-        # while the candidate comes down.
-        ranks.end()
+        ranks.end()   # told to end now; the session's close confirms it is gone
+        return timed
+
+    def _timed_check(self, ctx: StepContext, record: EvaluationRecord, timed: candidate.Timed) -> None:
+        """The reference's replay of every timed call: their check, the paired speedup, then the roofline."""
         start = time.perf_counter()
-        replayed = self.reference.replay(ctx, timed.log)
+        reference_log, replayed = self.reference.replay(ctx, timed.log)
         record.reference.replay_s = time.perf_counter() - start
         with _stage(record, Stage.VERIFY), self.executor.tracer.span("compare"):
             checked = verify_timed(ctx, timed.log, replayed)
         if _stopped(record, checked):
             return
         record.timed_check = checked
+        record.timing = candidate.paired(record.timing, timed.log, reference_log)
         if checked.correct:
             with _stage(record, Stage.ROOFLINE):
                 record.roofline = roofline(ctx.cost, timed.result.time_s, self.peaks, self.topology.datasheet_peaks())

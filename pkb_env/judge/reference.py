@@ -71,11 +71,17 @@ class Reference:
             self._times[key] = ReferenceTiming(result, overheads(log), sizes)
         return self._times[key]
 
-    def replay(self, ctx: StepContext, log: BurstLog) -> list[list[dict]]:
-        """Per burst, per rank: the reference's fingerprints of the candidate's timed calls, same inputs."""
-        def run(ranks: ReferenceSession) -> list[list[dict]]:
-            return [ranks.replay(ctx.workload, log.seeds[b], burst.calls, b, log.sketch_seeds[b], ctx.rules,
-                                 log.samples[b]) for b, burst in enumerate(log.bursts)]
+    def replay(self, ctx: StepContext, log: BurstLog) -> tuple[BurstLog, list[list[dict]]]:
+        """The candidate's timed calls on the reference, same inputs, burst for burst: the reference's bursts
+        (timed alike: the other half of each pair of the speedup) and, per burst and rank, its fingerprints."""
+        def run(ranks: ReferenceSession) -> tuple[BurstLog, list[list[dict]]]:
+            timed, sketches = BurstLog(statistic=log.statistic), []
+            for b, burst in enumerate(log.bursts):
+                record, fingerprints = ranks.replay(ctx.workload, log.seeds[b], burst.calls, burst.marks_every, b,
+                                                    log.sketch_seeds[b], ctx.rules, log.samples[b])
+                timed.bursts.append(record)
+                sketches.append(fingerprints)
+            return timed, sketches
 
         return self.executor.reference(ctx.task.name, run)
 

@@ -116,14 +116,6 @@ def timed_burst(workload: Workload, sets: list[tuple], clock, epoch: int, marks_
     return HeldBurst(outputs, sets, last, workload), times
 
 
-def untimed_calls(workload: Workload, sets: list[tuple], clock) -> HeldBurst:
-    """The same calls without gate or clock (the reference's replay of a candidate's burst)."""
-    outputs = [workload.call(*args) for args in sets]
-    last = stage(outputs[-1])
-    clock.sync()
-    return HeldBurst(outputs, sets, last, workload)
-
-
 def fingerprints(held: HeldBurst, seed: int, rules: dict[str, list], sample: list[int],
                  bound: bool = False) -> dict[str, Any]:
     """The payload the judge compares: fingerprints of outputs and inputs, problems, sampled outputs in full.
@@ -139,4 +131,4 @@ def fingerprints(held: HeldBurst, seed: int, rules: dict[str, list], sample: lis
             "problems": [[call, message] for call, message in problems],
             "samples": {str(i): export(outputs[i]) for i in sample if 0 <= i < len(outputs)}}
 
-watch(sys.modules[__name__], "make_sets", "timed_burst", "untimed_calls", "fingerprints")
+watch(sys.modules[__name__], "make_sets", "timed_burst", "fingerprints")

@@ -215,9 +215,14 @@ class RankServer:
         self.send("sketches", JUDGE.pack(data), burst=request.burst)
 
     def replay(self, request: Replay) -> None:
-        """The reference's outputs for a candidate's burst: the same inputs, untimed, fingerprinted alike."""
+        """The reference's outputs for a candidate's burst: the same inputs, timed as a burst (the paired half
+        of the speedup), then fingerprinted alike."""
         workload = self.workload(request.workload)
-        held = bursts.untimed_calls(workload, bursts.make_sets(workload, request.seeds, request.calls), self.clock)
+        sets = bursts.make_sets(workload, request.seeds, request.calls)
+        held, times = bursts.timed_burst(workload, sets, self.clock, request.epoch, request.marks_every, False,
+                                         JUDGE.monotonic() + RELEASE_WAIT_S, lambda: self.send("gated"))
+        self.send("burst", seen_at=times.seen_at, ended_at=times.ended_at, busy_s=times.busy_s,
+                  host_s=times.host_s, idle_s=times.idle_s, marks=times.marks)
         data = bursts.fingerprints(held, request.seed, request.rules, list(request.sample), bound=True)
         self.send("sketches", JUDGE.pack(data), burst=request.burst)
 

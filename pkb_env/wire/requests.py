@@ -199,8 +199,9 @@ class Fingerprints(Request):
 
 @dataclass(frozen=True)
 class Replay(Request):
-    """The reference's side of a candidate's burst: the same calls on the same inputs, untimed, fingerprinted
-    with the same seed and rules, with the bound terms of the comparison."""
+    """The reference's side of a candidate's burst: the same calls on the same inputs, timed as a burst behind
+    the gate of `epoch` (its time is the reference's half of the step's paired speedup: docs/timing.md), then
+    fingerprinted with the same seed and rules, with the bound terms of the comparison."""
 
     op: ClassVar[str] = "replay"
     label: ClassVar[str] = "timed-output check"
@@ -210,6 +211,8 @@ class Replay(Request):
     burst: int
     seed: int
     rules: Rules
+    epoch: int
+    marks_every: int
     sample: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
