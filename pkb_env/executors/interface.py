@@ -128,6 +128,9 @@ class Executor(Protocol):
     def prestart(self) -> None:
         """Start what the next step needs now (the reference ranks, spare candidate ranks)."""
 
+    def timings_done(self) -> None:
+        """A step's timed work is over: what starts between timings (spare rank sets) may move on."""
+
     def discard_reference(self) -> None:
         """End the reference ranks; the next request starts fresh ones."""
 

@@ -205,28 +205,26 @@ class ProcessExecutor:
                 self._spares.remove(ranks)
 
     def _retire(self, ranks: RankSet) -> None:
-        """Kill a candidate rank set now and start the next spares; `_release` confirms the end later.
+        """Kill a candidate rank set now; `_release` confirms the end later.
 
         A contained rank set is told to end and not waited for: the kernel kills its processes with its
-        namespace, and their CUDA contexts (0.14-0.16 s on one H200, docs/timing.md) come down while the
-        judge checks the timed outputs. An uncontained one is ended and swept at once.
-
-        Spares move on here (`_fill_spares`), once the candidate's timing is over.
+        namespace, and their CUDA contexts (0.14-0.16 s on one H200, docs/timing.md) come down meanwhile.
+        An uncontained one is ended and swept at once. The spares do not move on here: the reference's
+        timed replay of the candidate's bursts comes next (`timings_done`).
         """
         if ranks.cell.contained and not ranks.closed:
             ranks.retire()
         else:
             self._end(ranks)
-        self._fill_spares()
 
     def _release(self, ranks: RankSet) -> None:
-        """End a candidate rank set for good (waiting until it is gone) and everything it left behind; the
-        spares move on here unless `_retire` moved them (once per step: a spare forked at `_retire` is
-        still making its contexts, and advancing it now would wait for them)."""
-        retired = ranks.cell.ending or ranks.closed
+        """End a candidate rank set for good (waiting until it is gone) and everything it left behind."""
         self._end(ranks)
-        if not retired:
-            self._fill_spares()
+
+    def timings_done(self) -> None:
+        """The step's last timed work is over (the reference's paired replay, or a step that timed nothing):
+        the spares move on a phase now, so that their starts run between timings, never beside one."""
+        self._fill_spares()
 
     def _end(self, ranks: RankSet) -> None:
         ranks.close()

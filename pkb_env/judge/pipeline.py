@@ -141,13 +141,19 @@ class Judge:
             start = time.perf_counter()
             reference = self.reference_timing(ctx, expected)
             work.timing_s = time.perf_counter() - start
-        with self.executor.candidate(self.kernels.handle, ctx.deadline) as ranks:
-            record.containment = ranks.containment
-            timed = self._candidate(ctx, record, ranks, expected, reference)
-        if timed is not None:
-            # The candidate's processes are gone (the session's close confirmed it): nothing of it runs while the
-            # reference replays its timed calls, timed alike, for the check and for the paired speedup.
-            self._timed_check(ctx, record, timed)
+        ran = False
+        try:
+            with self.executor.candidate(self.kernels.handle, ctx.deadline) as ranks:
+                ran = True
+                record.containment = ranks.containment
+                timed = self._candidate(ctx, record, ranks, expected, reference)
+            if timed is not None:
+                # The candidate's processes are gone (the session's close confirmed it): nothing of it runs
+                # while the reference replays its timed calls, timed alike, for the check and the paired speedup.
+                self._timed_check(ctx, record, timed)
+        finally:
+            if ran:   # a rank set was used up: the spares move on, now that nothing is timed
+                self.executor.timings_done()
 
     def _candidate(self, ctx: StepContext, record: EvaluationRecord, ranks: CandidateSession,
                    expected: list[TrialOutputs], reference: ReferenceTiming | None) -> candidate.Timed | None:
