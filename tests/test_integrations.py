@@ -14,7 +14,6 @@ import asyncio
 import dataclasses
 import importlib.util
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -68,21 +67,22 @@ def verl_worker(tmp_path_factory):
     pytest.importorskip("verl")
     from hydra import compose, initialize_config_dir
 
-    import verl
     from pkb_env.agents.train_grpo import make_tiny_tokenizer
     from verl.experimental.reward_loop import RewardLoopWorker
 
     tokenizer_dir = tmp_path_factory.mktemp("tokenizer")
     make_tiny_tokenizer().save_pretrained(tokenizer_dir)
-    overrides = [f"actor_rollout_ref.model.path={tokenizer_dir}",
-                 "reward.custom_reward_function.path=pkg://pkb_env.integrations.verl",
-                 "reward.custom_reward_function.name=compute_score"]
+    # examples/verl/pkb_grpo.yaml as a user runs it, its judge moved to CPU ranks and conftest's FAST settings
+    overrides = [f"actor_rollout_ref.model.path={tokenizer_dir}"]
+    kwargs = "reward.custom_reward_function.reward_kwargs"
     flat = {f"{k}.{kk}": vv for k, v in JUDGE.items() if isinstance(v, dict) for kk, vv in v.items()}
     flat.update({k: v for k, v in JUDGE.items() if not isinstance(v, dict)})
-    overrides += [f"+reward.custom_reward_function.reward_kwargs.{k}={v}" for k, v in flat.items()]
-    with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"),
-                               version_base=None):
-        config = compose("ppo_trainer", overrides=overrides)
+    overrides += [f"{'' if k in ('executor', 'world_size') else '+'}{kwargs}.{k}={v}" for k, v in flat.items()]
+    overrides += [f"{kwargs}.preset=tiny"]
+    with initialize_config_dir(config_dir=str(ROOT / "examples" / "verl"), version_base=None):
+        config = compose("pkb_grpo", overrides=overrides)
+    assert config.reward.custom_reward_function.path == "pkg://pkb_env.integrations.verl"
+    assert config.reward.reward_manager.name == "naive" and config.algorithm.adv_estimator == "grpo"
     return RewardLoopWorker(config)
 
 
@@ -93,7 +93,7 @@ def verl_batch(tokenizer, row: dict, completions: list[str]):
 
     from verl import DataProto
 
-    prompt = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+    prompt = tokenizer.apply_chat_template(list(row["raw_prompt"]), add_generation_prompt=True, tokenize=False)
     prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"][-64:]
     responses = [tokenizer(c, add_special_tokens=False)["input_ids"] for c in completions]
     width = max(map(len, responses))
@@ -112,9 +112,20 @@ def verl_batch(tokenizer, row: dict, completions: list[str]):
 
 
 @pytest.mark.timeout(240)
-def test_verl_reward_loop_scores_a_batch_with_the_same_keys(verl_worker):
-    """verl's worker (naive reward manager, concurrent coroutines) scores 8 completions of a make_dataset row."""
-    (row,) = make_dataset_module().suite_rows(FAST.replace(executor="cpu", world_size=2), ["all_reduce"])
+def test_verl_reward_loop_scores_a_batch_with_the_same_keys(verl_worker, tmp_path):
+    """verl's worker (naive reward manager, concurrent coroutines) scores 8 completions of a make_dataset row,
+    read back by verl's own RLHFDataset."""
+    from omegaconf import OmegaConf
+
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    path = make_dataset_module().main(["--executor", "cpu", "--world-size", "2", "--tasks", "all_reduce",
+                                       "--out", str(tmp_path)])
+    dataset = RLHFDataset([str(path)], verl_worker.input_tokenizer,
+                          OmegaConf.create({"prompt_key": "prompt", "max_prompt_length": 1 << 20,
+                                            "cache_dir": str(tmp_path / "cache")}))
+    row = dataset[0]
+    assert row["extra_info"]["task"] == "all_reduce" and row["data_source"] == "pkb_env"
     outcomes = {"correct": [fenced(REFERENCE), REFERENCE], "wrong": [fenced(WRONG), WRONG],
                 "unparsable": ["I would use a ring.", "```python\ndef solution(tensor:\n```"],
                 "runtime_error": [fenced(RAISES), fenced(HANGS)]}
@@ -241,3 +252,15 @@ def test_skyrl_bad_settings_name_the_fix():
         make_env({**JUDGE, "wrld_size": 2}, {"task": "all_reduce"})
     with pytest.raises(ValueError, match="max_turns must be a positive integer"):
         make_env({**JUDGE, "max_turns": 0}, {"task": "all_reduce"})
+
+
+def test_skyrl_without_skyrl_gym_names_the_extra(monkeypatch):
+    import importlib
+    import sys
+
+    from pkb_env.extras import MissingExtra
+
+    monkeypatch.setitem(sys.modules, "skyrl_gym", None)
+    monkeypatch.delitem(sys.modules, "pkb_env.integrations.skyrl", raising=False)
+    with pytest.raises(MissingExtra, match=r"PkbTextEnv\) needs the 'skyrl_gym' package.*pkb-env\[skyrl\]"):
+        importlib.import_module("pkb_env.integrations.skyrl")

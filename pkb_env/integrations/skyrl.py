@@ -25,14 +25,18 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Tuple
 
-from skyrl_gym.envs import register
-from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
-from skyrl_gym.envs.registration import registry
+from pkb_env.extras import require
 
-from pkb_env.env import step_info
-from pkb_env.integrations.shared import plain, read_settings, reward_function, shared_judge
-from pkb_env.record import EvaluationRecord
-from pkb_env.service import TaskSession
+require("skyrl_gym", "skyrl", "pkb_env.integrations.skyrl (SkyRL's PkbTextEnv)")
+
+from skyrl_gym.envs import register  # noqa: E402
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType  # noqa: E402
+from skyrl_gym.envs.registration import registry  # noqa: E402
+
+from pkb_env.env import step_info  # noqa: E402
+from pkb_env.integrations.shared import plain, read_settings, reward_function, shared_judge  # noqa: E402
+from pkb_env.record import EvaluationRecord  # noqa: E402
+from pkb_env.service import TaskSession  # noqa: E402
 
 ENV_ID = "pkb_env"
 OPTIONS = {"max_turns": 4, "target_speedup": 1.0, "reward": "default"}
