@@ -231,7 +231,8 @@ def test_skyrl_multi_turn_episode_feeds_back_and_ends_when_correct():
     solved = env.get_metrics()
     assert solved["turns"] == 3 and solved["solved"] == 1.0 and solved["judge_errors"] == 0
 
-    short = make_env({**JUDGE, "max_turns": 2}, {"task": "all_reduce"})
+    # skyrl-train's generator puts its max_turns in the extras: it wins over env_config's
+    short = make_env({**JUDGE, "max_turns": 5}, {"extra_info": {"task": "all_reduce"}, "max_turns": 2})
     short.init([{"role": "user", "content": "from the dataset"}])
     first, second = short.step("no code"), short.step("still none")
     assert not first["done"] and second["done"] and second["metadata"]["verdict"] == "unparsable"
@@ -244,13 +245,13 @@ def test_skyrl_multi_turn_episode_feeds_back_and_ends_when_correct():
 
 
 def test_skyrl_bad_settings_name_the_fix():
-    with pytest.raises(ValueError, match=r"'task' column"):
-        make_env(JUDGE, {"reward_spec": {"ground_truth": "x"}})
+    with pytest.raises(ValueError, match=r"'task' column \(or extra_info\.task\)"):
+        make_env(JUDGE, {"reward_spec": {"ground_truth": "x"}, "extra_info": {"split": "train"}})
     with pytest.raises(TaskError, match="all_reduce"):
         make_env(JUDGE, {"task": "all_reduse"})
     with pytest.raises(ConfigError, match=r"env_config.*did you mean 'world_size'.*max_turns"):
         make_env({**JUDGE, "wrld_size": 2}, {"task": "all_reduce"})
-    with pytest.raises(ValueError, match="max_turns must be a positive integer"):
+    with pytest.raises(ValueError, match=r"max_turns \(env_config.s.*must be a positive integer"):
         make_env({**JUDGE, "max_turns": 0}, {"task": "all_reduce"})
 
 

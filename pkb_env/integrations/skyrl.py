@@ -16,8 +16,10 @@ episode ends, as the Gymnasium env's does (pkb_env/env.py), when a correct compl
 then the judge's feedback on the completion (the "Result of your previous attempt" section of the prompt)
 is the next user message; the first prompt stays in SkyRL's chat history, so it is not sent again.
 
+The task is the row's `task` column (extras["task"]), else its extra_info.task.
 env_config: any JudgeConfig setting (executor, world_size, preset, dtype, deadlines, ...), max_turns
-(default 4), target_speedup (1.0), reward ("default"). Every env of a process with the same judge settings
+(default 4; skyrl-train's generator puts its generator.max_turns in extras, which then wins), target_speedup
+(1.0), reward ("default"). Every env of a process with the same judge settings
 shares one JudgeService (pkb_env/integrations/shared.py), one step at a time.
 """
 from __future__ import annotations
@@ -48,18 +50,22 @@ class PkbTextEnv(BaseTextEnv):
     def __init__(self, env_config: Any = None, extras: Dict[str, Any] | None = None):
         super().__init__()
         settings = read_settings(env_config, "env_config", OPTIONS)
-        max_turns, target = settings.options["max_turns"], settings.options["target_speedup"]
+        extras = plain(extras or {})
+        extras = extras if isinstance(extras, dict) else {}
+        max_turns = extras.get("max_turns", settings.options["max_turns"])   # skyrl-train's generator.max_turns
+        target = settings.options["target_speedup"]
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
-            raise ValueError(f"env_config: max_turns must be a positive integer, got {max_turns!r}")
+            raise ValueError(f"max_turns (env_config's, or the extras' that skyrl-train's generator sets) must be a "
+                             f"positive integer, got {max_turns!r}")
         if isinstance(target, bool) or not isinstance(target, (int, float)) or not math.isfinite(target):
             raise ValueError(f"env_config: target_speedup must be a number (1.0: as fast as the reference), "
                              f"got {target!r}")
-        extras = plain(extras or {})
-        task = extras.get("task") if isinstance(extras, dict) else None
+        info = extras.get("extra_info") if isinstance(extras.get("extra_info"), dict) else {}
+        task = extras.get("task") or info.get("task")
         if not task:
             raise ValueError("no task for this env: SkyRL passes a dataset row's columns as extras, so give every "
-                             "row a 'task' column with the task's name (`pkb-env tasks` lists them; "
-                             "examples/skyrl/README.md shows a row)")
+                             "row a 'task' column (or extra_info.task) with the task's name (`pkb-env tasks` lists "
+                             "them; examples/skyrl/README.md shows a row)")
         self.max_turns, self.target_speedup = max_turns, float(target)
         self.reward_fn = reward_function(settings.options["reward"], "env_config")
         self.judge = shared_judge(settings.config)
