@@ -182,6 +182,10 @@ def test_verl_bad_rows_and_settings_name_the_fix():
         score("all_reduce", world_size="two")
     with pytest.raises(ConfigError, match=r"reward: unknown reward config 'shapd'.*available"):
         score("all_reduce", reward="shapd")
+    with pytest.raises(TaskError, match="no preset 'huge'; choose one of"):     # a row's override
+        score(json.dumps({"task": "all_reduce", "preset": "huge"}))
+    with pytest.raises(ValueError, match="world size 100000 is more than the cpu executor can run"):
+        score("all_reduce", {"world_size": 100000})
     with pytest.raises(TypeError, match="decoded response"):
         asyncio.run(compute_score("pkb_env", None, "all_reduce", None, **JUDGE))
 
@@ -241,7 +245,7 @@ def test_skyrl_multi_turn_episode_feeds_back_and_ends_when_correct():
     summary = type(env).aggregate_metrics([solved, short.get_metrics()])
     print("metrics", solved, short.get_metrics(), "aggregate", summary)
     assert summary["solve_rate"] == 0.5 and summary["mean_turns"] == 2.5
-    assert env.judge is short.judge   # one judge for the module's settings
+    assert env.judge is short.judge and len(shared._judges) == 1   # one judge for the module, verl's rows too
 
 
 def test_skyrl_bad_settings_name_the_fix():

@@ -50,17 +50,19 @@ async def compute_score(data_source: str, solution_str: str, ground_truth: Any, 
     if not isinstance(solution_str, str):
         raise TypeError(f"solution_str must be the decoded response (a str), got {type(solution_str).__name__}")
     task, row = row_target(ground_truth, extra_info)
+    # a row's size and dtype are the step's, not the judge's: rows of every preset share one judge
+    preset, dtype = row.pop("preset", None), row.pop("dtype", None)
     given = {k: v for k, v in reward_kwargs.items() if k not in VERL_OWN}
     settings = read_settings({**given, **row}, WHERE, OPTIONS)
     reward_fn = reward_function(settings.options["reward"], WHERE)
     address = settings.options["pool_address"]
     if address:
         pool = await asyncio.to_thread(shared_pool, settings.config, str(address), settings.options["pool_actors"])
-        future = await asyncio.to_thread(pool.submit, task, solution_str)
+        future = await asyncio.to_thread(pool.submit, task, solution_str, preset, dtype)
         record = await asyncio.wrap_future(future)
     else:
         judge = await asyncio.to_thread(shared_judge, settings.config)
-        session = await asyncio.to_thread(judge.session, task)
+        session = await asyncio.to_thread(judge.session, task, preset, dtype)
         record = await asyncio.to_thread(judge.judge, session, solution_str)
     return score_of(record, reward_fn)
 
