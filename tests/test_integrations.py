@@ -4,7 +4,8 @@
     with `reward.custom_reward_function` pointing at pkb_env.integrations.verl, scores a tokenized batch of
     8 completions through verl's naive reward manager; (b) SkyRL: `skyrl_gym.make("pkb_env", ...)` driven
     through multi-turn episodes; (c) bad rows and settings refused with the fix. One JudgeService for the
-    module: every call uses the same judge settings, so shared_judge keeps one (closed at the end).
+    module: every call uses the same judge settings, so shared_judge keeps one (closed at the end); the last
+    test judges two responses of verl's reward on a JudgePool of one actor on a local Ray cluster.
 verl is the `[verl]` extra, not in `[dev]` (its install pins transformers and takes over a minute): its
 tests skip where it is not installed.
 """
@@ -269,3 +270,27 @@ def test_skyrl_without_skyrl_gym_names_the_extra(monkeypatch):
     monkeypatch.delitem(sys.modules, "pkb_env.integrations.skyrl", raising=False)
     with pytest.raises(MissingExtra, match=r"PkbTextEnv\) needs the 'skyrl_gym' package.*pkb-env\[skyrl\]"):
         importlib.import_module("pkb_env.integrations.skyrl")
+
+
+@pytest.mark.timeout(240)
+def test_verl_reward_on_a_judge_pool():
+    """reward_kwargs.pool_address: the samples go to a JudgePool on the Ray cluster there (one actor here)."""
+    ray = pytest.importorskip("ray")
+    from pkb_env.integrations.verl import compute_score
+
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    try:
+        async def batch():
+            calls = [compute_score("pkb_env", code, "all_reduce", {"num_turns": None}, pool_address="auto",
+                                   pool_actors=1, **JUDGE) for code in (fenced(REFERENCE), WRONG)]
+            return await asyncio.gather(*calls)
+
+        correct, wrong = asyncio.run(batch())
+        print("pool:", correct, wrong)
+        assert (correct["verdict"], wrong["verdict"]) == ("correct", "wrong") and set(correct) == set(wrong)
+        assert correct["score"] >= SHAPED["correct_base"] and wrong["score"] == SHAPED["wrong"]
+        (pool,) = shared._pools.values()
+        assert pool.size == 1 and pool.stats()["judged"] == 2, pool.stats()
+    finally:
+        shared.close_all()      # the pool's actors stop before the cluster does
+        ray.shutdown()
