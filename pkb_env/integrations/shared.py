@@ -28,6 +28,7 @@ from pkb_env.record import EvaluationRecord
 from pkb_env.rewards import RewardFunction, load_reward
 from pkb_env.service import JudgeService, TaskSession
 
+
 @dataclass(frozen=True)
 class Settings:
     """What an adapter judges with: the judge's config, and the adapter's own options (name: value)."""

@@ -2,11 +2,13 @@
 
     python examples/verl/make_dataset.py --executor cuda --world-size 8 --out data/pkb   # the suite as verl parquet
     python -m verl.trainer.main_ppo ... \\
-        reward.custom_reward_function.path=<this file> reward.custom_reward_function.name=compute_score \\
+        reward.custom_reward_function.path=pkg://pkb_env.integrations.verl \\
+        reward.custom_reward_function.name=compute_score reward.num_workers=1 \\
         +reward.custom_reward_function.reward_kwargs.executor=cuda \\
         +reward.custom_reward_function.reward_kwargs.world_size=8
 
-verl (0.9.1: verl/trainer/ppo/reward.py, get_custom_reward_fn) loads this function from its file, binds
+(or examples/verl/pkb_grpo.yaml, which holds these). verl (0.9.1: verl/trainer/ppo/reward.py,
+get_custom_reward_fn) loads this function from the module (or its file), binds
 `reward_kwargs` to it, and its naive reward manager awaits it once per sample
 (`compute_score(data_source=, solution_str=, ground_truth=, extra_info=)`), the reward loop running a
 batch's samples as concurrent coroutines. Each call judges `solution_str` (the decoded response: a raw
