@@ -14,7 +14,9 @@ fixes it instead of a bare ModuleNotFoundError:
 | plot    | matplotlib                   | `pkb-env evaluate`'s speedup-vs-roofline PNG                |
 | ray     | ray                          | pkb_env.pool: JudgePool, RayVectorEnv, `evaluate --ray`      |
 | data    | datasets, pyarrow            | episode datasets: pkb_env.data, `pkb-env data`, `--dataset` |
-| dev     | all of the above but CUDA, pytest, pytest-timeout | the test suite                         |
+| verl    | verl, datasets, pyarrow      | verl's trainer around integrations.verl.compute_score; examples/verl/make_dataset.py |
+| skyrl   | skyrl-gym                    | pkb_env.integrations.skyrl: PkbTextEnv, SkyRL's "pkb_env" env |
+| dev     | all of the above but CUDA and verl, pytest, pytest-timeout | the test suite                |
 """
 from __future__ import annotations
 
