@@ -16,7 +16,9 @@ inputs, and the judge compares them (pkb_env/judge/fingerprints.py). Two kinds:
   the block's sum of |values| (for the rounding allowance) and, on the reference side, the sum of the
   squared element tolerances (for the bound). Non-finite values are zeroed and their positions hashed
   exactly (NaN, +inf, -inf must match where they are). Why this detects wrong outputs and never rejects
-  right ones: docs/timing.md, "Every timed output is checked".
+  right ones: docs/timing.md, "Every timed output is checked". Beside them, `PICKS` of the values at
+  positions drawn from the same late seed, sent whole (`_picks`): compared element by element, they catch
+  what an aggregate bound cannot (an error just over the tolerance on many elements of one call).
 
 Everything is plain torch on the rank's own device; the same code runs for candidate and reference.
 A burst's calls almost always share one structure, so the payload names each distinct structure once
@@ -37,6 +39,7 @@ from pkb_env.ranks.tripwire import watch
 from pkb_env.task import derive_seed
 
 PROJECTIONS = 4
+PICKS = 256                # elements of every projected tensor of every call sent whole, at secret positions
 MULTIPLIERS = 2
 MIN_BLOCK = 4096
 MAX_BLOCKS = 64
@@ -214,11 +217,28 @@ def _projected(flat: list[torch.Tensor], seed: int, tolerance: tuple[float, floa
                 atol, rtol = tolerance
                 bound = (atol + rtol * magnitude) * (finite.view(-1, count, block) & real)
                 t2[rows, span] = (bound * bound).sum(-1)
-    entry = {"kind": "projected", "n": n, "block": block, "p": p.cpu(), "a": a.cpu(), "e": codes.cpu()}
+    entry = {"kind": "projected", "n": n, "block": block, "p": p.cpu(), "a": a.cpu(), "e": codes.cpu(),
+             "x": _picks(flat, seed)}
     if t2 is not None:
         entry["t2"] = t2.cpu()
     return entry
 
 
+def _positions(n: int, seed: int, device: torch.device) -> torch.Tensor:
+    """The positions sent whole (min(n, PICKS) of them, every position once where n <= PICKS), drawn from the
+    seed the judge sends after the burst: a candidate cannot know them while it makes its outputs."""
+    if n <= PICKS:
+        return torch.arange(n, device=device)
+    return torch.randint(n, (PICKS,), generator=_generator(device, derive_seed(seed, "picks")), device=device)
+
+
+def _picks(flat: list[torch.Tensor], seed: int) -> torch.Tensor:
+    """Every call's values at the secret positions, in float64 (calls x picks): the judge compares them
+    element by element at the tolerance, which a projection's aggregate bound cannot resolve (an error just
+    over the tolerance on many elements of one call; docs/timing.md, "Resolution")."""
+    at = _positions(flat[0].numel(), seed, flat[0].device)
+    return torch.stack([f[at] for f in flat]).to(torch.float64).cpu()
+
+
 watch(sys.modules[__name__], "sketch_calls", "_exact", "_projected", "_words", "_stack", "_rule", "_sorted_rows",
-      "_work_rows")
+      "_work_rows", "_positions", "_picks")
