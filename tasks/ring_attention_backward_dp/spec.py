@@ -72,10 +72,18 @@ BLOCK = ("B", "S / cp", "H", "E")
 # (bench at cp = 4, where small own blocks give heavy tails: values 60 times the RMS); the rule takes
 # 2.7 cp/sqrt(S). The dot products' rounding reaches every gradient through exp(s - lse), in proportion to
 # the value: measured up to 25 u_fp32 relative on the largest values (Relative, E roundings).
+# The fp32 dot products and sums round values of the trial's own size, and with own blocks of 3-4 keys
+# (tiny at W = 8, bench at cp = 4) a trial's gradients reach 6x the RMS above and 30x it at their largest
+# (measured at tiny, W = 8: RMS up to 19.6 and values up to 102 against 3.1): the reference then reached
+# 2.03 of the allowance over 200 trials, and a float64 candidate failed ~3% of steps (issue 31); at 7.4x
+# still 0.69. Those two terms take FP32_RMS, 14.8x GRAD_RMS, which keeps the reference within half of the
+# allowance (docs/task_contract.md, "Against the truth"); they are fp32 whatever the task dtype, so the
+# bf16 and fp16 tolerances, set by the roundings to the dtype, do not move.
 GRAD_RMS = "2.7 * cp / sqrt(S)"
-TOLERANCE = (Sum("E", f"{GRAD_RMS} / sqrt(E)", "float32", what="q.k and dout.v dot products, through P")
+FP32_RMS = "40 * cp / sqrt(S)"
+TOLERANCE = (Sum("E", f"{FP32_RMS} / sqrt(E)", "float32", what="q.k and dout.v dot products, through P")
              + Relative("E", "float32", what="the same roundings carried by exp(s - lse) into each value")
-             + Sum("S", f"{GRAD_RMS} / sqrt(S)", "float32", what="sums over the sequence in dq, dk, dv")
+             + Sum("S", f"{FP32_RMS} / sqrt(S)", "float32", what="sums over the sequence in dq, dk, dv")
              + Rounded("3 + cp", GRAD_RMS, what="P and dS rounded for the matmuls, the partial dk, dv once per "
                                                 "ring step, dq, dk, dv before the dp average")
              + Sum("dp", GRAD_RMS, "dtype", what="all-reduce over dp"))
