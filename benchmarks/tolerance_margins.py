@@ -139,6 +139,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=2)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="where the ranks and the golden run (cuda: the golden on GPU 0, in float64)")
+    parser.add_argument("--table", action="store_true", help="also print the worst margin per task and world size")
     args = parser.parse_args()
     out = Path(os.environ.get("OUT", ".out"))
     out.mkdir(parents=True, exist_ok=True)
@@ -151,6 +152,23 @@ def main() -> None:
         print(f"{r['task']:22s} {r['preset']:6s} W={r['world_size']}  {r['dtype']:9s} {r['output']:12s} "
               f"max error / allowed = {r['max_error_over_allowed']:.3f}  (atol {r['atol']:.3g}, rtol {r['rtol']:.3g})")
     (out / "tolerance_margins.json").write_text(json.dumps(rows, indent=1))
+    if args.table:
+        print(worst_table(rows, args.world_size))
+
+
+def worst_table(rows: list[dict], worlds: list[int]) -> str:
+    """Markdown: per task, the worst margin over its outputs and dtypes at each world size ('-': not taken),
+    and a mark where it is at or above half the allowance (the margin test's limit)."""
+    worst: dict[str, dict[int, float]] = {}
+    for r in rows:
+        cell = worst.setdefault(r["task"], {})
+        cell[r["world_size"]] = max(cell.get(r["world_size"], 0.0), r["max_error_over_allowed"])
+    lines = ["| task | " + " | ".join(f"W={w}" for w in worlds) + " |", "|---|" + "---|" * len(worlds)]
+    for task in sorted(worst):
+        cells = [f"{worst[task][w]:.3f}" + (" **over**" if worst[task][w] >= 0.5 else "") if w in worst[task] else "-"
+                 for w in worlds]
+        lines.append(f"| {task} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from pkb_env.contract import (Comm, Compute, Const, Cost, CostContext, Custom, Group, Integers, Normal, Output,
+from pkb_env.contract import (Comm, Compute, Const, Cost, CostContext, Custom, Edge, Group, Integers, Normal, Output,
                               Preset, Replicated, Sharded, Sum, TaskSpec, Tensor, WorldSizes)
 
 FILTER_RULE = ("the filter keeps the top_k largest logits of each row (ties at the k-th value all kept), then "
@@ -46,6 +46,15 @@ LOGITS = Tensor("vocab_parallel_logits", ("B", "S", "V"), layout=Sharded(2),
                                              "(so that it usually survives the filter, as a sampled token does)",
                             kinds=frozenset({"float"}), reads=("target",)),
                 doc="logits of this rank's vocabulary block")
+def integer_logits(logits, draw):
+    """Ties at the top-k boundary, which the filter's rule decides (ties at the k-th value all kept): every
+    logit rounded to an integer, so a row of V normal values holds several of each value around its k-th
+    largest. Random float32 logits never tie, and a candidate keeping exactly K logits passed every trial."""
+    return logits.float().round().to(logits.dtype)
+
+
+TIES = Edge("ties", "vocab_parallel_logits", integer_logits, "integer logits tied at the top-k boundary",
+            everywhere=True)
 TARGET = Tensor("target", ("B", "S"), dtype="int64", dist=Integers(0, "V"), layout=Replicated(),
                 doc="the token id whose log-probability is wanted, over the whole vocabulary")
 GRAD_OUTPUT = Tensor("grad_output", ("B", "S"), dist=Normal(), layout=Replicated(),
@@ -162,4 +171,4 @@ def task(*, name: str, title: str, description: str, pkb_id: int, origin: str, p
     return TaskSpec(name=name, title=title, description=description, family="vocab", parallelism=parallelism,
                     pkb_id=pkb_id, origin=origin, inputs=inputs, outputs=outputs, golden=golden, cost=cost,
                     tolerance_rule=tolerance, presets=presets(), dtypes=("float32", "bfloat16", "float16"),
-                    world_sizes=SPLIT_TOKENS, departures=DEPARTURES + departures)
+                    world_sizes=SPLIT_TOKENS, edges=(TIES,), departures=DEPARTURES + departures)

@@ -28,7 +28,7 @@ def judge(env, task: str, source: str) -> dict:
 def assert_wrong_with_a_location(info: dict) -> None:
     assert info["verdict"] == "wrong", info["feedback"]
     first = info["feedback"].splitlines()[1]
-    assert re.match(r"rank \d, trial \d, output(\[\d+\])?: \d+/\d+ elements differ \((beyond atol|exact)", first), first
+    assert re.match(r"rank \d, trial \d( \([^()]*\))?, output(\[\d+\])?: \d+/\d+ elements differ \((beyond atol|exact)", first), first
     assert "first at [" in first and "expected" in first and "got" in first
 
 

@@ -16,10 +16,13 @@ A task writer imports from here only:
    inputs, such as a forward's saved statistics), `Custom(..., reads=...)` (random inputs drawn given
    others, such as logits whose target survives a filter), `WorldSizes(splits=...)` (sizes the ranks share
    out evenly) and `Relative` (rounding that scales with each value).
+.. versionchanged:: 0.3
+   `Edge` (edge cases the statement defines, drawn into one call in two and into every step's trials).
 """
 from pkb_env.contract.cost import COLLECTIVES, Comm, Compute, Cost, CostModel, Peaks
 from pkb_env.contract.distributions import (Bernoulli, Custom, Distribution, FromInputs, Given, Integers, Normal,
                                             OneHot, Permutation, Positive, Uniform, UnitRows)
+from pkb_env.contract.edges import Edge, EdgeDraw
 from pkb_env.contract.expr import Expr, ExprError
 from pkb_env.contract.families import FAMILIES
 from pkb_env.contract.inputs import InputContext, derive_seed, rank_seeds
@@ -33,7 +36,8 @@ from pkb_env.contract.tolerance import (EXACT, Check, Exact, Fixed, Propagated, 
 __all__ = [
     "COLLECTIVES", "Comm", "Compute", "Cost", "CostModel", "Peaks",
     "Bernoulli", "Custom", "Distribution", "FromInputs", "Given", "Integers", "Normal", "OneHot", "Permutation",
-    "Positive", "Uniform", "UnitRows", "Expr", "ExprError", "FAMILIES", "InputContext", "derive_seed", "rank_seeds",
+    "Positive", "Uniform", "UnitRows", "Edge", "EdgeDraw", "Expr", "ExprError", "FAMILIES", "InputContext",
+    "derive_seed", "rank_seeds",
     "DTYPES", "TASK_DTYPE", "Const", "Group", "Input", "Length", "Output", "PerRank", "Replicated", "Scalar", "Sharded",
     "Tensor", "FLAT", "GroupCache", "GroupInfo", "Mesh", "MeshLayout", "build_groups",
     "CostContext", "Preset", "TaskError", "TaskSpec", "World", "WorldSizes",

@@ -10,24 +10,19 @@ from them (`FromInputs`, no seed) or drawn given them (`Custom`, from their own 
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import torch
 
 from pkb_env.contract.distributions import FromInputs, Given
+from pkb_env.contract.edges import Edge, EdgeDraw, edge_generator, edge_of, holder
 from pkb_env.contract.io import Const, Group, Input, Length, Scalar, Sharded, Tensor, resolve_dtype
-from pkb_env.contract.mesh import GroupInfo, MeshLayout
+from pkb_env.contract.mesh import SHARED, GroupInfo, MeshLayout
+from pkb_env.contract.seeding import derive_seed
 
 RankSeeds = Mapping[str, int]
 """A rank's seeds for one call: scope key -> seed (only the scopes this rank belongs to)."""
-
-
-def derive_seed(secret: int, *parts: object) -> int:
-    """A 63-bit seed from a secret and a purpose; one-way, so a rank holding its seed learns no other."""
-    text = ":".join(str(p) for p in (secret, *parts)).encode()
-    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") >> 1
 
 
 def rank_seeds(secret: int, layout: MeshLayout, rank: int, *purpose: object) -> dict[str, int]:
@@ -83,16 +78,20 @@ def reads(decl: Input) -> tuple[str, ...]:
     return tuple(getattr(decl.dist, "reads", ())) if isinstance(decl, Tensor) else ()
 
 
-def make_inputs(declared: Sequence[Input], ctx: InputContext, lengths: Sequence[Length] = ()) -> tuple:
+def make_inputs(declared: Sequence[Input], ctx: InputContext, lengths: Sequence[Length] = (),
+                edges: Sequence[Edge] = ()) -> tuple:
     """This rank's arguments for one call, in declaration order; the call's lengths are drawn first, and
-    inputs that read others after the rest (each input has its own stream: the order changes no value)."""
+    inputs that read others after the rest (each input has its own stream: the order changes no value).
+    Where the call's shared seed picks one of the task's `edges`, its input is rewritten as it is drawn."""
     env = dict(ctx.env)
     for length in lengths:
         env[length.name] = length.dist.scalar(ctx.generator(length.layout.scope(ctx.layout), length.name), env)
+    edge = edge_of(ctx.seeds[SHARED], edges) if edges else None
     made: dict[str, Any] = {}
     for decl in sorted(declared, key=lambda d: bool(reads(d))):
         if isinstance(decl, Tensor):
-            made[decl.name] = _tensor(decl, ctx, env, made)
+            made[decl.name] = _tensor(decl, ctx, env, made, edge if edge is not None and edge.input == decl.name
+                                      else None)
         elif isinstance(decl, Scalar):
             made[decl.name] = decl.dist.scalar(ctx.generator(decl.layout.scope(ctx.layout), decl.name), env)
         elif isinstance(decl, Const):
@@ -104,8 +103,10 @@ def make_inputs(declared: Sequence[Input], ctx: InputContext, lengths: Sequence[
     return tuple(made[d.name].to(ctx.device) if isinstance(d, Tensor) else made[d.name] for d in declared)
 
 
-def _tensor(decl: Tensor, ctx: InputContext, env: Mapping[str, float], made: Mapping[str, Any]) -> torch.Tensor:
-    """One tensor input on the draw device (`ctx.rng_device`); `made` holds the inputs made before it."""
+def _tensor(decl: Tensor, ctx: InputContext, env: Mapping[str, float], made: Mapping[str, Any],
+            edge: Edge | None = None) -> torch.Tensor:
+    """One tensor input on the draw device (`ctx.rng_device`); `made` holds the inputs made before it;
+    `edge`: the call's edge case, which rewrites this input."""
     shape = decl.local_shape(env, ctx.layout)
     dtype = resolve_dtype(decl.dtype, ctx.dtype)
     read = {name: made[name] for name in reads(decl)}
@@ -116,10 +117,21 @@ def _tensor(decl: Tensor, ctx: InputContext, env: Mapping[str, float], made: Map
         value = decl.dist.draw(gen, shape, dtype, env, Given(read, _offsets(decl, shape, ctx)))
     else:
         value = decl.dist.draw(ctx.generator(decl.layout.scope(ctx.layout), decl.name), shape, dtype, env)
+    if edge is not None and isinstance(value, torch.Tensor):
+        value = edge.apply(value, _edge_draw(decl, ctx, env, edge))
     if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape or value.dtype != dtype:
         got = f"{value.dtype} {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
         raise ValueError(f"input {decl.name}: the distribution made {got}, the declaration says {dtype} {shape}")
     return value
+
+
+def _edge_draw(decl: Tensor, ctx: InputContext, env: Mapping[str, float], edge: Edge) -> EdgeDraw:
+    """The edge's shared generator, and whether this rank holds the block of the rank it lands on."""
+    shared = ctx.seeds[SHARED]
+    scope = decl.layout.scope(ctx.layout)
+    chosen = holder(shared, ctx.world_size)
+    here = edge.everywhere or ctx.layout.scope_key(scope, ctx.rank) == ctx.layout.scope_key(scope, chosen)
+    return EdgeDraw(edge_generator(shared, ctx.rng_device), here, env)
 
 
 def _offsets(decl: Tensor, shape: tuple[int, ...], ctx: InputContext) -> tuple[int, ...]:

@@ -19,6 +19,7 @@ import torch
 
 from pkb_env.contract.cost import Cost, CostModel
 from pkb_env.contract.expr import ExprError, Size, as_expr
+from pkb_env.contract.edges import Edge
 from pkb_env.contract.families import FAMILIES
 from pkb_env.contract.inputs import InputContext, RankSeeds, make_inputs, reads, size_env
 from pkb_env.contract.io import (DTYPES, Group, Input, Length, Output, Replicated, Scalar, Tensor,
@@ -111,6 +112,7 @@ class TaskSpec:
     parallelism: str = ""
     mesh: Mesh = FLAT
     lengths: tuple[Length, ...] = ()  # sizes drawn per call that input shapes may name (ragged dims)
+    edges: tuple[Edge, ...] = ()      # edge cases the statement defines, drawn into one call in two (edges.py)
     world_sizes: WorldSizes = field(default_factory=WorldSizes)
     departures: tuple[str, ...] = ()  # how and why this task departs from PKB's problem
     returns: str = "auto"             # "auto" (one output: the tensor; several: a tuple) | "tuple" | "dict"
@@ -157,6 +159,13 @@ class TaskSpec:
                 raise TaskError(f"{where}: output {out.name}'s shape names a Length, whose value differs per call; "
                                 f"declare shape=None (its length depends on the data)")
         self._check_reads(where)
+        tensors = {d.name for d in self.inputs if isinstance(d, Tensor)}
+        if len({e.name for e in self.edges}) != len(self.edges):
+            raise TaskError(f"{where}: edge case names must be unique")
+        for edge in self.edges:
+            if edge.input not in tensors:
+                raise TaskError(f"{where}: edge case {edge.name!r} rewrites {edge.input!r}, which is not a tensor "
+                                f"input")
 
     def _check_reads(self, where: str) -> None:
         """An input that reads others (FromInputs, Custom with reads) reads tensor inputs that read nothing
@@ -294,7 +303,7 @@ class TaskSpec:
                             dict(seeds), self.layout(world_size), torch.device(rng_device), groups)
 
     def make_inputs(self, ctx: InputContext) -> tuple:
-        return make_inputs(self.inputs, ctx, self.lengths)
+        return make_inputs(self.inputs, ctx, self.lengths, self.edges)
 
     # -- outputs and tolerances -----------------------------------------------------------------------
     def tolerance(self, dtype: str, dims: Mapping[str, int], world_size: int,

@@ -156,14 +156,16 @@ def _compare_tensors(expected: torch.Tensor, got: torch.Tensor, tol: Tolerance) 
     if torch.equal(e, g):  # the common case, and all of data movement: equal, no NaN anywhere
         return None
 
-    bad_count, first, max_abs, max_rel = 0, None, 0.0, 0.0
+    bad_count, first, max_abs, max_rel, spurious = 0, None, 0.0, 0.0, 0
     has_rel = False
     for start in range(0, total, _CHUNK):
         ec, gc = e[start:start + _CHUNK], g[start:start + _CHUNK]
         if dtype.is_complex:
             ok, abs_err, rel_err = _close_complex(ec, gc, tol)
         elif floating:
-            ok, abs_err, rel_err = _close_real(ec.double(), gc.double(), tol)
+            ec, gc = ec.double(), gc.double()
+            ok, abs_err, rel_err = _close_real(ec, gc, tol)
+            spurious += int((torch.isfinite(ec) & ~torch.isfinite(gc)).sum())
         else:
             ok = ec == gc
             abs_err = (gc.double() - ec.double()).abs()
@@ -184,7 +186,8 @@ def _compare_tensors(expected: torch.Tensor, got: torch.Tensor, tol: Tolerance) 
     rule = ("exact match required" if not floating or tol.exact
             else f"beyond atol {tol.atol:g} + rtol {tol.rtol:g}")
     errs = f"max abs err {_num(max_abs)}" + (f", max rel err {_num(max_rel)}" if has_rel else "")
-    return dict(message=f"{bad_count}/{total} elements differ ({rule}; {errs})",
+    special = f"; {spurious} NaN or infinite where the reference is finite" if spurious else ""
+    return dict(message=f"{bad_count}/{total} elements differ ({rule}; {errs}){special}",
                 max_abs_err=max_abs, max_rel_err=max_rel if has_rel else None, bad_elements=bad_count,
                 total_elements=total, first_index=_unravel(first, list(expected.shape)),
                 expected=_short(e[first].item()), got=_short(g[first].item()))

@@ -41,9 +41,11 @@ class StepContext:
                    time.monotonic() + budget_s)
 
     def trial_seeds(self) -> list[list[Seeds]]:
-        """seeds[rank][k]: rank's seeds for trial k (the reference's and the candidate's are the same)."""
-        return self.seeds.per_rank("trial", range(self.trials))
+        """seeds[rank][k]: rank's seeds for trial k (the reference's and the candidate's are the same); the
+        trials reach every edge case the task declares (judge/seeds.py)."""
+        return self.seeds.trials(self.trials, self.task.edges)[0]
 
     @property
     def trial_labels(self) -> list[str]:
-        return [f"trial {k}" for k in range(self.trials)]
+        """Per trial, what the feedback calls it: "trial 2", or "trial 2 (an all-zero block in rank 1's x)"."""
+        return self.seeds.trials(self.trials, self.task.edges)[1]

@@ -1,16 +1,26 @@
 """Secret seeds for one evaluation, handed out rank by rank.
 
 A fresh secret per step (from the OS's CSPRNG) is hashed with the purpose, the index and a scope; a rank
-receives the seeds of the scopes it belongs to (its own, the shared one, and for a task with a mesh one
-per group of mesh dims, see pkb_env/contract/mesh.py), never the secret, so it cannot reproduce a peer's
-inputs, the next trial's inputs, or the inputs of timed calls the judge will check.
+receives the seeds of the scopes it belongs to (its own, the shared one, and for a mesh one per group of
+mesh dims, see pkb_env/contract/mesh.py), never the secret, so it cannot reproduce a peer's inputs, the
+next trial's inputs, or the inputs of timed calls the judge will check.
+
+A task's edge cases (pkb_env/contract/edges.py) follow from a call's shared seed. For the trials the
+judge picks the seeds: every declared case once (all but one trial at most, so that one trial stays
+plain), at positions shuffled by the secret, by trying seed indices until the shared seed names the
+case wanted. So a step's trials always reach every edge case, and their order tells a rank nothing.
 """
 from __future__ import annotations
 
+import random
 import secrets
 from dataclasses import dataclass, field
 
-from pkb_env.contract import MeshLayout, rank_seeds
+from pkb_env.contract import MeshLayout, derive_seed, rank_seeds
+from pkb_env.contract.edges import Edge, describe, edge_of
+from pkb_env.contract.mesh import SHARED
+
+TRIAL = "trial"
 
 
 @dataclass(frozen=True)
@@ -24,5 +34,34 @@ class SeedPlan:
 
     def per_rank(self, purpose: str, indices: range | list[int]) -> list[list[dict[str, int]]]:
         """seeds[rank][k] = rank's seeds (scope -> seed) for call k of `purpose`."""
-        return [[rank_seeds(self.secret, self.layout, rank, purpose, i) for i in indices]
-                for rank in range(self.world_size)]
+        return self._seeds([(purpose, i) for i in indices])
+
+    def trials(self, count: int, edges: tuple[Edge, ...]) -> tuple[list[list[dict[str, int]]], list[str]]:
+        """The seeds of a step's `count` trials (seeds[rank][k]) and their labels for the feedback ("trial 1
+        (an all-zero block in rank 2's x)"). The same on every call: a pure function of the secret."""
+        keys = [(TRIAL, k, self._attempt(k, case, edges)) for k, case in enumerate(self._cases(count, edges))]
+        labels = []
+        for k, key in enumerate(keys):
+            shared = derive_seed(self.secret, *key, SHARED)
+            edge = edge_of(shared, edges)
+            labels.append(f"trial {k}" + (f" ({describe(edge, shared, self.layout)})" if edge else ""))
+        return self._seeds(keys), labels
+
+    def _cases(self, count: int, edges: tuple[Edge, ...]) -> list[int | None]:
+        """Which edge case (an index into the task's edges; None: plain) each trial is to be."""
+        rng = random.Random(derive_seed(self.secret, "edge plan"))
+        chosen = rng.sample(range(len(edges)), min(len(edges), max(count - 1, 0)))
+        cases: list[int | None] = [*chosen, *[None] * (count - len(chosen))]
+        rng.shuffle(cases)
+        return cases
+
+    def _attempt(self, k: int, case: int | None, edges: tuple[Edge, ...]) -> int:
+        """The first seed index of trial k whose shared seed picks `case` (about 2 x len(edges) tries)."""
+        want = None if case is None else edges[case]
+        attempt = 0
+        while edge_of(derive_seed(self.secret, TRIAL, k, attempt, SHARED), edges) is not want:
+            attempt += 1
+        return attempt
+
+    def _seeds(self, keys: list[tuple]) -> list[list[dict[str, int]]]:
+        return [[rank_seeds(self.secret, self.layout, rank, *key) for key in keys] for rank in range(self.world_size)]

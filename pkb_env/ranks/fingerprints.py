@@ -16,7 +16,9 @@ inputs, and the judge compares them (pkb_env/judge/fingerprints.py). Two kinds:
   the block's sum of |values| (for the rounding allowance) and, on the reference side, the sum of the
   squared element tolerances (for the bound). Non-finite values are zeroed and their positions hashed
   exactly (NaN, +inf, -inf must match where they are). Why this detects wrong outputs and never rejects
-  right ones: docs/timing.md, "Every timed output is checked".
+  right ones: docs/timing.md, "Every timed output is checked". Beside them, `PICKS` of the values at
+  positions drawn from the same late seed, sent whole (`_positions`): compared element by element, they catch
+  what an aggregate bound cannot (an error just over the tolerance on many elements of one call).
 
 Everything is plain torch on the rank's own device; the same code runs for candidate and reference.
 A burst's calls almost always share one structure, so the payload names each distinct structure once
@@ -37,6 +39,7 @@ from pkb_env.ranks.tripwire import watch
 from pkb_env.task import derive_seed
 
 PROJECTIONS = 4
+PICKS = 256                # elements of every projected tensor of every call sent whole, at secret positions
 MULTIPLIERS = 2
 MIN_BLOCK = 4096
 MAX_BLOCKS = 64
@@ -186,6 +189,8 @@ def _projected(flat: list[torch.Tensor], seed: int, tolerance: tuple[float, floa
     a = torch.zeros((calls, blocks), dtype=torch.float64, device=device)
     t2 = torch.zeros((calls, blocks), dtype=torch.float64, device=device) if tolerance is not None else None
     codes = torch.zeros((calls, MULTIPLIERS), dtype=torch.int64, device=device)
+    at = _positions(n, seed, device)
+    x = torch.zeros((calls, at.numel()), dtype=torch.float64, device=device)  # the values at `at`, whole
     for start, stop in _spans(n, block):
         first, count = start // block, -(-(stop - start) // block)
         width = count * block
@@ -194,10 +199,13 @@ def _projected(flat: list[torch.Tensor], seed: int, tolerance: tuple[float, floa
                               dtype=torch.int8).to(torch.float64).mul_(2).sub_(1)
         mult = _multipliers(device, derive_seed(seed, "special", start), width)
         real = (torch.arange(width, device=device) < stop - start).view(count, block)  # not padding
+        inside = (at >= start) & (at < stop)
+        picked, local = inside.nonzero().squeeze(1), at[inside] - start
         step = _work_rows(device, width)
         for row in range(0, calls, step):
             rows = slice(row, row + step)
             values = _stack(flat, rows, start, stop, width).to(torch.float64)
+            x[rows, picked] = values[:, local]   # NaN and infinities kept: the judge's rule is compare.py's
             finite = torch.isfinite(values)
             if not bool(finite.all()):  # where NaN, +inf and -inf are must match exactly
                 special = (torch.isnan(values).to(torch.int64) + 2 * (values == math.inf).to(torch.int64)
@@ -214,11 +222,24 @@ def _projected(flat: list[torch.Tensor], seed: int, tolerance: tuple[float, floa
                 atol, rtol = tolerance
                 bound = (atol + rtol * magnitude) * (finite.view(-1, count, block) & real)
                 t2[rows, span] = (bound * bound).sum(-1)
-    entry = {"kind": "projected", "n": n, "block": block, "p": p.cpu(), "a": a.cpu(), "e": codes.cpu()}
+    entry = {"kind": "projected", "n": n, "block": block, "p": p.cpu(), "a": a.cpu(), "e": codes.cpu(),
+             "x": x.cpu()}
     if t2 is not None:
         entry["t2"] = t2.cpu()
     return entry
 
 
+def _positions(n: int, seed: int, device: torch.device) -> torch.Tensor:
+    """The positions whose values are sent whole (min(n, PICKS) of them; every position where n <= PICKS),
+    drawn from the seed the judge sends after the burst, so a candidate cannot know them while it makes
+    its outputs. The judge compares those values element by element at the tolerance, which resolves what
+    a projection's aggregate bound cannot (an error just over the tolerance on many elements of one call;
+    docs/timing.md, "Resolution"). Gathered from the chunks the projections read (one gather per chunk of
+    calls, not per call: hundreds of calls per burst on a GPU)."""
+    if n <= PICKS:
+        return torch.arange(n, device=device)
+    return torch.randint(n, (PICKS,), generator=_generator(device, derive_seed(seed, "picks")), device=device)
+
+
 watch(sys.modules[__name__], "sketch_calls", "_exact", "_projected", "_words", "_stack", "_rule", "_sorted_rows",
-      "_work_rows")
+      "_work_rows", "_positions")

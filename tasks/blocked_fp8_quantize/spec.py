@@ -7,10 +7,23 @@ every peer's output (y and s together), instead of a quantise pass and two NCCL 
 """
 import torch
 
-from pkb_env.contract import (Comm, Compute, Const, Cost, Output, Preset, Replicated, Sharded, TaskSpec, Tensor,
+from pkb_env.contract import (Comm, Compute, Const, Cost, Edge, Output, Preset, Replicated, Sharded, TaskSpec, Tensor,
                               Ulps)
 
 FP8_MAX = 448.0  # float8_e4m3fn's largest finite value
+BLOCK = 128      # values per scale (the block_size Const)
+
+
+def zero_block(x, draw):
+    """The statement's guard: one block of BLOCK values of one row set to zero, on the rank it lands on
+    (standard-normal rows never hold one, so a candidate dividing by a zero scale passed every trial)."""
+    row = int(torch.randint(x.shape[0], (), generator=draw.gen, device=draw.gen.device))
+    block = int(torch.randint(x.shape[1] // BLOCK, (), generator=draw.gen, device=draw.gen.device))
+    if not draw.here:
+        return x
+    x = x.clone()
+    x[row, block * BLOCK:(block + 1) * BLOCK] = 0
+    return x
 
 
 def golden(inputs, world):
@@ -46,7 +59,7 @@ SPEC = TaskSpec(
     origin="DeepSeek-V3 inference kernel.py act_quant (block 128, float8_e4m3fn, scale = amax / 448)",
     inputs=(
         Tensor("x", ("W * M", "N"), layout=Sharded(0), doc="this rank's rows of the activations"),
-        Const("block_size", 128, doc="values per scale along each row"),
+        Const("block_size", BLOCK, doc="values per scale along each row"),
     ),
     outputs=(
         Output("y", ("W * M", "N"), dtype="float8_e4m3fn", layout=Replicated(),
@@ -67,6 +80,7 @@ SPEC = TaskSpec(
                         "gather"),
     },
     dtypes=("float32", "bfloat16", "float16"),
+    edges=(Edge("zero_block", "x", zero_block, "an all-zero block"),),
     departures=(
         "the reference is torch, not a Triton kernel, so that it runs on CPU ranks; it computes the same "
         "scales and values",

@@ -47,8 +47,10 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     # One GEMM per output element (K products accumulated in fp32) rounded once to the dtype; nothing is
-    # summed across ranks.
-    tolerance_rule=(Sum("K", 1, "float32", what="dot products accumulated in fp32")
+    # summed across ranks. The fp32 sums take magnitude 2: with 1, the float32 reference reached 0.51 of the
+    # allowance over 200 trials at tiny (W = 3), more than the half a more exact candidate needs (issue 31;
+    # docs/task_contract.md, "Against the truth"); in bf16 the rounding to the dtype dominates.
+    tolerance_rule=(Sum("K", 2, "float32", what="dot products accumulated in fp32")
                     + Rounded(1, "sqrt(K)", what="the product, rounded to the dtype")),
     presets={
         "tiny": Preset({"M": 16, "K": 16, "N": 48}, "float32", "CPU ranks, milliseconds"),

@@ -51,8 +51,10 @@ SPEC = TaskSpec(
     # The reduce-scatter adds W unit partials in the dtype; normalising the average (RMS 1/sqrt(W)) to RMS 1
     # scales that error by sqrt(W), so in output units it is W terms of RMS 1/sqrt(W). The average (divided
     # by W in the dtype), the normalised row and its product with gamma are rounded (the last two in fp32,
-    # which only an fp32 task sees); the row statistics are fp32.
-    tolerance_rule=(Sum("W", "1 / sqrt(W)", "dtype", what="the sum over ranks, in the dtype (in output units)")
+    # which only an fp32 task sees); the row statistics are fp32. The sum takes 3x that RMS, as the summing
+    # primitives do (tasks/_primitives.py): with 1x the float32 reference reached 0.53 of the allowance
+    # over 200 trials at tiny (W = 4), more than the half a more exact candidate needs (issue 31).
+    tolerance_rule=(Sum("W", "3 / sqrt(W)", "dtype", what="the sum over ranks, in the dtype (in output units)")
                     + Rounded(3, 1, what="the average, the normalised row and the output, each rounded")
                     + Sum("H", "1 / H", "float32", what="mean of squares, accumulated in fp32")),
     presets={

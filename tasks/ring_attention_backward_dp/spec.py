@@ -71,11 +71,24 @@ BLOCK = ("B", "S / cp", "H", "E")
 # log-sum-exp. Measured RMS: 1.2 cp/sqrt(S) from S = 256 on, up to 2.3 cp/sqrt(S) when a block holds 4 keys
 # (bench at cp = 4, where small own blocks give heavy tails: values 60 times the RMS); the rule takes
 # 2.7 cp/sqrt(S). The dot products' rounding reaches every gradient through exp(s - lse), in proportion to
-# the value: measured up to 25 u_fp32 relative on the largest values (Relative, E roundings).
+# the value: measured up to 25 u_fp32 relative on the largest values at bench (E = 64), and up to 15 u at
+# tiny (E = 8) over 1500 trials, where E roundings alone allowed 8 u (issue 31): Relative takes E + 32.
+# The fp32 dot products and sums round values of the trial's own size, and with own blocks of 3-4 keys
+# (tiny at W = 8, bench at cp = 4) a trial's gradients reach 6x the RMS above and 30x it at their largest
+# (measured at tiny, W = 8: RMS up to 19.6 and values up to 102 against 3.1), and the tail grows with the
+# number of foreign blocks (rows of P under the own block's log-sum-exp sum to about cp): the reference
+# reached 2.03 of the allowance over 200 trials at cp = 4, and a float64 candidate failed ~3% of steps
+# (issue 31). At 14.8x GRAD_RMS it still failed 1 step in 100 (an error 1.16x the allowance), so those two
+# terms take FP32_RMS, 14.8 cp x GRAD_RMS, which keeps the reference within half of the allowance with
+# room for the tail (with the Relative term below: 0.12 at W = 4 and 0.10 at W = 8 over 200 trials, 0.23
+# and 0.18 over 1500; docs/task_contract.md, "Against the truth"); they are fp32 whatever the task dtype,
+# so the bf16 and fp16 tolerances, set by the roundings to the dtype, do not move.
 GRAD_RMS = "2.7 * cp / sqrt(S)"
-TOLERANCE = (Sum("E", f"{GRAD_RMS} / sqrt(E)", "float32", what="q.k and dout.v dot products, through P")
-             + Relative("E", "float32", what="the same roundings carried by exp(s - lse) into each value")
-             + Sum("S", f"{GRAD_RMS} / sqrt(S)", "float32", what="sums over the sequence in dq, dk, dv")
+FP32_RMS = "40 * cp * cp / sqrt(S)"
+TOLERANCE = (Sum("E", f"{FP32_RMS} / sqrt(E)", "float32", what="q.k and dout.v dot products, through P")
+             + Relative("E + 32", "float32", what="the same roundings carried by exp(s - lse) into each "
+                                                  "value, and the score's own rounding times |s - lse|")
+             + Sum("S", f"{FP32_RMS} / sqrt(S)", "float32", what="sums over the sequence in dq, dk, dv")
              + Rounded("3 + cp", GRAD_RMS, what="P and dS rounded for the matmuls, the partial dk, dv once per "
                                                 "ring step, dq, dk, dv before the dp average")
              + Sum("dp", GRAD_RMS, "dtype", what="all-reduce over dp"))

@@ -7,8 +7,6 @@ cores (Muon itself runs the iterations in bf16, and the tolerance admits it), a 
 bytes), the norm folded into the first Gram (its trace), and overlapping each all-reduce with the GEMM
 that produces it.
 """
-import torch
-
 from pkb_env.contract import (Comm, Compute, Const, Cost, Group, Output, Preset, Rounded, Sharded, Sum, TaskSpec,
                               Tensor)
 
@@ -47,12 +45,16 @@ def cost(c):
 # 1/sqrt(max(R, C)); 2^STEPS roundings of that RMS allow 0.23 of it (with rtol: iterations in bf16 or fp16
 # use 0.17-0.24 of the allowed at bench, the float32 reference 0.04-0.08). Stopping one iteration early
 # misses by 2.7-3x the allowed at bench (only ~1x at tiny, where small matrices converge a step sooner).
-# In float32 the GEMMs' own sums (max(R, C) terms accumulated in fp32) dominate.
+# In float32 the GEMMs' own sums (max(R, C) terms accumulated in fp32) dominate; carried forward through the
+# iterations like the roundings, they take 4x the output's RMS per term: with 1x the float32 reference
+# reached 0.86 of the allowance at tiny (200 trials) and another float32 arrangement 0.99 of it against the
+# reference (issue 31); with 4x the reference stays under 0.4. The term is fp32 whatever the dtype, so the
+# bf16 rule (and its rejection of one iteration too few) does not move.
 TOLERANCE = (Rounded(2 ** STEPS, "1 / sqrt(max(R, C))",
                      what=f"{STEPS} Newton-Schulz iterations, each rounding X and its Gram products to the dtype "
                           f"and carried forward by the quintic's slope (~2 per iteration), on outputs of RMS "
                           f"1/sqrt(max(R, C))")
-             + Sum("max(R, C)", "1 / max(R, C)", "float32",
+             + Sum("max(R, C)", "4 / max(R, C)", "float32",
                    what="each GEMM's sums of max(R, C) terms in fp32, on outputs of RMS 1/sqrt(max(R, C))"))
 
 SPEC = TaskSpec(

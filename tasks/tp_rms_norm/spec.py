@@ -48,9 +48,11 @@ SPEC = TaskSpec(
     cost=cost,
     # The statistics are fp32 (the reference's upcast): a sum of N squares of size ~1/N of the mean moves
     # the output by at most u32*sqrt(N) relative. The normalised value (RMS 1) is rounded to the dtype, then
-    # its product with the weight (RMS 1): two roundings.
+    # its product with the weight (RMS 1): two roundings, and a third for the inverse RMS itself (with two,
+    # the float32 reference reached 0.50 of the allowance over 200 trials at tiny, W = 4: no room for a
+    # more exact candidate, issue 31).
     tolerance_rule=(Sum("N", "1 / N", "float32", what="mean of squares, accumulated in fp32")
-                    + Rounded(2, 1, what="the normalised value and its product with the weight")),
+                    + Rounded(3, 1, what="the inverse RMS, the normalised value and its product with the weight")),
     presets={
         "tiny": Preset({"M": 8, "N": 48}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"M": 1024, "N": 1024}, "bfloat16",

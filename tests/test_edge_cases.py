@@ -1,0 +1,120 @@
+"""Edge cases a task's statement defines reach every step's trials (issue 31, items 3 and 6).
+
+Standard-normal inputs never hold an all-zero block and float32 logits never tie, so before edge cases
+a candidate dividing by a zero scale, or keeping exactly K logits where the statement keeps every tie
+at the k-th value, was judged correct at every world size and seed tried. Here each such bug is judged
+wrong in every step, with feedback naming the case, and correct candidates (the reference and another
+correct arrangement) stay correct in every step.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import make_env
+
+from pkb_env.contract import Edge, Normal, Output, Preset, Sharded, Sum, TaskSpec, Tensor, TaskError
+from pkb_env.contract.edges import edge_of
+from pkb_env.contract.mesh import SHARED, Mesh
+from pkb_env.judge.seeds import SeedPlan
+from pkb_env.task import load_task
+
+STEPS = 4
+FP8 = "blocked_fp8_quantize"
+TOPK = "vocab_parallel_log_prob_topk"
+
+
+def variant(task: str, old: str, new: str) -> str:
+    source = load_task(task).reference_source
+    assert old in source, f"{task}'s reference no longer contains {old!r}"
+    return source.replace(old, new)
+
+
+NO_ZERO_GUARD = variant(FP8, "divisor = torch.where(scale == 0, torch.ones_like(scale), scale)", "divisor = scale")
+OTHER_ZERO_GUARD = variant(FP8, "divisor = torch.where(scale == 0, torch.ones_like(scale), scale)",
+                           "divisor = scale.masked_fill(scale == 0, 1.0)")
+EXACTLY_K = variant(TOPK, '''        kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))''', '''        chosen = logits.topk(min(top_k, logits.shape[-1]), dim=-1).indices
+        kept = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, chosen, True)
+        logits = logits.masked_fill(~kept, float("-inf"))''')
+TIES_BY_SORT = variant(TOPK, '''        kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[..., -1:]''', '''        kth = logits.sort(dim=-1, descending=True).values[..., min(top_k, logits.shape[-1]) - 1:][..., :1]''')
+
+
+@pytest.fixture(scope="module", params=[2, 4])
+def env(request):
+    env = make_env(world_size=request.param)
+    env.reset(seed=0)
+    yield env
+    env.close()
+
+
+def steps(env, task: str, source: str) -> list[dict]:
+    out = []
+    for _ in range(STEPS):  # a new episode per step: a correct answer ends one
+        env.reset(options={"task": task})
+        out.append(env.step(source)[4])
+    return out
+
+
+@pytest.mark.parametrize("task,source,case,symptom", [
+    (FP8, NO_ZERO_GUARD, "an all-zero block in rank ", "NaN or infinite where the reference is finite"),
+    (TOPK, EXACTLY_K, "integer logits tied at the top-k boundary", "elements differ"),
+], ids=["no-zero-guard", "exactly-k"])
+def test_a_bug_on_an_edge_case_is_wrong_in_every_step(env, task, source, case, symptom):
+    for info in steps(env, task, source):
+        assert info["verdict"] == "wrong", info["feedback"]
+        assert case in info["feedback"] and symptom in info["feedback"], info["feedback"]
+
+
+@pytest.mark.parametrize("task,source", [(FP8, None), (FP8, OTHER_ZERO_GUARD), (TOPK, None), (TOPK, TIES_BY_SORT)],
+                         ids=["fp8-reference", "fp8-masked-fill", "topk-reference", "topk-kth-by-sort"])
+def test_correct_code_stays_correct_on_the_edge_cases(env, task, source):
+    for info in steps(env, task, source or load_task(task).reference_source):
+        assert info["verdict"] == "correct", info["feedback"]
+
+
+# -- the contract and the plan, in this process -----------------------------------------------------
+
+def test_every_step_reaches_every_edge_case_at_secret_positions():
+    spec = load_task(FP8)
+    layout = spec.layout(4)
+    positions = set()
+    for secret in range(40):
+        seeds, labels = SeedPlan(layout, secret=secret).trials(3, spec.edges)
+        edges = [edge_of(seeds[0][k][SHARED], spec.edges) for k in range(3)]
+        assert [e is not None for e in edges].count(True) == 1, labels
+        k = next(k for k, e in enumerate(edges) if e is not None)
+        positions.add(k)
+        assert labels[k].startswith(f"trial {k} (an all-zero block in rank ")
+        assert all(seeds[r][k][SHARED] == seeds[0][k][SHARED] for r in range(4))
+        blocks = [spec.make_inputs(spec.input_context(r, 4, "tiny", "float32", "cpu", seeds[r][k]))[0]
+                  .unflatten(-1, (-1, 128)).abs().amax(-1).eq(0).sum().item() for r in range(4)]
+        assert sorted(blocks) == [0, 0, 0, 1], blocks  # one block of one rank, the one the label names
+        assert blocks[int(labels[k].split("rank ")[1][0])] == 1
+    assert positions == {0, 1, 2}, "the edge trial's position follows the secret"
+    assert SeedPlan(layout, secret=5).trials(3, spec.edges) == SeedPlan(layout, secret=5).trials(3, spec.edges)
+
+
+def test_one_call_in_two_is_an_edge_case():
+    edges = load_task(TOPK).edges
+    picked = [edge_of(seed, edges) is not None for seed in range(4000)]
+    assert 0.45 < sum(picked) / len(picked) < 0.55
+
+
+def _spec(**overrides) -> TaskSpec:
+    fields = dict(name="t", title="t", description="t", family="tensor", pkb_id=None, origin="t",
+                  inputs=(Tensor("x", ("W * M",), dist=Normal(), layout=Sharded(0)),),
+                  outputs=(Output("y", ("M",)),), golden=lambda inputs, world: [], cost=lambda c: None,
+                  tolerance_rule=Sum(1, 1, "dtype"), presets={"tiny": Preset({"M": 4}, "float32"),
+                                                             "bench": Preset({"M": 4}, "bfloat16")},
+                  dtypes=("float32", "bfloat16"), mesh=Mesh(("world", "W")))
+    return TaskSpec(**{**fields, **overrides})
+
+
+def test_an_edge_case_must_rewrite_a_tensor_input():
+    with pytest.raises(TaskError, match="not a tensor input"):
+        _spec(edges=(Edge("zeros", "z", lambda x, d: x, "zeros"),))
+    spec = _spec(edges=(Edge("zeros", "x", lambda x, d: torch.zeros_like(x) if d.here else x, "zeros"),))
+    seeds, labels = SeedPlan(spec.layout(2), secret=1).trials(2, spec.edges)
+    k = next(k for k, label in enumerate(labels) if "zeros" in label)
+    made = [spec.make_inputs(spec.input_context(r, 2, "tiny", "float32", "cpu", seeds[r][k]))[0] for r in range(2)]
+    assert sorted(bool(m.eq(0).all()) for m in made) == [False, True]
