@@ -41,7 +41,9 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
     to the EvaluationRecord. `turn_credit="improvement"` pays only the gain over the best earlier turn.
 
     ## Episode end
-    terminated: a correct action reached `target_speedup` (or was correct where speed is not measured).
+    terminated: a correct action reached `target_speedup` (or was correct where speed is not measured): its
+    speedup at least the target, and the lower end of its 90% interval from the step's paired bursts too
+    where it has one (a speedup whose pairs straddle the target has not shown it reached it).
     truncated: `max_turns` actions were taken without that.
     After `terminated`, call `reset()`. A further `step()` is still judged (the record is real) but warns
     once per episode, as Gymnasium's own environments do: what it returns belongs to no episode. After
@@ -136,6 +138,7 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
         info keys:
           correct (bool), verdict (str), stage (str: last stage reached), error (str | None),
           speedup (float | None: reference time / candidate time; None if not measured or not trusted),
+          speedup_interval ((low, high) | None: its 90% interval from the step's paired bursts),
           roofline_fraction (float | None: the cost model's bound / measured time; above 1 only if the
             model or the measurement is wrong, which the timing then reports as suspect),
           reward_terms (dict: every term of the reward), turn_reward (float: before turn credit),
@@ -161,8 +164,7 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
         if record.speedup is not None and record.correct:
             self._best_speedup = max(self._best_speedup, record.speedup)
         self._turn += 1
-        terminated = record.correct and (not record.performance_available or
-                                         (record.speedup is not None and record.speedup >= self.target_speedup))
+        terminated = record.correct and (not record.performance_available or reached(record, self.target_speedup))
         truncated = not terminated and self._turn >= self.max_turns
         self._ended = self._ended or terminated
         info = step_info(record, result)
@@ -190,6 +192,14 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
         return S.observation(self._session, feedback, self._turn, self._best_speedup)
 
 
+def reached(record: EvaluationRecord, target: float) -> bool:
+    """The step's speedup reached `target`, its interval's lower end too where it has one (docs/timing.md)."""
+    if record.speedup is None or record.speedup < target:
+        return False
+    interval = record.speedup_interval
+    return interval is None or interval[0] >= target
+
+
 def step_info(record: EvaluationRecord, result: RewardResult) -> dict[str, Any]:
     """The `info` of a step (ParallelKernelEnv.step documents each key), from its record and its reward."""
     return {
@@ -198,6 +208,7 @@ def step_info(record: EvaluationRecord, result: RewardResult) -> dict[str, Any]:
         "stage": record.stage.value,
         "error": record.error,
         "speedup": record.speedup,
+        "speedup_interval": record.speedup_interval,
         "roofline_fraction": record.roofline_fraction,
         "reward_terms": dict(result.terms),
         "flags": [f"{f.code}: {f.message}" for f in record.flags],

@@ -189,6 +189,8 @@ class TimingResult:
     pairs: int = 0                        # (candidate burst, the reference's replay of it) pairs behind it
     speedup_spread: float | None = None   # (p90 - p10) / median of the pairs' ratios
     cached_reference_s: float | None = None  # the reference's time measured once per task (prompt, calibration)
+    speedup_low: float | None = None      # a 90% interval of the speedup from its pairs (sign test; None: < 5 pairs)
+    speedup_high: float | None = None
     suspect: str | None = None            # why the time cannot be trusted (never rewarded then)
 
 
@@ -298,6 +300,20 @@ class EvaluationRecord:
         if not self.performance_available or self.timing is None or self.timing.suspect or not self.correct:
             return None
         return self.timing.speedup
+
+    @property
+    def speedup_interval(self) -> tuple[float, float] | None:
+        """The 90% interval of the speedup from the step's pairs, where the speedup counts and one exists."""
+        t = self.timing
+        if self.speedup is None or t.speedup_low is None or t.speedup_high is None:
+            return None
+        return t.speedup_low, t.speedup_high
+
+    def distinguishable_from(self, target: float) -> bool:
+        """True when the speedup is measured and its interval (where it has one) lies wholly on one side of
+        `target`: a correct step near 1x whose pairs straddle 1 is neither faster nor slower, and says so."""
+        interval = self.speedup_interval
+        return self.speedup is not None and (interval is None or not interval[0] <= target <= interval[1])
 
     @property
     def roofline_fraction(self) -> float | None:

@@ -12,9 +12,18 @@ from pkb_env.config import JudgeConfig
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def row(task, correct, speedup=None, roofline=None, sample=0, verdict=None):
+def row(task, correct, speedup=None, roofline=None, sample=0, verdict=None, speedup_low=None):
     return SampleResult(task=task, sample=sample, verdict=verdict or ("correct" if correct else "wrong"),
-                        correct=correct, speedup=speedup, roofline_fraction=roofline)
+                        correct=correct, speedup=speedup, roofline_fraction=roofline, speedup_low=speedup_low)
+
+
+def test_fast_p_needs_the_lower_end_of_the_interval_above_p():
+    """A speedup of 1.05x whose paired bursts straddle 1 is not shown faster than the reference."""
+    straddles = [row("a", True, speedup=1.05, speedup_low=0.9)]
+    shown = [row("a", True, speedup=1.05, speedup_low=1.01)]
+    assert fast_p(straddles, 1.0) == 0.0 and fast_p(shown, 1.0) == 1.0
+    assert fast_p(straddles, 0) == 1.0                         # fast_0 is correctness alone
+    assert fast_p([row("a", True, speedup=1.05)], 1.0) == 1.0  # no interval (fewer than 5 pairs): the speedup
 
 
 # -- pass@k ---------------------------------------------------------------------------------------------

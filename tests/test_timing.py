@@ -190,6 +190,9 @@ def test_the_candidate_is_gone_before_the_reference_replays_its_timed_calls(monk
         record = info["record"]
         assert record.timing.pairs == len(alive_at_replay) >= 3 and record.timing.speedup_spread is not None
         assert record.timing.cached_reference_s > 0 and record.speedup == record.timing.speedup
+        if record.timing.pairs >= 5:   # the sign test's interval exists, holds the median, and the feedback says it
+            low, high = record.speedup_interval
+            assert low <= record.speedup <= high and f"over {record.timing.pairs} paired bursts" in info["feedback"]
     finally:
         env.close()
 
@@ -343,3 +346,30 @@ def test_the_release_page_is_the_judges_alone():
         os.ftruncate(fd, 0)
     os.close(fd)
     page.close()
+
+
+@pytest.mark.parametrize("n, expected", [(4, (None, None)), (5, (0, 4)), (8, (1, 6)), (10, (1, 8)), (20, (5, 14))])
+def test_the_speedup_interval_is_the_sign_tests(n, expected):
+    """k-th smallest to k-th largest, k the largest with P(Binomial(n, 1/2) < k) <= 5%: order statistics only."""
+    from pkb_env.judge.candidate import median_interval
+
+    values = np.arange(n, dtype=float)[::-1].copy()   # unsorted on purpose
+    low, high = median_interval(values)
+    assert (low, high) == (None, None) if expected[0] is None else (low, high) == expected
+
+
+def test_a_speedup_whose_interval_straddles_the_target_does_not_end_the_episode():
+    from pkb_env.env import reached
+    from pkb_env.record import EvaluationRecord, TimingResult, Verdict
+
+    def record(speedup, low, high):
+        timing = TimingResult(time_s=1e-3, statistic="interval-min", clock="host", median_s=1e-3, spread=0.1,
+                              min_s=1e-3, max_s=1e-3, calls=10, warmup_calls=1, speedup=speedup,
+                              speedup_low=low, speedup_high=high)
+        return EvaluationRecord("all_reduce", 2, "tiny", "float32", "cpu", "cpu/x", verdict=Verdict.CORRECT,
+                                timing=timing)
+
+    assert not reached(record(1.04, 0.93, 1.12), 1.0) and not record(1.04, 0.93, 1.12).distinguishable_from(1.0)
+    assert reached(record(1.3, 1.1, 1.5), 1.0) and record(1.3, 1.1, 1.5).distinguishable_from(1.0)
+    assert reached(record(1.3, None, None), 1.0) and not reached(record(0.9, None, None), 1.0)
+

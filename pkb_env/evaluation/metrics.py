@@ -2,7 +2,9 @@
 
 - pass@k: the unbiased estimator of Chen et al. (2021), 1 - C(n-c, k) / C(n, k), for a task with n
   samples of which c are correct; the suite value is its mean over tasks.
-- fast_p: the fraction of tasks with at least one sample that is correct and has speedup > p (strictly).
+- fast_p: the fraction of tasks with at least one sample that is correct and has speedup > p (strictly),
+  the lower end of its 90% interval from the step's paired bursts above p too where it has one (a sample
+  whose pairs straddle p is not shown to be faster than p: docs/timing.md, "Paired speedup").
   fast_0 is the fraction of tasks with a correct sample (timed or not), as KernelBench defines it. Where
   the executor does not measure performance at all, fast_p for p > 0 is None (not 0): nothing was timed.
 """
@@ -18,6 +20,7 @@ class Row(Protocol):
     task: str
     correct: bool
     speedup: float | None
+    speedup_low: float | None
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -40,7 +43,8 @@ def _fast(row: Row, p: float) -> bool:
         return False
     if p == 0:
         return True  # KernelBench's fast_0: correctness alone
-    return row.speedup is not None and math.isfinite(row.speedup) and row.speedup > p
+    return (row.speedup is not None and math.isfinite(row.speedup) and row.speedup > p
+            and (row.speedup_low is None or row.speedup_low > p))
 
 
 def fast_p(rows: Iterable[Row], p: float) -> float | None:

@@ -28,6 +28,7 @@ class SampleResult:
     speedup: float | None = None
     roofline_fraction: float | None = None
     reward: float = 0.0
+    speedup_low: float | None = None      # the lower end of the speedup's 90% interval (fast_p needs it above p)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     error: str | None = None
 

@@ -132,7 +132,8 @@ def sample_row(record: EvaluationRecord, sample: int, reward: float) -> SampleRe
     return SampleResult(task=record.task, sample=sample, verdict=record.verdict.value if record.verdict else None,
                         correct=record.correct and not record.exploit_flags, speedup=record.speedup,
                         roofline_fraction=record.roofline_fraction, reward=reward,
-                        stage_seconds=dict(record.stage_seconds), error=record.error)
+                        stage_seconds=dict(record.stage_seconds), error=record.error,
+                        speedup_low=record.speedup_interval[0] if record.speedup_interval else None)
 
 
 # -- agents and tasks from CLI-style specs ---------------------------------------------------------------

@@ -35,7 +35,7 @@ from skyrl_gym.envs import register  # noqa: E402
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType  # noqa: E402
 from skyrl_gym.envs.registration import registry  # noqa: E402
 
-from pkb_env.env import step_info  # noqa: E402
+from pkb_env.env import reached, step_info  # noqa: E402
 from pkb_env.integrations.shared import plain, read_settings, reward_function, shared_judge  # noqa: E402
 from pkb_env.record import EvaluationRecord  # noqa: E402
 from pkb_env.service import TaskSession  # noqa: E402
@@ -92,10 +92,9 @@ class PkbTextEnv(BaseTextEnv):
         self.judge_errors += not record.judged
         if record.correct and record.speedup is not None:
             self.best_speedup = max(self.best_speedup or 0.0, record.speedup)
-        reached = record.correct and (not record.performance_available or
-                                      (record.speedup is not None and record.speedup >= self.target_speedup))
-        self.solved = self.solved or reached
-        done = reached or self.turns >= self.max_turns
+        solved = record.correct and (not record.performance_available or reached(record, self.target_speedup))
+        self.solved = self.solved or solved
+        done = solved or self.turns >= self.max_turns
         metadata = {k: v for k, v in step_info(record, result).items() if k != "record"}
         metadata["turn"] = self.turns
         observations = [] if done else [{"role": "user", "content": self.feedback_message(record)}]

@@ -8,6 +8,7 @@ exploit; nothing a rank says can turn a failure into a success.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, replace
 
@@ -88,8 +89,26 @@ def paired(result: TimingResult, log: BurstLog, reference: BurstLog) -> TimingRe
         return result
     speedup = float(np.median(ratios))
     p10, p90 = np.percentile(ratios, [10, 90])
+    low, high = median_interval(ratios)
     return replace(result, speedup=speedup, reference_s=result.time_s * speedup, pairs=int(len(ratios)),
-                   speedup_spread=float((p90 - p10) / speedup), cached_reference_s=result.reference_s)
+                   speedup_spread=float((p90 - p10) / speedup), cached_reference_s=result.reference_s,
+                   speedup_low=low, speedup_high=high)
+
+
+def median_interval(values: np.ndarray, level: float = 0.9) -> tuple[float | None, float | None]:
+    """A distribution-free interval for the median of `values` at confidence at least `level`: the k-th smallest
+    and k-th largest values, k the largest with P(Binomial(n, 1/2) < k) <= (1 - level) / 2 (the sign test's
+    interval: no assumption on how the ratios spread). (None, None) with fewer than 5 values: no k exists."""
+    ordered, n = np.sort(values), len(values)
+    tail, k, cumulative = (1 - level) / 2, 0, 0.0
+    while True:
+        cumulative += math.comb(n, k) / 2 ** n   # P(X = k) added: now P(X <= k) = P(X < k + 1)
+        if cumulative > tail:
+            break
+        k += 1
+    if k == 0:
+        return None, None
+    return float(ordered[k - 1]), float(ordered[n - k])
 
 
 def failure(stage: Stage, exc: RankSetFailed) -> StageFailure:

@@ -29,7 +29,7 @@ def write_feedback(record: EvaluationRecord) -> str:
         launch = f"; host time to issue a call {_us(t.launch_s)}" if t.launch_s is not None else ""
         lines.append(f"Time per call (median of {t.bursts} bursts, {t.calls} calls back to back, each on fresh "
                      f"inputs, slowest rank, {t.clock} clock): {_us(t.time_s)} (bursts spread {t.spread:.1%}"
-                     f"{launch}); reference {_us(t.reference_s)}; speedup {t.speedup:.2f}x.")
+                     f"{launch}); reference {_us(t.reference_s)}; speedup {t.speedup:.2f}x" + _interval(record) + ".")
         if t.suspect:
             lines.append(f"Timing not believed: {t.suspect}.")
     elif record.verdict is Verdict.CORRECT and not record.performance_available:
@@ -54,3 +54,13 @@ def _us(seconds: float | None) -> str:
     if seconds is None:
         return "n/a"
     return f"{seconds * 1e3:.3f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.1f} us"
+
+
+def _interval(record: EvaluationRecord) -> str:
+    """The speedup's 90% interval from the step's pairs, and whether it tells the code from the reference."""
+    interval = record.speedup_interval
+    if interval is None:
+        return ""
+    low, high = interval
+    verdict = "" if record.distinguishable_from(1.0) else ": not distinguishable from the reference's speed"
+    return f" (90% interval over {record.timing.pairs} paired bursts {low:.2f}-{high:.2f}x{verdict})"
