@@ -18,6 +18,16 @@ from pkb_env.pool.cluster import PoolError, connect, ray_module
 ACTOR_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
+def step_timeout(config: JudgeConfig, given: float | None) -> float:
+    """How long one try of a step may take before its actor is killed: `given`, or the most an honest step
+    takes (the config's step budget, plus its start and timing timeouts for the reference's part)."""
+    if given is None:
+        return config.step_budget_s + config.start_timeout_s + config.timing_timeout_s
+    if isinstance(given, bool) or not isinstance(given, (int, float)) or given <= 0:
+        raise ValueError(f"step_timeout_s must be a positive number of seconds or None, got {given!r}")
+    return float(given)
+
+
 class Fleet:
     """`count` actors of class `actor_class`, each made with `args`, one per bundle of a placement group.
 

@@ -23,7 +23,7 @@ from pkb_env.config import JudgeConfig
 from pkb_env.pool.actors import JudgeActor
 from pkb_env.pool.cluster import PoolError, ray_module
 from pkb_env.pool.dispatch import Dispatcher, Slot, Step
-from pkb_env.pool.fleet import Fleet
+from pkb_env.pool.fleet import Fleet, step_timeout
 from pkb_env.record import EvaluationRecord
 from pkb_env.task import TaskError, load_task, size_problem
 
@@ -57,13 +57,10 @@ class JudgePool:
         if not isinstance(config, JudgeConfig):
             raise TypeError(f"config must be a JudgeConfig (JudgeConfig.from_mapping for plain data), got "
                             f"{type(config).__name__}")
-        if step_timeout_s is not None and (isinstance(step_timeout_s, bool) or not isinstance(step_timeout_s, (int, float))
-                                           or step_timeout_s <= 0):
-            raise ValueError(f"step_timeout_s must be a positive number of seconds or None, got {step_timeout_s!r}")
         if queue_limit is not None and (isinstance(queue_limit, bool) or not isinstance(queue_limit, int)
                                         or queue_limit < 1):
             raise ValueError(f"queue_limit must be a positive integer or None (4 per actor), got {queue_limit!r}")
-        self.step_timeout_s = step_timeout_s or (config.step_budget_s + config.start_timeout_s + config.timing_timeout_s)
+        self.step_timeout_s = step_timeout(config, step_timeout_s)
         self._closed = False
         self._steps: dict[concurrent.futures.Future, Step] = {}
         self._dispatcher: Dispatcher | None = None
@@ -147,9 +144,7 @@ class JudgePool:
         spec = self._check(task, preset, dtype)
         if not isinstance(code, str):
             raise TypeError(f"code must be a str (a completion or bare code), got {type(code).__name__}")
-        step = Step(task, code, preset, dtype, concurrent.futures.Future(),
-                    self._unjudged_record(spec.name, preset, spec.resolve_dtype(preset or self.config.preset,
-                                                                                 dtype or self.config.dtype)))
+        step = Step(task, code, preset, dtype, concurrent.futures.Future(), self._unjudged(spec, preset, dtype))
         if self.recorder is not None:
             step.judged = lambda record: self._record(record, code)
         wait = self.step_timeout_s if timeout_s is None else timeout_s
@@ -209,7 +204,8 @@ class JudgePool:
                 futures.append(self.submit(item[0], item[1], timeout_s=left))
             except TimeoutError:   # the deadline passed while waiting for room: the rest are not judged
                 future = concurrent.futures.Future()
-                future.set_result(self._check_record(item[0], "the batch's deadline passed before it was queued"))
+                why = "the batch's deadline passed before it was queued"
+                future.set_result(self._unjudged(load_task(item[0]), None, None)(why))
                 futures.append(future)
         left = None if deadline_s is None else max(0.001, deadline_s - (time.monotonic() - start))
         for _ in self.as_completed(futures, left):
@@ -225,18 +221,16 @@ class JudgePool:
             raise TaskError(problem)
         return spec
 
-    def _unjudged_record(self, task: str, preset: str | None, dtype: str):
+    def _unjudged(self, spec, preset: str | None, dtype: str | None):
+        """The JUDGE_ERROR record of a step of `spec` at `preset` and `dtype` (None: the config's), given why."""
         config, hardware = self.config, self._fleet.hardware
+        preset = preset or config.preset
+        dtype = spec.resolve_dtype(preset, dtype or config.dtype)
 
         def unjudged(why: str) -> EvaluationRecord:
-            return EvaluationRecord.unjudged(task, config.world_size, preset or config.preset, dtype,
-                                             config.executor, hardware, f"the pool could not judge this step: {why}")
+            return EvaluationRecord.unjudged(spec.name, config.world_size, preset, dtype, config.executor, hardware,
+                                             f"the pool could not judge this step: {why}")
         return unjudged
-
-    def _check_record(self, task: str, why: str) -> EvaluationRecord:
-        spec = load_task(task)
-        preset = self.config.preset
-        return self._unjudged_record(spec.name, preset, spec.resolve_dtype(preset, self.config.dtype))(why)
 
     def _live(self) -> Dispatcher:
         if self._closed or self._dispatcher is None:

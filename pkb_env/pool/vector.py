@@ -30,7 +30,7 @@ from pkb_env import spaces as S
 from pkb_env.config import JudgeConfig
 from pkb_env.pool.actors import EnvActor
 from pkb_env.pool.cluster import ray_module
-from pkb_env.pool.fleet import Fleet
+from pkb_env.pool.fleet import Fleet, step_timeout
 
 
 class RayVectorEnv(VectorEnv):
@@ -46,9 +46,7 @@ class RayVectorEnv(VectorEnv):
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
         shorthands = {k: env_kwargs.pop(k) for k in ("world_size", "executor", "preset", "dtype") if k in env_kwargs}
         config = (config or JudgeConfig()).replace(**{k: v for k, v in shorthands.items() if v is not None})
-        if step_timeout_s is not None and not (isinstance(step_timeout_s, (int, float)) and step_timeout_s > 0):
-            raise ValueError(f"step_timeout_s must be a positive number of seconds or None, got {step_timeout_s!r}")
-        self.step_timeout_s = step_timeout_s or (config.step_budget_s + config.start_timeout_s + config.timing_timeout_s)
+        self.step_timeout_s = step_timeout(config, step_timeout_s)
         self.num_envs, self.copy = num_envs, copy
         self._fleet = None
         self._fleet = Fleet(config, address, num_envs, cpus_per_actor, max_restarts, start_timeout_s)
