@@ -125,14 +125,14 @@ class JudgeService:
         measured now; None where nothing is measured (one rank, or times that mean nothing here)."""
         if not self._calibration_known:
             cal = self._cached_calibration()
-            if cal is None and self.config.calibration == "auto" and self._measurable():
+            if cal is None and self.config.calibration == "auto" and self.measurable:
                 cal = self.calibrate()
             self._set_calibration(cal)
         return self._judge.calibration
 
     def calibrate(self) -> Calibration:
         """Measure latency, bus bandwidth and the machine's peaks now (judge/calibration.py), cache and use them."""
-        if not self._measurable():
+        if not self.measurable:
             raise TaskError(f"nothing to calibrate at world size {self.world_size} on {self.info.name}: "
                             f"calibrate with 2 or more ranks, on an executor that measures times")
         sizes = self.config.calibration_sizes or self.executor.placement.calibration_sizes
@@ -169,11 +169,13 @@ class JudgeService:
         return self._judge.kernels.requests
 
     def _cached_calibration(self) -> Calibration | None:
-        if not self._measurable():
+        if not self.measurable:
             return None
         return load_calibration(self.config.cache_dir, self.info.hardware, self.world_size, self.protocol.statistic)
 
-    def _measurable(self) -> bool:
+    @property
+    def measurable(self) -> bool:
+        """Whether a calibration means anything here: times are real and there is a link between ranks (W >= 2)."""
         return self.world_size >= 2 and self.info.performance_available
 
     def _set_calibration(self, cal: Calibration | None) -> None:

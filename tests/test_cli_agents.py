@@ -40,6 +40,15 @@ def test_show_prints_the_envs_prompt_with_its_calibration(capsys):
     assert "Measured here: bus bandwidth" in shown and shown.rstrip("\n") == obs["prompt"].rstrip("\n")
 
 
+def test_show_says_when_its_prompt_lacks_the_calibration_the_env_would_measure(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("PKB_ENV_CACHE", str(tmp_path))   # nothing cached: the env would calibrate at its open
+    assert main(["show", "all_gather", "--executor", "cpu", "--world-size", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert "Measured here" not in out and "pkb-env calibrate --world-size 2" in err
+    assert main(["show", "all_gather", "--executor", "cpu", "--world-size", "1"]) == 0   # one rank: no link to measure
+    assert "calibrate" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["show", "nope"], "unknown task 'nope'"),
     (["eval", "all_reduc", "x.py", "--executor", "cpu"], "unknown task 'all_reduc'; did you mean 'all_reduce'?"),

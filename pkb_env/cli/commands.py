@@ -31,11 +31,17 @@ def cmd_tasks(args) -> int:
 
 def cmd_show(args) -> int:
     """The prompt the env's first observation carries here (with the cached calibration, if any: `show`
-    never measures; `pkb-env calibrate` does)."""
+    never measures; `pkb-env calibrate` does). Where none is cached the env measures one at its first open
+    and its prompt gains the measured figures, so a note on stderr says that this prompt lacks them."""
     from pkb_env.service import JudgeService
 
     with JudgeService(judge_config(args).replace(calibration="cached")) as judge:
         print(judge.open(args.task, prestart=False).prompt)
+        if judge.measurable and judge.calibration() is None:
+            print(f"note: no calibration of this machine at world size {judge.world_size} is cached, so this "
+                  f"prompt has the datasheet's peaks only; the env measures one when it first opens a task and "
+                  f"its prompt then adds 'Measured here: ...'. `pkb-env calibrate --world-size "
+                  f"{judge.world_size}` measures it now.", file=sys.stderr)
     return 0
 
 
