@@ -120,6 +120,21 @@ def test_nan_inf_policy(expected, got, ok):
         assert m.max_abs_err == math.inf
 
 
+def test_every_chunk_is_checked_and_the_expected_output_is_never_written(monkeypatch):
+    """The close-enough fast path and the full account agree chunk by chunk: an element off in the last chunk
+    is found after earlier chunks passed, and a float64 expected output (compared without a copy) is intact."""
+    from pkb_env.judge import compare
+
+    monkeypatch.setattr(compare, "_CHUNK", 4)
+    e = torch.randn(10, generator=gen(7), dtype=torch.float64)
+    kept = e.clone()
+    assert cmp(e, e * (1 + 1e-7)) == []
+    off = e * (1 + 1e-7)
+    off[9] += 1.0
+    [m] = cmp(e, off)
+    assert m.bad_elements == 1 and m.first_index == [9] and torch.equal(e, kept)
+
+
 def test_nan_message_shows_values():
     [m] = cmp(torch.tensor([1.0, 2.0]), torch.tensor([1.0, NAN]))
     assert m.expected == "2" and m.got == "nan"
