@@ -7,6 +7,7 @@
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh experts    # fused experts, the experts' rooflines at large
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh one        # one GPU: timing, containment, fault tests, latency
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh judging    # one GPU: judging and expert tests
+#     OUT=/path/to/out bash benchmarks/gpu_batch.sh speed      # one GPU: throughput, step latency, self-speedup
 #
 # Part limits are what the parts took on two H200s, with room: repeatability (5 fresh processes, the first
 # with a calibration, then 20 self-steps) needs about 4 minutes there, a soak step at `large` about 11 s,
@@ -52,6 +53,16 @@ fi
 if [ "${1:-timing}" = judging ]; then
     part 360 python -m pytest -q -rfE -p no:cacheprovider tests/gpu/test_gpu_judging.py tests/gpu/test_experts.py \
                  -k "one_shot or world_size_one or cheats or reference_agent_emulated or back_to_back or every_expert"
+    echo "== done $(date +%T)" >> "$LOG"
+    exit 0
+fi
+if [ "${1:-timing}" = speed ]; then   # issue 23's figures on one GPU at world size 1 (about 6 minutes)
+    part 240 python benchmarks/throughput.py --executor cuda --world-size 1 --preset bench --rounds 2 \
+                 --json "$OUT/throughput.json"
+    part 150 python benchmarks/step_latency.py --executor cuda --world-size 1 --preset bench --steps 8 --operations \
+                 --candidates reference agents/experts/all_reduce.py --json "$OUT/step_latency.json"
+    part 100 python benchmarks/self_speedup.py --executor cuda --world-size 1 --preset bench --tasks all_reduce \
+                 --steps 20 --json "$OUT/self_speedup.json"
     echo "== done $(date +%T)" >> "$LOG"
     exit 0
 fi

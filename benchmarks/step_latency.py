@@ -7,8 +7,8 @@
 `--operations` adds where the judge's time went, per warm step, from the service's trace
 (pkb_env/tracing.py): each request to the ranks (burst, fingerprints, the reference's replay, trials,
 load), the comparison of fingerprints, waiting for a candidate's ranks (candidate ranks), waiting for
-spares before a burst (settle, part of burst) and ending the candidate's ranks (end, release: they start
-the next spares).
+spares before a burst (settle, part of burst), ending the candidate's ranks (end, release) and moving the
+spares on once the step's timed work is over (spares: a new candidate rank set's cell and processes made).
 
 `open` starts the zygote (one torch import), pre-starts the reference and the spare candidate rank sets,
 and measures a calibration unless one is cached. The first step pays for waiting on them (CUDA

@@ -224,7 +224,8 @@ class ProcessExecutor:
     def timings_done(self) -> None:
         """The step's last timed work is over (the reference's paired replay, or a step that timed nothing):
         the spares move on a phase now, so that their starts run between timings, never beside one."""
-        self._fill_spares()
+        with self.tracer.span("spares"):
+            self._fill_spares()
 
     def _end(self, ranks: RankSet) -> None:
         ranks.close()
