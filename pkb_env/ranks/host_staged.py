@@ -4,7 +4,7 @@ Why it exists: on `cuda-emulated` several rank processes share one GPU, NCCL ref
 and a plain gloo group hands a tensor's address to its sockets. For a CUDA tensor that is a device address:
 `dist.isend`/`dist.irecv` of one failed in `writev` ("Bad address") and gloo aborted every rank, so every
 correct ring, halo or pairwise exchange was judged a runtime error (issue 31; docs/multi_gpu.md,
-"Emulated ranks"). This group gives candidates NCCL's contract on CUDA tensors over gloo's host transport.
+"Point-to-point on emulated ranks"). This group gives candidates NCCL's contract on CUDA tensors over gloo's host transport.
 
 Why this design, of the two on offer:
 - chosen: stage each operation's CUDA tensors through host memory and run the same gloo operation on the host
@@ -20,7 +20,8 @@ Why this design, of the two on offer:
 Why a whole ProcessGroup in Python rather than `backend="cpu:gloo,cuda:<this>"`: torch's plugin backends must
 be C++ `Backend`s (its Python class has no constructor), and a creator that returns a `ProcessGroup` replaces
 the group as a whole (`_new_process_group_helper` in torch.distributed.distributed_c10d). So this group also
-serves CPU tensors, handing them to gloo as they are.
+serves CPU tensors, handing them to gloo as they are; and since a Python subclass cannot carry a store, C++
+(symmetric memory, functional collectives) finds a plain twin with one under the group's name (`register`).
 
 The contract, as NCCL's for the caller:
 - stream order: a CUDA tensor is copied out on the current stream with a blocking copy, so whatever the
@@ -30,8 +31,7 @@ The contract, as NCCL's for the caller:
   the current stream of the waiting thread, as NCCL's wait orders the current stream after the transfer), or
   when `is_completed()` first reports the transfer done; never before, so an irecv that is never waited on
   leaves its tensor untouched (a bug under NCCL too: a race there);
-- refused as NCCL refuses: non-contiguous tensors and one operation's tensors on different device types;
-- `ReduceOp.AVG` (NCCL has it, gloo does not): a sum, divided by the group's size before it lands.
+- refused as NCCL refuses: non-contiguous tensors and one operation's tensors on different device types.
 
 The transport is the judge's, so the judge proves it before any candidate code runs: `check_transport`
 runs every operation the references use on CUDA tensors when a rank set joins its group (ranks/server.py),
@@ -39,21 +39,41 @@ and a rank set that fails it never serves a candidate (its start fails: the judg
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import ProcessGroupGloo
+from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
 
-from pkb_env.wire.messages import HOST_STAGED as NAME  # what `dist.get_backend()` answers on emulated ranks
+from pkb_env.wire.messages import HOST_STAGED
+
+NAME = HOST_STAGED  # what `dist.get_backend()` answers on emulated ranks
 
 
 def register(stage: str = "cuda") -> None:
     """Make `dist.init_process_group(NAME, ...)` and every `new_group` under it build a HostStagedGroup that
-    stages tensors of device type `stage` ("cuda"; "cpu" stages host tensors too, for tests on CPU ranks)."""
+    stages tensors of device type `stage` ("cuda"; "cpu" stages host tensors too, for tests on CPU ranks).
+
+    torch registers every group it makes under its name for C++ to find (`_register_process_group`); for a
+    HostStagedGroup, C++ is given its `native` twin instead (HostStagedGroup.__init__ says why)."""
+    from torch.distributed import distributed_c10d as c10d
+
     dist.Backend.register_backend(NAME, partial(HostStagedGroup, stage=stage), devices=["cpu", "cuda"])
+    original = c10d._register_process_group
+    if getattr(original, "host_staged", False):
+        return
+
+    def register_process_group(name: str, group: Any) -> None:
+        if isinstance(group, HostStagedGroup):
+            group.native._set_group_name(name)
+            group = group.native
+        original(name, group)
+
+    register_process_group.host_staged = True
+    c10d._register_process_group = register_process_group
 
 
 class StagedWork(dist.Work):
@@ -99,9 +119,8 @@ class _Staging:
     """The host side of one operation: host copies of its staged inputs, host buffers for its staged outputs,
     and, when the operation completes, the results copied into the caller's tensors."""
 
-    def __init__(self, stage: str, divisor: int | None = None):
+    def __init__(self, stage: str):
         self.stage = stage
-        self.divisor = divisor     # ReduceOp.AVG: the sum is divided by the group's size before it lands
         self.device_type: str | None = None
         self.landings: list[tuple[torch.Tensor, torch.Tensor]] = []  # (caller's tensor, where gloo wrote it)
 
@@ -139,7 +158,7 @@ class _Staging:
             host = tensor.to("cpu", copy=True)
         else:
             host = torch.empty(tensor.shape, dtype=tensor.dtype)
-        if land and (host is not tensor or self.divisor):
+        if land and host is not tensor:
             self.landings.append((tensor, host))
         return host
 
@@ -148,13 +167,7 @@ class _Staging:
 
     def _land(self) -> None:
         for target, host in self.landings:
-            if self.divisor:
-                if host.is_floating_point() or host.is_complex():
-                    host.div_(self.divisor)
-                else:
-                    host.div_(self.divisor, rounding_mode="trunc")
-            if host is not target:
-                target.copy_(host)  # on the current stream; a blocking copy, so `host` may go when it returns
+            target.copy_(host)  # on the current stream; a blocking copy, so `host` may go when it returns
         self.landings = []
 
 
@@ -163,97 +176,90 @@ class HostStagedGroup(dist.ProcessGroup):
     host memory (the module docstring). Made by torch.distributed through `register`'s creator."""
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta, stage: str = "cuda"):
-        super().__init__(rank, size)
+        super().__init__(rank, size)  # (torch's constructor with a store cannot make a Python subclass)
         self.stage = stage
         self.gloo = ProcessGroupGloo(store, rank, size, timeout)
-        # gloo as the group's CPU backend too: the group's name lives in its backends (functional collectives
-        # look groups up by name), and host tensors reaching the group from C++ go to gloo as they are. Never
-        # for CUDA: a CUDA tensor handed to gloo's point-to-point is what aborted every rank.
+        # gloo as the group's CPU backend too: the group's name lives in its backends. Never for CUDA: a CUDA
+        # tensor handed to gloo's point-to-point is what aborted every rank.
         self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, self.gloo)
+        # What C++ finds under this group's name (`register`): the same gloo, with a store. Symmetric memory's
+        # rendezvous exchanges its handles through the store of the group it resolves by name, and a Python
+        # subclass has none; functional collectives resolve by name too, and reach gloo as they did before.
+        self.native = dist.ProcessGroup(PrefixStore("native", store), rank, size)
+        for device in ("cpu", "cuda"):
+            self.native._register_backend(torch.device(device), dist.ProcessGroup.BackendType.GLOO, self.gloo)
+        self.native._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
 
-    def getBackendName(self) -> str:  # noqa: N802 (torch's virtual method)
+    def getBackendName(self) -> str:  # torch's virtual method, by its C++ name
         return NAME
-
-    # -- the plumbing ---------------------------------------------------------------------------------
-    def _staging(self, opts: Any = None) -> tuple[_Staging, Any]:
-        """A staging for one operation, and the options to give gloo (AVG, which gloo lacks, becomes SUM)."""
-        op = getattr(opts, "reduceOp", None)
-        if op is not None and op == dist.ReduceOp.AVG:
-            summed = type(opts)()
-            for name in ("reduceOp", "rootRank", "rootTensor", "timeout"):
-                if hasattr(opts, name):
-                    setattr(summed, name, getattr(opts, name))
-            summed.reduceOp = dist.ReduceOp.SUM
-            return _Staging(self.stage, divisor=self.size()), summed
-        return _Staging(self.stage), opts
 
     # -- point to point ---------------------------------------------------------------------------------
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int) -> StagedWork:
-        s, _ = self._staging()
+        s = _Staging(self.stage)
         return s.work(self.gloo.send(s.into(tensors), dst, tag))
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> StagedWork:
-        s, _ = self._staging()
+        s = _Staging(self.stage)
         return s.work(self.gloo.recv(s.out(tensors), src, tag))
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> StagedWork:
-        s, _ = self._staging()
+        s = _Staging(self.stage)
         return s.work(self.gloo.recv_anysource(s.out(tensors), tag))
 
     # -- collectives ------------------------------------------------------------------------------------
     def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> StagedWork:
-        s, _ = self._staging()
+        s = _Staging(self.stage)
         staged = s.into(tensors) if opts.rootRank == self.rank() else s.both(tensors)
         return s.work(self.gloo.broadcast(staged, opts))
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> StagedWork:
-        s, opts = self._staging(opts)
+        s = _Staging(self.stage)
         return s.work(self.gloo.allreduce(s.both(tensors), opts))
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> StagedWork:
-        s, opts = self._staging(opts)
+        s = _Staging(self.stage)
         return s.work(self.gloo.allreduce_coalesced(s.both(tensors), opts))
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any) -> StagedWork:
-        s, opts = self._staging(opts)
+        s = _Staging(self.stage)
         staged = s.both(tensors) if opts.rootRank == self.rank() else s.into(tensors)
         return s.work(self.gloo.reduce(staged, opts))
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> StagedWork:
-        s, _ = self._staging()
+        s = _Staging(self.stage)
         staged_in = s.into(inputs)
         return s.work(self.gloo.allgather(s.out(outputs), staged_in, opts))
 
     def allgather_coalesced(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                             opts: Any) -> StagedWork:
-        s, _ = self._staging()
+        s = _Staging(self.stage)
         staged_in = s.into(inputs)
         return s.work(self.gloo.allgather_coalesced(s.out(outputs), staged_in, opts))
 
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> StagedWork:
-        s, _ = self._staging()
+        s = _Staging(self.stage)
         staged_in = s.into(input)
         return s.work(self.gloo._allgather_base(s.out(output), staged_in, opts))
 
     all_gather_single = _allgather_base  # the name torch 2.13's all_gather_into_tensor calls
 
     def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> StagedWork:
-        s, _ = self._staging()
+        s = _Staging(self.stage)
         staged_in = s.into(inputs)
         return s.work(self.gloo.gather(s.out(outputs), staged_in, opts))
 
     def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> StagedWork:
-        s, _ = self._staging()
+        s = _Staging(self.stage)
         staged_in = s.into(inputs)
         return s.work(self.gloo.scatter(s.out(outputs), staged_in, opts))
 
     def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> StagedWork:
-        s, opts = self._staging(opts)
+        s = _Staging(self.stage)
         staged_in = s.into(inputs)
         return s.work(self.gloo.reduce_scatter(s.out(outputs), staged_in, opts))
 
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> StagedWork:
-        s, opts = self._staging(opts)
+        s = _Staging(self.stage)
         staged_in = s.into(input)
         return s.work(self.gloo._reduce_scatter_base(s.out(output), staged_in, opts))
 
@@ -261,16 +267,25 @@ class HostStagedGroup(dist.ProcessGroup):
 
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_splits: list[int],
                       input_splits: list[int], opts: Any) -> StagedWork:
-        s, _ = self._staging()
+        s = _Staging(self.stage)
         staged_in = s.into(input)
         return s.work(self.gloo.alltoall_base(s.out(output), staged_in, output_splits, input_splits, opts))
 
     all_to_all_single = alltoall_base  # torch 2.13's name
 
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any) -> StagedWork:
-        s, _ = self._staging()
-        staged_in = s.into(inputs)
-        return s.work(self.gloo.alltoall(s.out(outputs), staged_in, opts))
+        """The list form, as one all_to_all_single of the concatenated tensors (torch 2.11's gloo has no list
+        form; NCCL has): what this rank receives from rank s lands in outputs[s], uneven sizes included."""
+        s = _Staging(self.stage)
+        staged_in, staged_out = s.into(inputs), s.out(outputs)
+        dtype = (staged_in or staged_out)[0].dtype
+        flat_in = torch.cat([t.reshape(-1) for t in staged_in])
+        sizes_out = [t.numel() for t in staged_out]
+        flat_out = torch.empty(sum(sizes_out), dtype=dtype)
+        inner = self.gloo.alltoall_base(flat_out, flat_in, sizes_out, [t.numel() for t in staged_in], opts)
+        # Unpacked before the outputs land: each block into its output (or into that output's host buffer).
+        s.landings[:0] = [(t, block.view(t.shape)) for t, block in zip(staged_out, flat_out.split(sizes_out))]
+        return s.work(inner)
 
     def barrier(self, opts: Any = None) -> dist.Work:
         return self.gloo.barrier(opts if opts is not None else dist.BarrierOptions())
