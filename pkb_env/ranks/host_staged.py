@@ -193,83 +193,66 @@ class HostStagedGroup(dist.ProcessGroup):
     def getBackendName(self) -> str:  # torch's virtual method, by its C++ name
         return NAME
 
+    def _run(self, call: Callable[[_Staging], dist.Work]) -> StagedWork:
+        """`call` makes gloo's work from the staging of one operation (its tensors mapped to host ones)."""
+        s = _Staging(self.stage)
+        return s.work(call(s))
+
     # -- point to point ---------------------------------------------------------------------------------
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int) -> StagedWork:
-        s = _Staging(self.stage)
-        return s.work(self.gloo.send(s.into(tensors), dst, tag))
+        return self._run(lambda s: self.gloo.send(s.into(tensors), dst, tag))
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> StagedWork:
-        s = _Staging(self.stage)
-        return s.work(self.gloo.recv(s.out(tensors), src, tag))
+        return self._run(lambda s: self.gloo.recv(s.out(tensors), src, tag))
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> StagedWork:
-        s = _Staging(self.stage)
-        return s.work(self.gloo.recv_anysource(s.out(tensors), tag))
+        return self._run(lambda s: self.gloo.recv_anysource(s.out(tensors), tag))
 
-    # -- collectives ------------------------------------------------------------------------------------
+    # -- collectives (a broadcast's root and a reduce's non-roots only send) ------------------------------
     def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> StagedWork:
-        s = _Staging(self.stage)
-        staged = s.into(tensors) if opts.rootRank == self.rank() else s.both(tensors)
-        return s.work(self.gloo.broadcast(staged, opts))
+        root = opts.rootRank == self.rank()
+        return self._run(lambda s: self.gloo.broadcast(s.into(tensors) if root else s.both(tensors), opts))
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> StagedWork:
-        s = _Staging(self.stage)
-        return s.work(self.gloo.allreduce(s.both(tensors), opts))
+        return self._run(lambda s: self.gloo.allreduce(s.both(tensors), opts))
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> StagedWork:
-        s = _Staging(self.stage)
-        return s.work(self.gloo.allreduce_coalesced(s.both(tensors), opts))
+        return self._run(lambda s: self.gloo.allreduce_coalesced(s.both(tensors), opts))
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any) -> StagedWork:
-        s = _Staging(self.stage)
-        staged = s.both(tensors) if opts.rootRank == self.rank() else s.into(tensors)
-        return s.work(self.gloo.reduce(staged, opts))
+        root = opts.rootRank == self.rank()
+        return self._run(lambda s: self.gloo.reduce(s.both(tensors) if root else s.into(tensors), opts))
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> StagedWork:
-        s = _Staging(self.stage)
-        staged_in = s.into(inputs)
-        return s.work(self.gloo.allgather(s.out(outputs), staged_in, opts))
+        return self._run(lambda s: self.gloo.allgather(s.out(outputs), s.into(inputs), opts))
 
     def allgather_coalesced(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                             opts: Any) -> StagedWork:
-        s = _Staging(self.stage)
-        staged_in = s.into(inputs)
-        return s.work(self.gloo.allgather_coalesced(s.out(outputs), staged_in, opts))
+        return self._run(lambda s: self.gloo.allgather_coalesced(s.out(outputs), s.into(inputs), opts))
 
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> StagedWork:
-        s = _Staging(self.stage)
-        staged_in = s.into(input)
-        return s.work(self.gloo._allgather_base(s.out(output), staged_in, opts))
+        return self._run(lambda s: self.gloo._allgather_base(s.out(output), s.into(input), opts))
 
     all_gather_single = _allgather_base  # the name torch 2.13's all_gather_into_tensor calls
 
     def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> StagedWork:
-        s = _Staging(self.stage)
-        staged_in = s.into(inputs)
-        return s.work(self.gloo.gather(s.out(outputs), staged_in, opts))
+        return self._run(lambda s: self.gloo.gather(s.out(outputs), s.into(inputs), opts))
 
     def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> StagedWork:
-        s = _Staging(self.stage)
-        staged_in = s.into(inputs)
-        return s.work(self.gloo.scatter(s.out(outputs), staged_in, opts))
+        return self._run(lambda s: self.gloo.scatter(s.out(outputs), s.into(inputs), opts))
 
     def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> StagedWork:
-        s = _Staging(self.stage)
-        staged_in = s.into(inputs)
-        return s.work(self.gloo.reduce_scatter(s.out(outputs), staged_in, opts))
+        return self._run(lambda s: self.gloo.reduce_scatter(s.out(outputs), s.into(inputs), opts))
 
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> StagedWork:
-        s = _Staging(self.stage)
-        staged_in = s.into(input)
-        return s.work(self.gloo._reduce_scatter_base(s.out(output), staged_in, opts))
+        return self._run(lambda s: self.gloo._reduce_scatter_base(s.out(output), s.into(input), opts))
 
     reduce_scatter_single = _reduce_scatter_base  # torch 2.13's name
 
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_splits: list[int],
                       input_splits: list[int], opts: Any) -> StagedWork:
-        s = _Staging(self.stage)
-        staged_in = s.into(input)
-        return s.work(self.gloo.alltoall_base(s.out(output), staged_in, output_splits, input_splits, opts))
+        return self._run(lambda s: self.gloo.alltoall_base(s.out(output), s.into(input), output_splits,
+                                                           input_splits, opts))
 
     all_to_all_single = alltoall_base  # torch 2.13's name
 
