@@ -4,7 +4,9 @@
 |---------------|--------------------------------|---------------------|-------------|----------------------|
 | cpu           | processes on the CPU           | gloo                | host        | yes                  |
 | cuda          | one process per GPU            | nccl                | CUDA events | yes                  |
-| cuda-emulated | several processes per GPU      | gloo (ref. on CPU)  | CUDA events | no (time-sliced GPU) |
+| cuda-emulated | several processes per GPU      | host_staged (gloo,  | CUDA events | no (time-sliced GPU) |
+|               |                                | CUDA via host; ref. |             |                      |
+|               |                                | on CPU over gloo)   |             |                      |
 
 Everything that differs between them is data in the `Placement` (devices, backend, clock, calibration
 sizes, limits) and the `ExecutorInfo` (whether times mean anything, hardware fingerprint, topology):
@@ -25,7 +27,7 @@ from pkb_env.executors.capacity import world_size_limit
 from pkb_env.executors.placement import ExecutorInfo, Placement
 from pkb_env.executors.process import ProcessExecutor
 from pkb_env.sandbox.limits import ResourceLimits
-from pkb_env.wire.messages import START_PHASES
+from pkb_env.wire.messages import HOST_STAGED, START_PHASES
 
 # all_reduce sizes (bytes) whose best bus bandwidth is the calibrated B; GPUs need large messages to saturate.
 GPU_CALIBRATION_SIZES = (1 << 20, 64 << 20, 256 << 20)
@@ -93,7 +95,9 @@ def make_executor(config: JudgeConfig) -> ProcessExecutor:
                               calibration_sizes=GPU_CALIBRATION_SIZES, spares=len(START_PHASES) + 1)
         info = ExecutorInfo("cuda", f"cuda/{model}/x{world_size}", True, topology)
     else:
-        placement = Placement(tuple(f"cuda:{r % gpus}" for r in range(world_size)), "gloo", ResourceLimits(),
+        # gloo's transport with CUDA tensors staged through host memory (ranks/host_staged.py): plain gloo
+        # aborts on a CUDA tensor's send/recv, and NCCL refuses two ranks on one GPU.
+        placement = Placement(tuple(f"cuda:{r % gpus}" for r in range(world_size)), HOST_STAGED, ResourceLimits(),
                               clock="cuda", calibration_sizes=(1 << 20,))
         info = ExecutorInfo("cuda-emulated", f"cuda-emulated/{model}/{world_size}on{gpus}", False, topology)
     if name == "cuda":

@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_env.contract import GroupCache
-from pkb_env.ranks import bursts, fingerprints, probes
+from pkb_env.ranks import bursts, fingerprints, host_staged, probes
 from pkb_env.ranks.clocks import make_clock
 from pkb_env.ranks.outputs import aliases, check_size, clone_args, export, mutated, nbytes, shared_with, stage
 from pkb_env.ranks.tripwire import JUDGE, tampered, watch
@@ -98,11 +98,14 @@ class RankServer:
         link.attach(lambda header: (send(conn, header), recv(conn))[1])
 
     def group(self) -> None:
-        """The process group (NCCL's communicator, made now rather than mid-trial), the clock, and the
-        connections and kernels of the collectives the tasks use."""
+        """The process group (NCCL's communicator, made now rather than mid-trial; on emulated ranks the
+        host-staged group, its transport checked: ranks/host_staged.py), the clock, and the connections and
+        kernels of the collectives the tasks use."""
         spec = self.spec
         started = JUDGE.clock()
         store = dist.FileStore(spec["store"], self.world_size)
+        if spec["backend"] == host_staged.NAME:
+            host_staged.register()
         eager = {"device_id": self.device} if spec["backend"] == "nccl" else {}
         dist.init_process_group(spec["backend"], store=store, rank=self.rank, world_size=self.world_size,
                                 timeout=timedelta(seconds=spec["pg_timeout_s"]), **eager)
@@ -110,6 +113,8 @@ class RankServer:
         self.clock = make_clock(spec["clock"], self.page, self.device)
         if spec["backend"] == "nccl":
             _connect(self.device)
+        elif spec["backend"] == host_staged.NAME:
+            host_staged.check_transport(self.device)  # proven before a candidate relies on it: else the start fails
         self.facts.update(self.clock.facts(), group_s=grouped - started, connect_s=JUDGE.clock() - grouped)
 
     def warm(self) -> None:

@@ -29,6 +29,8 @@ from typing import Any, Callable
 # The judge asks for them one at a time for a held spare (executors/process.py), all at once otherwise;
 # each is answered `started`, the last `ready`.
 START_PHASES = ("context", "group", "warm")
+# The process-group backend of candidates on emulated ranks (ranks/host_staged.py), named in a rank's spec.
+HOST_STAGED = "host_staged"
 NONCE_CHARS = 32
 MAX_TEXT = 4000        # error messages (the feedback shows a few hundred characters of them)
 MAX_MARKS = 4096       # intermediate events of one burst
