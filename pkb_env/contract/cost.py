@@ -55,14 +55,17 @@ keeps TF32 off by default, and fp32 tolerances reject TF32's 2^-11 rounding anyw
 
 @dataclass(frozen=True)
 class Comm:
-    """`collective` over the mesh dimension `group` with nccl-tests' S = `size_bytes`, in `steps` rounds."""
+    """`collective` over the mesh dimension `group` (or a tuple of them: the group of ranks sharing every
+    other coordinate) with nccl-tests' S = `size_bytes`, in `steps` rounds."""
 
     collective: str
     size_bytes: float
-    group: str = "world"
+    group: str | tuple[str, ...] = "world"
     steps: int = 1
 
     def __post_init__(self) -> None:
+        if isinstance(self.group, (tuple, list)):
+            object.__setattr__(self, "group", ",".join(self.group))
         if self.collective not in COLLECTIVES:
             raise ValueError(f"unknown collective {self.collective!r}; the cost table knows "
                              f"{', '.join(COLLECTIVES)}")
@@ -104,10 +107,7 @@ class CostModel:
     def of(cls, cost: Cost, group_sizes: Mapping[str, int], dtype: str) -> "CostModel":
         terms = []
         for c in cost.comm:
-            if c.group not in group_sizes:
-                raise ValueError(f"Comm over {c.group!r}: the task's mesh has no such dimension "
-                                 f"(it has {', '.join(group_sizes)})")
-            n = group_sizes[c.group]
+            n = group_size(c.group, group_sizes)
             factor = COLLECTIVES[c.collective].bus_factor(n) if n > 1 else 0.0
             terms.append(CommTerm(c.collective, c.group, n, int(c.size_bytes), int(round(c.size_bytes * factor)),
                                   c.steps if n > 1 else 0))
@@ -122,6 +122,17 @@ class CostModel:
     @property
     def bus_bytes(self) -> int:
         return sum(t.bus_bytes for t in self.comm)
+
+
+def group_size(group: str, group_sizes: Mapping[str, int]) -> int:
+    """Ranks in a group over `group`: one mesh dimension ("tp") or several ("dp,ep": the product)."""
+    n = 1
+    for name in group.split(","):
+        if name not in group_sizes:
+            raise ValueError(f"Comm over {group!r}: the task's mesh has no dimension {name!r} "
+                             f"(it has {', '.join(group_sizes)})")
+        n *= group_sizes[name]
+    return n
 
 
 @dataclass(frozen=True)

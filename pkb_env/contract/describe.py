@@ -13,7 +13,7 @@ from pkb_env.contract.spec import TaskSpec
 
 def problem_lines(task: TaskSpec, preset: str, dtype: str, world_size: int) -> list[str]:
     dims = task.preset(preset).dims
-    layout = task.layout(world_size)
+    layout = task.layout(world_size, dims)
     sizes = ", ".join(f"{k}={v}" for k, v in dims.items())
     mesh = "" if layout.names == ("world",) else f"; mesh {layout.describe()}"
     env = task.env(dims, world_size)
@@ -23,8 +23,8 @@ def problem_lines(task: TaskSpec, preset: str, dtype: str, world_size: int) -> l
 
 def input_lines(task: TaskSpec, preset: str, dtype: str, world_size: int) -> list[str]:
     """One line per positional argument, in order."""
-    layout = task.layout(world_size)
     dims = task.preset(preset).dims
+    layout = task.layout(world_size, dims)
     env, longest = task.env(dims, world_size), task.env(dims, world_size, lengths="high")
     lines = []
     for decl in task.inputs:
@@ -44,14 +44,15 @@ def input_lines(task: TaskSpec, preset: str, dtype: str, world_size: int) -> lis
             source = f" (= {decl.dim})" if decl.dim is not None else " (the task dtype)" if decl.task_dtype else ""
             lines.append(f"- {decl.name}: {value!r}{source}, fixed{doc}")
         elif isinstance(decl, Group):
-            size = layout.size(decl.dim)
-            lines.append(f"- {decl.name}: this rank's process group along {decl.dim} ({size} rank"
+            size = layout.group_size(decl.dim)
+            span = decl.dim if isinstance(decl.dim, str) else " x ".join(decl.dim)
+            lines.append(f"- {decl.name}: this rank's process group along {span} ({size} rank"
                          f"{'s' if size != 1 else ''}), built by the judge before the call{doc}")
     return lines
 
 
 def output_lines(task: TaskSpec, preset: str, dtype: str, world_size: int) -> list[str]:
-    layout = task.layout(world_size)
+    layout = task.layout(world_size, task.preset(preset).dims)
     env = task.env(task.preset(preset).dims, world_size)
     lines = []
     for index, out in enumerate(task.outputs):

@@ -18,7 +18,7 @@ import torch
 from pkb_env.contract.distributions import FromInputs, Given
 from pkb_env.contract.edges import Edge, EdgeDraw, edge_generator, edge_of, holder
 from pkb_env.contract.io import Const, Group, Input, Length, Scalar, Sharded, Tensor, resolve_dtype
-from pkb_env.contract.mesh import SHARED, GroupInfo, MeshLayout
+from pkb_env.contract.mesh import SHARED, GroupInfo, MeshLayout, group_name
 from pkb_env.contract.seeding import derive_seed
 
 RankSeeds = Mapping[str, int]
@@ -144,9 +144,10 @@ def _offsets(decl: Tensor, shape: tuple[int, ...], ctx: InputContext) -> tuple[i
 
 
 def _group(decl: Group, ctx: InputContext) -> Any:
+    key = group_name(ctx.layout.group_key(decl.dim))
     if ctx.groups is not None:
-        if decl.dim not in ctx.groups:
-            raise KeyError(f"input {decl.name}: no process group along {decl.dim!r} was built for this rank")
-        return ctx.groups[decl.dim]
+        if key not in ctx.groups:
+            raise KeyError(f"input {decl.name}: no process group over {key!r} was built for this rank")
+        return ctx.groups[key]
     ranks = ctx.layout.group_of(decl.dim, ctx.rank)
-    return GroupInfo(decl.dim, ranks, ranks.index(ctx.rank))
+    return GroupInfo(key, ranks, ranks.index(ctx.rank))

@@ -25,7 +25,7 @@ import torch
 
 from pkb_env.contract.distributions import Distribution, Integers, Normal, dtype_kind
 from pkb_env.contract.expr import Expr, Size, as_expr, show
-from pkb_env.contract.mesh import MeshLayout
+from pkb_env.contract.mesh import GroupDims, MeshLayout
 from pkb_env.contract.tolerance import Rule
 
 DTYPES: Mapping[str, torch.dtype] = {
@@ -190,11 +190,25 @@ class Const:
 
 @dataclass(frozen=True)
 class Group:
-    """A process group argument: this rank's group along mesh dimension `dim`, built by the judge at load."""
+    """A process group argument: this rank's group along mesh dimension `dim`, or over several dimensions
+    (`dim=("dp", "ep")`: the ranks that share every other coordinate), built by the judge at load."""
 
     name: str
-    dim: str
+    dim: GroupDims
     doc: str = ""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.dim, (list, tuple)):
+            if not self.dim or not all(isinstance(d, str) for d in self.dim) or len(set(self.dim)) != len(self.dim):
+                raise ValueError(f"input {self.name}: a group spans one mesh dimension or a tuple of distinct ones, "
+                                 f"got {self.dim!r}")
+            object.__setattr__(self, "dim", tuple(self.dim) if len(self.dim) > 1 else self.dim[0])
+        elif not isinstance(self.dim, str):
+            raise ValueError(f"input {self.name}: dim must name a mesh dimension or a tuple of them, got {self.dim!r}")
+
+    @property
+    def dims(self) -> tuple[str, ...]:
+        return (self.dim,) if isinstance(self.dim, str) else self.dim
 
 
 @dataclass(frozen=True)

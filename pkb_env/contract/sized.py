@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from pkb_env.contract.cost import COLLECTIVES, Comm
+from pkb_env.contract.cost import COLLECTIVES, Comm, group_size
 from pkb_env.contract.io import DTYPES, Output, PerRank, Replicated, Sharded, Tensor, resolve_dtype
 from pkb_env.contract.mesh import MeshLayout
 
@@ -65,7 +65,7 @@ class CostContext(Sized):
         """Bytes the busiest rank moves one way for `comms` at this size (S times each bus factor)."""
         total = 0.0
         for comm in comms:
-            n = self[comm.group]
+            n = group_size(comm.group, dict(zip(self.layout.names, self.layout.sizes)))
             total += comm.size_bytes * COLLECTIVES[comm.collective].bus_factor(n) if n > 1 else 0.0
         return total
 

@@ -142,13 +142,17 @@ class TaskSpec:
             if clash:
                 raise TaskError(f"{where}: preset {preset_name} dims {sorted(clash)} clash with W, mesh or "
                                 f"length names")
+            missing = self.mesh.preset_names - set(preset.dims)
+            if missing:
+                raise TaskError(f"{where}: the mesh {self.mesh.describe()} names {', '.join(sorted(missing))}, "
+                                f"which preset {preset_name} does not define")
         scalars = {d.name for d in self.inputs if isinstance(d, Scalar)}
         for out in self.outputs:
             if out.only_on is not None and out.only_on not in scalars:
                 raise TaskError(f"{where}: output {out.name} only_on={out.only_on!r} must name a Scalar input")
         for decl in (*self.inputs, *self.outputs, *self.lengths):
             placement = getattr(decl, "layout", None)
-            dims = [decl.dim] if isinstance(decl, Group) else list(mesh_dims(getattr(placement, "over", None)))
+            dims = list(decl.dims) if isinstance(decl, Group) else list(mesh_dims(getattr(placement, "over", None)))
             for dim in dims:
                 if dim not in self.mesh.names:
                     raise TaskError(f"{where}: {decl.name} refers to mesh dimension {dim!r}; the mesh has "
@@ -195,8 +199,9 @@ class TaskSpec:
         return [d.name for d in self.inputs]
 
     @property
-    def group_dims(self) -> tuple[str, ...]:
-        """Mesh dims whose process groups the judge must build (those a Group input asks for)."""
+    def group_dims(self) -> tuple:
+        """The spans (a mesh dim, or a tuple of them) whose process groups the judge must build: those a
+        Group input asks for."""
         return tuple(dict.fromkeys(d.dim for d in self.inputs if isinstance(d, Group)))
 
     @property
@@ -217,16 +222,29 @@ class TaskSpec:
             raise TaskError(f"task {self.name!r} does not take dtype {chosen!r}; choose one of {list(self.dtypes)}")
         return chosen
 
-    def layout(self, world_size: int) -> MeshLayout:
+    def layout(self, world_size: int, dims: Mapping[str, int] | None = None) -> MeshLayout:
+        """The mesh at `world_size`; `dims` (the preset's) are needed where a mesh size names one."""
         try:
-            return self.mesh.resolve(world_size)
+            return self.mesh.resolve(world_size, dims)
         except MeshError as exc:
             raise TaskError(f"task {self.name!r} cannot run at world size {world_size}: {exc}") from None
+
+    def layouts(self, world_size: int) -> list[MeshLayout]:
+        """The distinct meshes of the task's presets at `world_size` (one where the mesh depends on W only;
+        presets whose mesh does not factor at this size left out): the judge builds the groups of each at
+        load, before any candidate code runs."""
+        found: dict[MeshLayout, None] = {}
+        for preset in self.presets.values():
+            try:
+                found.setdefault(self.mesh.resolve(world_size, preset.dims), None)
+            except MeshError:
+                continue
+        return list(found)
 
     def env(self, dims: Mapping[str, int], world_size: int, lengths: str = "low") -> dict[str, float]:
         """The sizes expressions may name: the preset's dims, W, the mesh's dimensions, and every Length at
         its smallest (`lengths="low"`, what static uses see) or largest (`"high"`) value."""
-        env = size_env(dims, world_size, self.layout(world_size))
+        env = size_env(dims, world_size, self.layout(world_size, dims))
         for length in self.lengths:
             env[length.name] = length.low.integer(env) if lengths == "low" else length.high.integer(env) - 1
         return env
@@ -237,7 +255,7 @@ class TaskSpec:
         if problem:
             return problem
         try:
-            layout = self.mesh.resolve(world_size)
+            layout = self.mesh.resolve(world_size, self.preset(preset).dims)
         except MeshError as exc:
             return str(exc)
         try:
@@ -261,7 +279,7 @@ class TaskSpec:
         accepts from one call, or None. Asked before an episode (JudgeService.problem), not after a trial."""
         p = self.preset(preset)
         dtype = dtype or p.dtype
-        env, layout = self.env(p.dims, world_size), self.layout(world_size)
+        env, layout = self.env(p.dims, world_size), self.layout(world_size, p.dims)
         size = sum(math.prod(o.local_shape(env, layout)) * resolve_dtype(o.dtype, dtype).itemsize
                    for o in self.outputs if o.shape is not None)
         if size <= MAX_OUTPUT_BYTES:
@@ -299,8 +317,9 @@ class TaskSpec:
     def input_context(self, rank: int, world_size: int, preset: str | Preset, dtype: str,
                       device: torch.device | str, seeds: RankSeeds, rng_device: torch.device | str = "cpu",
                       groups: Mapping[str, Any] | None = None) -> InputContext:
-        return InputContext(rank, world_size, dict(self.preset(preset).dims), dtype, torch.device(device),
-                            dict(seeds), self.layout(world_size), torch.device(rng_device), groups)
+        dims = dict(self.preset(preset).dims)
+        return InputContext(rank, world_size, dims, dtype, torch.device(device), dict(seeds),
+                            self.layout(world_size, dims), torch.device(rng_device), groups)
 
     def make_inputs(self, ctx: InputContext) -> tuple:
         return make_inputs(self.inputs, ctx, self.lengths, self.edges)
@@ -342,7 +361,7 @@ class TaskSpec:
     def output_problems(self, out: Any, rank: int, args: Sequence[Any], dims: Mapping[str, int],
                         world_size: int, dtype: str) -> list[str]:
         """Where a rank's output departs from the declaration (structure, None-ness, shape, dtype)."""
-        layout = self.layout(world_size)
+        layout = self.layout(world_size, dims)
         env = self.env(dims, world_size)
         values = dict(zip(self.parameters, args))
         if self._returns == "tensor":
@@ -387,11 +406,11 @@ class TaskSpec:
 
     def cost_context(self, dims: Mapping[str, int], world_size: int, dtype: str) -> CostContext:
         """What the task's `cost` function reads at this size (contract/sized.py)."""
-        return CostContext(*self._sized(dims, world_size), dtype, self.layout(world_size))
+        return CostContext(*self._sized(dims, world_size), dtype, self.layout(world_size, dims))
 
     def world(self, dims: Mapping[str, int], world_size: int, dtype: str) -> World:
         """What the task's golden reads at this size (contract/sized.py)."""
-        return World(*self._sized(dims, world_size), dtype, self.layout(world_size))
+        return World(*self._sized(dims, world_size), dtype, self.layout(world_size, dims))
 
     def _sized(self, dims: Mapping[str, int], world_size: int) -> tuple:
         """The leading fields of a CostContext or World: declarations, sizes, dims, world size."""

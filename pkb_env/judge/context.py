@@ -37,7 +37,7 @@ class StepContext:
         checks = task.output_checks(dtype, dims, world_size)
         rules = {path: (c.tolerance.atol, c.tolerance.rtol, c.unordered) for path, c in checks.items()}
         return cls(task, preset, dtype, world_size, TaskWorkload(task.name, preset, dtype, rng),
-                   SeedPlan(task.layout(world_size)), checks, rules, task.cost_model(dims, world_size, dtype), trials,
+                   SeedPlan(task.layout(world_size, dims)), checks, rules, task.cost_model(dims, world_size, dtype), trials,
                    time.monotonic() + budget_s)
 
     def trial_seeds(self) -> list[list[Seeds]]:
