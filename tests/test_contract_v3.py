@@ -86,3 +86,43 @@ def test_groups_over_a_preset_sized_mesh_are_built_for_reference_and_candidate(j
     swapped = variant(GROUPS, "dist.all_reduce(in_ep, group=ep_group)", "dist.all_reduce(in_ep, group=world_group)")
     record = session.judge(swapped)
     assert record.verdict == "wrong" and "output[0]" in record.feedback
+
+
+# -- sparse inputs, float64 --------------------------------------------------------------------------------
+SPARSE = "contract_v3_tasks.sparse_gather_matmul"
+
+
+def test_a_sparse_input_is_drawn_secretly_and_its_bytes_count_values_and_indices():
+    spec = load_task(SPARSE)
+    first, second = inputs(SPARSE, 2, dtype="float64"), inputs(SPARSE, 2, trial=1, dtype="float64")
+    a = first[0]["A"]
+    assert a.layout == torch.sparse_coo and a.is_coalesced() and a.dtype == torch.float64 and a._nnz() == 18
+    assert not torch.equal(a._indices(), first[1]["A"]._indices()), "two ranks drew the same positions"
+    assert not torch.equal(a._indices(), second[0]["A"]._indices()), "two calls drew the same positions"
+    c = spec.cost_context(spec.preset("tiny").dims, 2, "float64")
+    assert c.nbytes("A") == 18 * (8 + 2 * 8)            # values and a (row, column) index pair per entry
+    with pytest.raises(ValueError, match="exactly two"):
+        type(spec.inputs[0])("B", ("N", "N", "N"), sparse=type(spec.inputs[0].sparse)("csr", nnz=4))
+
+
+def test_float64_matmuls_are_costed_at_the_fp64_tensor_core_peak():
+    from pkb_env.contract import Compute, Cost, CostModel
+    from pkb_env.contract.cost import bound
+    from pkb_env.topology import load_topology
+
+    h200, b200 = (load_topology(t).datasheet_peaks() for t in ("h200_8gpu", "b200_8gpu"))
+    work = Cost(compute=(Compute(2 * 4096 ** 3, "matmul"), Compute(1e12, "vector")))
+    model = CostModel.of(work, {"world": 1}, "float64")
+    assert model.compute[0].tensor_cores                                   # DMMA on Hopper
+    assert bound(model, h200).compute_s == pytest.approx(2 * 4096 ** 3 / 67e12 + 1e12 / 34e12)
+    assert bound(model, b200).compute_s == pytest.approx((2 * 4096 ** 3 + 1e12) / 40e12)
+
+
+def test_a_sparse_float64_input_reaches_both_sides_and_changing_it_in_place_is_caught(judge):
+    session = judge.open(SPARSE, dtype="float64")
+    assert "float64 sparse COO, density 0.25" in session.prompt
+    assert session.judge(session.spec.reference_source).verdict == "correct"
+    mutating = variant(SPARSE, "    return torch.sparse.mm(A, torch.cat(blocks))",
+                       "    A._values().mul_(2.0)\n    return torch.sparse.mm(A, torch.cat(blocks)) / 2.0")
+    record = session.judge(mutating)
+    assert record.verdict == "wrong" and "the call modified argument[0].values" in record.feedback

@@ -48,9 +48,12 @@ broadcast, reduce, sendrecv 1); gather and scatter as their perf tests count the
 its n blocks. `all_to_allv` (ragged) takes S as the busiest rank's bytes to or from others, factor 1."""
 
 COMPUTE_KINDS = ("matmul", "vector")
-TENSOR_CORE_DTYPES = frozenset({"bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"})
+TENSOR_CORE_DTYPES = frozenset({"bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "float64"})
 """Dtypes whose matmuls run on tensor cores at the datasheet's dense rate. float32 matmuls do not: torch
-keeps TF32 off by default, and fp32 tolerances reject TF32's 2^-11 rounding anyway."""
+keeps TF32 off by default, and fp32 tolerances reject TF32's 2^-11 rounding anyway. float64 matmuls do
+(contract v3): cuBLAS's DGEMM uses Hopper's DMMA tensor-core instructions, 67 TFLOP/s on H100/H200 against
+34 for fp64 FMA on CUDA cores; each dtype's rate is its own topology entry, so fp64 work is costed at the
+fp64 peak, never bf16's (configs/topologies/*.yaml)."""
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,10 @@ def input_lines(task: TaskSpec, preset: str, dtype: str, world_size: int) -> lis
             local = _sizes(decl.local_shape(env, layout), decl.local_shape(longest, layout))
             full = "" if not isinstance(decl.layout, Sharded) else \
                 f" (global {show_shape(decl.shape, Replicated(), layout)})"
-            lines.append(f"- {decl.name}: {_dtype(decl.dtype, dtype)} {shape} = {local}{full}; "
+            stored = "" if decl.sparse is None else \
+                f" {decl.sparse.describe()} = {decl.sparse.count(decl.local_shape(env, layout), env)} stored entries"
+            where = "" if decl.sparse is None else " at distinct positions drawn uniformly, values"
+            lines.append(f"- {decl.name}: {_dtype(decl.dtype, dtype)}{stored} {shape} = {local}{full};{where} "
                          f"{decl.dist.describe()}; {decl.layout.describe(layout)}{doc}")
         elif isinstance(decl, Scalar):
             lines.append(f"- {decl.name}: Python number, {decl.dist.describe()}, drawn per call; "

@@ -15,7 +15,8 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from pkb_env.contract.distributions import FromInputs, Given
+from pkb_env.contract import sparse
+from pkb_env.contract.distributions import Custom, FromInputs, Given
 from pkb_env.contract.edges import Edge, EdgeDraw, edge_generator, edge_of, holder
 from pkb_env.contract.io import Const, Group, Input, Length, Scalar, Sharded, Tensor, resolve_dtype
 from pkb_env.contract.mesh import SHARED, GroupInfo, MeshLayout, group_name
@@ -115,13 +116,20 @@ def _tensor(decl: Tensor, ctx: InputContext, env: Mapping[str, float], made: Map
     elif read:
         gen = ctx.generator(decl.layout.scope(ctx.layout), decl.name)
         value = decl.dist.draw(gen, shape, dtype, env, Given(read, _offsets(decl, shape, ctx)))
+    elif decl.sparse is not None and not isinstance(decl.dist, Custom):
+        value = sparse.draw(decl.sparse, decl.dist, ctx.generator(decl.layout.scope(ctx.layout), decl.name), shape,
+                            dtype, env)
     else:
         value = decl.dist.draw(ctx.generator(decl.layout.scope(ctx.layout), decl.name), shape, dtype, env)
     if edge is not None and isinstance(value, torch.Tensor):
         value = edge.apply(value, _edge_draw(decl, ctx, env, edge))
-    if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape or value.dtype != dtype:
-        got = f"{value.dtype} {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
-        raise ValueError(f"input {decl.name}: the distribution made {got}, the declaration says {dtype} {shape}")
+    layout = torch.strided if decl.sparse is None else decl.sparse.layout
+    if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape or value.dtype != dtype \
+            or value.layout != layout:
+        got = f"{value.dtype} {tuple(value.shape)} {value.layout}" if isinstance(value, torch.Tensor) \
+            else type(value).__name__
+        raise ValueError(f"input {decl.name}: the distribution made {got}, the declaration says {dtype} {shape} "
+                         f"{layout}")
     return value
 
 

@@ -23,9 +23,10 @@ from typing import Any, Mapping, Union
 
 import torch
 
-from pkb_env.contract.distributions import Distribution, Integers, Normal, dtype_kind
+from pkb_env.contract.distributions import Distribution, FromInputs, Integers, Normal, dtype_kind
 from pkb_env.contract.expr import Expr, Size, as_expr, show
 from pkb_env.contract.mesh import GroupDims, MeshLayout
+from pkb_env.contract.sparse import Sparse
 from pkb_env.contract.tolerance import Rule
 
 DTYPES: Mapping[str, torch.dtype] = {
@@ -132,10 +133,19 @@ class Tensor:
     dist: Distribution = field(default_factory=Normal)
     layout: Layout = field(default_factory=PerRank)
     doc: str = ""
+    sparse: Sparse | None = None      # contract v3: a sparse COO/CSR input (contract/sparse.py); `dist` draws its values
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", _shape(self.shape, f"input {self.name}"))
         _check_dtype(self.dtype, f"input {self.name}")
+        if self.sparse is not None:
+            if not isinstance(self.sparse, Sparse):
+                raise ValueError(f"input {self.name}: sparse= takes a Sparse(format, nnz= or density=)")
+            if not self.shape or (self.sparse.format == "csr" and len(self.shape) != 2):
+                raise ValueError(f"input {self.name}: a sparse input has at least one dimension, and a CSR one "
+                                 f"exactly two; use 'coo' for {len(self.shape)}-D")
+            if isinstance(self.dist, FromInputs):
+                raise ValueError(f"input {self.name}: a sparse input is drawn (its values from `dist`), not computed")
         if self.dtype != TASK_DTYPE and dtype_kind(DTYPES[self.dtype]) not in self.dist.kinds:
             raise ValueError(f"input {self.name}: {type(self.dist).__name__} cannot fill a {self.dtype} tensor")
         if isinstance(self.layout, Sharded) and not -len(self.shape) <= self.layout.axis < len(self.shape):

@@ -13,6 +13,7 @@ import torch
 from pkb_env.contract.cost import COLLECTIVES, Comm, group_size
 from pkb_env.contract.io import DTYPES, Output, PerRank, Replicated, Sharded, Tensor, resolve_dtype
 from pkb_env.contract.mesh import MeshLayout
+from pkb_env.contract.sparse import parts
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,9 @@ class CostContext(Sized):
                 shape = decl.local_shape(self.sizes, self.layout)
                 if shape is None:
                     raise ValueError(f"{name} has a data-dependent shape; count its bytes in the cost function")
+                itemsize = resolve_dtype(decl.dtype, self.dtype).itemsize
+                if getattr(decl, "sparse", None) is not None:   # a sparse input: its values and indices
+                    return decl.sparse.stored_bytes(shape, itemsize, self.sizes)
                 numel = 1
                 for s in shape:
                     numel *= s
@@ -80,6 +84,13 @@ class CostContext(Sized):
         return tuple(min(options, key=self.bus_bytes))
 
 
+def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal tensors, dense or sparse (a sparse one compared part by part: torch.equal refuses it)."""
+    pa, pb = list(parts(a, "")), list(parts(b, ""))
+    return a.layout == b.layout and a.shape == b.shape and len(pa) == len(pb) and all(
+        x.shape == y.shape and torch.equal(x, y) for (_, x), (_, y) in zip(pa, pb))
+
+
 @dataclass(frozen=True)
 class World(Sized):
     """What a golden implementation knows besides the inputs: sizes, the mesh, and layout helpers."""
@@ -98,7 +109,7 @@ class World(Sized):
         for rank, args in enumerate(inputs):
             index = decl.layout.block_index(self.layout, rank) if isinstance(decl.layout, Sharded) else 0
             if index in blocks:
-                if not torch.equal(blocks[index], args[name]):
+                if not same_values(blocks[index], args[name]):
                     raise AssertionError(f"input {name}: replicas of block {index} differ (rank {rank})")
             else:
                 blocks[index] = args[name]
