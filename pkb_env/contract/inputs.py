@@ -126,11 +126,16 @@ def _tensor(decl: Tensor, ctx: InputContext, env: Mapping[str, float], made: Map
     layout = torch.strided if decl.sparse is None else decl.sparse.layout
     if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape or value.dtype != dtype \
             or value.layout != layout:
-        got = f"{value.dtype} {tuple(value.shape)} {value.layout}" if isinstance(value, torch.Tensor) \
+        got = f"{value.dtype} {tuple(value.shape)}{_sparse(value.layout)}" if isinstance(value, torch.Tensor) \
             else type(value).__name__
-        raise ValueError(f"input {decl.name}: the distribution made {got}, the declaration says {dtype} {shape} "
-                         f"{layout}")
+        raise ValueError(f"input {decl.name}: the distribution made {got}, the declaration says {dtype} {shape}"
+                         f"{_sparse(layout)}")
     return value
+
+
+def _sparse(layout: torch.layout) -> str:
+    """A tensor layout in a message: nothing for a dense one, " torch.sparse_coo" for a sparse one."""
+    return "" if layout == torch.strided else f" {layout}"
 
 
 def _edge_draw(decl: Tensor, ctx: InputContext, env: Mapping[str, float], edge: Edge) -> EdgeDraw:
