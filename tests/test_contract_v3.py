@@ -126,3 +126,70 @@ def test_a_sparse_float64_input_reaches_both_sides_and_changing_it_in_place_is_c
                        "    A._values().mul_(2.0)\n    return torch.sparse.mm(A, torch.cat(blocks)) / 2.0")
     record = session.judge(mutating)
     assert record.verdict == "wrong" and "the call modified argument[0].values" in record.feedback
+
+
+# -- top-k routing drawn jointly -------------------------------------------------------------------------------
+ROUTED = "contract_v3_tasks.routed_dispatch"
+
+
+def test_a_routing_agrees_across_its_group_and_differs_per_call_and_per_group():
+    first, second = inputs(ROUTED, 4), inputs(ROUTED, 4, trial=1)
+    for group in ((0, 1), (2, 3)):                               # dp x ep = 2 x 2: two expert groups
+        for i, r in enumerate(group):
+            assert [first[s]["send_counts"][i] for s in group] == list(first[r]["recv_counts"])
+            assert int(first[r]["send_counts"].sum()) == 8 * 2   # T tokens x K picks, every pair sent once
+            per = first[r]["topk_idx"] // 2                      # 2 experts per rank: the destination of each pick
+            assert torch.equal(torch.bincount(per.flatten(), minlength=2), first[r]["send_counts"])
+    assert not torch.equal(first[0]["topk_idx"], first[2]["topk_idx"]), "two groups drew the same routing"
+    assert not torch.equal(first[0]["topk_idx"], second[0]["topk_idx"]), "two calls drew the same routing"
+
+
+def test_skew_makes_some_experts_hot_per_call():
+    from dataclasses import replace
+
+    from pkb_env.contract.routing import draw_call
+
+    spec = load_task(ROUTED)
+    layout = spec.layout(4, spec.preset("tiny").dims)
+    env = spec.env({**spec.preset("tiny").dims, "T": 256}, 4)
+
+    def hottest(skew: float) -> float:
+        """The most popular expert's share of the picks over the mean share, averaged over 50 calls."""
+        routing = replace(spec.routings[0], skew=skew)
+        loads = [draw_call(routing, seed, env, layout).expert_counts.sum(0) for seed in range(50)]
+        return sum(float(n.max() / n.float().mean()) for n in loads) / len(loads)
+
+    uniform, skewed = hottest(0.0), hottest(1.0)
+    assert uniform < 1.15 < 1.4 < skewed
+
+
+def test_the_cost_model_sees_the_realised_imbalance_and_falls_back_to_the_balanced_bound():
+    spec = load_task(ROUTED)
+    dims = spec.preset("tiny").dims
+    layout = spec.layout(4, dims)
+    balanced = spec.cost_context(dims, 4, "float32").routing("route")
+    assert (balanced.offrank_pairs, balanced.received_pairs, balanced.realised) == (8.0, 16.0, False)
+    calls = [[rank_seeds(11, layout, r, "trial", trial) for r in range(4)] for trial in range(3)]
+    load = spec.cost_context(dims, 4, "float32", calls).routing("route")
+    worst = []
+    for trial in range(3):
+        args = inputs(ROUTED, 4, trial)
+        own = [int(a["send_counts"][layout.coords(r)["ep"]]) for r, a in enumerate(args)]
+        worst.append(max(max(int(a["send_counts"].sum()) - o, int(a["recv_counts"].sum()) - o)
+                         for a, o in zip(args, own)))
+    assert load.realised and load.calls == 3 and load.offrank_pairs == pytest.approx(sum(worst) / 3)
+    model = spec.cost_model(dims, 4, "float32", calls)
+    assert model.comm[0].size_bytes == int(load.offrank_pairs * 4 * 4)
+
+
+def test_routed_dispatch_is_judged_on_the_drawn_routing(judge):
+    session = judge.open(ROUTED)
+    assert "The routing route: each of 8 tokens per rank picks its top 2 of 4 experts" in session.prompt
+    record = session.judge(session.spec.reference_source)
+    assert record.verdict == "correct" and record.roofline is not None
+    balanced = session.spec.cost_model(session.spec.preset("tiny").dims, 4, "float32").comm[0].size_bytes
+    assert record.roofline.comm[0].size_bytes != balanced       # the calls' own routing, not the fallback
+    pick_major = variant(ROUTED, "rows = x.repeat_interleave(topk_idx.shape[1], dim=0)",
+                         "rows = x.repeat(topk_idx.shape[1], 1)")
+    record = session.judge(pick_major)
+    assert record.verdict == "wrong" and "output" in record.feedback

@@ -32,6 +32,7 @@ from pkb_env.contract.inputs import InputContext, derive_seed, rank_seeds
 from pkb_env.contract.io import (DTYPES, TASK_DTYPE, Const, Group, Input, Length, Output, PerRank, Replicated, Scalar,
                                  Sharded, Tensor)
 from pkb_env.contract.mesh import FLAT, GroupCache, GroupInfo, Mesh, MeshLayout, build_groups
+from pkb_env.contract.routing import Routed, RoutedLoad, Routing
 from pkb_env.contract.sparse import Sparse
 from pkb_env.contract.spec import CostContext, Preset, TaskError, TaskSpec, World, WorldSizes
 from pkb_env.contract.tolerance import (EXACT, Check, Exact, Fixed, Propagated, Relative, Rounded, Rule, Sum,
@@ -44,6 +45,6 @@ __all__ = [
     "derive_seed", "rank_seeds",
     "DTYPES", "TASK_DTYPE", "Const", "Group", "Input", "Length", "Output", "PerRank", "Replicated", "Scalar", "Sharded",
     "Tensor", "FLAT", "GroupCache", "GroupInfo", "Mesh", "MeshLayout", "build_groups",
-    "Sparse", "CostContext", "Preset", "TaskError", "TaskSpec", "World", "WorldSizes",
+    "Routed", "RoutedLoad", "Routing", "Sparse", "CostContext", "Preset", "TaskError", "TaskSpec", "World", "WorldSizes",
     "EXACT", "Check", "Exact", "Fixed", "Propagated", "Relative", "Rounded", "Rule", "Sum", "Tolerance", "Ulps",
 ]

@@ -18,7 +18,8 @@ def problem_lines(task: TaskSpec, preset: str, dtype: str, world_size: int) -> l
     mesh = "" if layout.names == ("world",) else f"; mesh {layout.describe()}"
     env = task.env(dims, world_size)
     return ([f"Sizes: {sizes}; dtype {dtype}; world size W={world_size}{mesh}."]
-            + [f"Length {length.describe(env, layout)}." for length in task.lengths])
+            + [f"Length {length.describe(env, layout)}." for length in task.lengths]
+            + [f"The {routing.describe(env, layout)}." for routing in task.routings])
 
 
 def input_lines(task: TaskSpec, preset: str, dtype: str, world_size: int) -> list[str]:

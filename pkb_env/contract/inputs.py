@@ -20,6 +20,7 @@ from pkb_env.contract.distributions import Custom, FromInputs, Given
 from pkb_env.contract.edges import Edge, EdgeDraw, edge_generator, edge_of, holder
 from pkb_env.contract.io import Const, Group, Input, Length, Scalar, Sharded, Tensor, resolve_dtype
 from pkb_env.contract.mesh import SHARED, GroupInfo, MeshLayout, group_name
+from pkb_env.contract.routing import Routed, RoutedCall, Routing, draw_call, group_seed
 from pkb_env.contract.seeding import derive_seed
 
 RankSeeds = Mapping[str, int]
@@ -80,17 +81,22 @@ def reads(decl: Input) -> tuple[str, ...]:
 
 
 def make_inputs(declared: Sequence[Input], ctx: InputContext, lengths: Sequence[Length] = (),
-                edges: Sequence[Edge] = ()) -> tuple:
+                edges: Sequence[Edge] = (), routings: Sequence[Routing] = ()) -> tuple:
     """This rank's arguments for one call, in declaration order; the call's lengths are drawn first, and
     inputs that read others after the rest (each input has its own stream: the order changes no value).
-    Where the call's shared seed picks one of the task's `edges`, its input is rewritten as it is drawn."""
+    Where the call's shared seed picks one of the task's `edges`, its input is rewritten as it is drawn.
+    A routing's inputs (`Routed`) are this rank's part of its group's routing for the call (routing.py)."""
     env = dict(ctx.env)
     for length in lengths:
         env[length.name] = length.dist.scalar(ctx.generator(length.layout.scope(ctx.layout), length.name), env)
     edge = edge_of(ctx.seeds[SHARED], edges) if edges else None
+    calls = {r.name: _routed_call(r, ctx, env) for r in routings
+             if any(isinstance(getattr(d, "dist", None), Routed) and d.dist.routing == r.name for d in declared)}
     made: dict[str, Any] = {}
     for decl in sorted(declared, key=lambda d: bool(reads(d))):
-        if isinstance(decl, Tensor):
+        if isinstance(decl, Tensor) and isinstance(decl.dist, Routed):
+            made[decl.name] = _routed(decl, ctx, env, calls[decl.dist.routing], routings)
+        elif isinstance(decl, Tensor):
             made[decl.name] = _tensor(decl, ctx, env, made, edge if edge is not None and edge.input == decl.name
                                       else None)
         elif isinstance(decl, Scalar):
@@ -130,6 +136,26 @@ def _tensor(decl: Tensor, ctx: InputContext, env: Mapping[str, float], made: Map
             else type(value).__name__
         raise ValueError(f"input {decl.name}: the distribution made {got}, the declaration says {dtype} {shape}"
                          f"{_sparse(layout)}")
+    return value
+
+
+def _routed_call(routing: Routing, ctx: InputContext, env: Mapping[str, float]) -> RoutedCall:
+    """The call's routing of this rank's group, from the seed the group shares; drawn on the CPU whatever the
+    draw device, so that the judge, which recomputes it for the cost model, sees the same counts."""
+    scope = routing.scope(ctx.layout)
+    return draw_call(routing, group_seed(ctx.seeds, scope, ctx.layout, ctx.rank), env, ctx.layout)
+
+
+def _routed(decl: Tensor, ctx: InputContext, env: Mapping[str, float], call: RoutedCall,
+            routings: Sequence[Routing]) -> torch.Tensor:
+    """This rank's part of a routing field, in the declared dtype (checked against the declared shape)."""
+    routing = next(r for r in routings if r.name == decl.dist.routing)
+    member = ctx.layout.group_of(routing.group, ctx.rank).index(ctx.rank)
+    value = call.field(decl.dist.field, member).to(resolve_dtype(decl.dtype, ctx.dtype))
+    shape = decl.local_shape(env, ctx.layout)
+    if tuple(value.shape) != shape:
+        raise ValueError(f"input {decl.name}: routing {routing.name}'s {decl.dist.field} is {tuple(value.shape)} on "
+                         f"this rank; the declaration says {shape}")
     return value
 
 

@@ -5,7 +5,7 @@ Both read the preset's dims, the world size and the mesh's dimensions by name (`
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -13,6 +13,7 @@ import torch
 from pkb_env.contract.cost import COLLECTIVES, Comm, group_size
 from pkb_env.contract.io import DTYPES, Output, PerRank, Replicated, Sharded, Tensor, resolve_dtype
 from pkb_env.contract.mesh import MeshLayout
+from pkb_env.contract.routing import RoutedLoad, balanced_load
 from pkb_env.contract.sparse import parts
 
 
@@ -35,7 +36,21 @@ class Sized:
 
 @dataclass(frozen=True)
 class CostContext(Sized):
-    """What a task's `cost` function reads: sizes, the dtype, byte counts of declared tensors."""
+    """What a task's `cost` function reads: sizes, the dtype, byte counts of declared tensors, and the load a
+    routing puts on the busiest rank (realised over the timed calls where the judge has them)."""
+
+    routings: tuple = ()                                   # the task's Routing declarations
+    loads: Mapping[str, RoutedLoad] = field(default_factory=dict)   # realised loads, by routing name
+
+    def routing(self, name: str) -> RoutedLoad:
+        """The busiest rank's (token, expert) pairs of routing `name`: to or from other ranks, and received in
+        all; averaged over the calls timed, or the balanced figures (a lower bound) where no call exists."""
+        if name in self.loads:
+            return self.loads[name]
+        decl = next((r for r in self.routings if r.name == name), None)
+        if decl is None:
+            raise KeyError(f"no routing named {name!r}; the task declares {[r.name for r in self.routings]}")
+        return balanced_load(decl, self.sizes, self.layout)
 
     @property
     def elem(self) -> int:

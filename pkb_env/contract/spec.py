@@ -22,9 +22,10 @@ from pkb_env.contract.expr import ExprError, Size, as_expr
 from pkb_env.contract.edges import Edge
 from pkb_env.contract.families import FAMILIES
 from pkb_env.contract.inputs import InputContext, RankSeeds, make_inputs, reads, size_env
-from pkb_env.contract.io import (DTYPES, Group, Input, Length, Output, Replicated, Scalar, Tensor,
+from pkb_env.contract.io import (DTYPES, Group, Input, Length, Output, PerRank, Replicated, Scalar, Tensor,
                                  mesh_dims, resolve_dtype)
 from pkb_env.contract.mesh import FLAT, Mesh, MeshError, MeshLayout
+from pkb_env.contract.routing import Routed, Routing, realised_load
 from pkb_env.contract.sized import CostContext, World
 from pkb_env.contract.tolerance import EXACT, Check, Rule, Tolerance
 
@@ -113,6 +114,7 @@ class TaskSpec:
     mesh: Mesh = FLAT
     lengths: tuple[Length, ...] = ()  # sizes drawn per call that input shapes may name (ragged dims)
     edges: tuple[Edge, ...] = ()      # edge cases the statement defines, drawn into one call in two (edges.py)
+    routings: tuple[Routing, ...] = ()  # top-k routings drawn jointly over a group, per call (routing.py)
     world_sizes: WorldSizes = field(default_factory=WorldSizes)
     departures: tuple[str, ...] = ()  # how and why this task departs from PKB's problem
     returns: str = "auto"             # "auto" (one output: the tensor; several: a tuple) | "tuple" | "dict"
@@ -123,9 +125,9 @@ class TaskSpec:
         where = f"task {self.name!r}"
         if self.family not in FAMILIES:
             raise TaskError(f"{where}: family {self.family!r} is not one of {', '.join(FAMILIES)}")
-        names = [d.name for d in (*self.inputs, *self.lengths)]
+        names = [d.name for d in (*self.inputs, *self.lengths, *self.routings)]
         if len(set(names)) != len(names) or len({o.name for o in self.outputs}) != len(self.outputs):
-            raise TaskError(f"{where}: input, length and output names must be unique")
+            raise TaskError(f"{where}: input, length, routing and output names must be unique")
         if not self.outputs:
             raise TaskError(f"{where}: declare at least one output")
         if self.returns not in ("auto", "tuple", "dict"):
@@ -163,6 +165,7 @@ class TaskSpec:
                 raise TaskError(f"{where}: output {out.name}'s shape names a Length, whose value differs per call; "
                                 f"declare shape=None (its length depends on the data)")
         self._check_reads(where)
+        self._check_routings(where)
         tensors = {d.name for d in self.inputs if isinstance(d, Tensor)}
         if len({e.name for e in self.edges}) != len(self.edges):
             raise TaskError(f"{where}: edge case names must be unique")
@@ -186,6 +189,24 @@ class TaskSpec:
                     raise TaskError(f"{where}: input {decl.name} reads {name}, which varies over "
                                     f"{', '.join(sorted(extra))} while {decl.name} does not; give {decl.name} "
                                     f"a layout that varies over {', '.join(sorted(extra))} too")
+
+    def _check_routings(self, where: str) -> None:
+        """A routing spans mesh dims the mesh has; a Routed input names a declared routing, and is this
+        rank's own (PerRank over every dim): its group's routing differs by member."""
+        routings = {r.name: r for r in self.routings}
+        for routing in self.routings:
+            for dim in (routing.group,) if isinstance(routing.group, str) else routing.group:
+                if dim not in self.mesh.names:
+                    raise TaskError(f"{where}: routing {routing.name} spans mesh dimension {dim!r}; the mesh has "
+                                    f"{', '.join(self.mesh.names)}")
+        for decl in self.inputs:
+            if isinstance(decl, Tensor) and isinstance(decl.dist, Routed):
+                if decl.dist.routing not in routings:
+                    raise TaskError(f"{where}: input {decl.name} takes {decl.dist.field} of routing "
+                                    f"{decl.dist.routing!r}, which the task does not declare (routings=)")
+                if not isinstance(decl.layout, PerRank) or mesh_dims(decl.layout.over) not in ((), self.mesh.names):
+                    raise TaskError(f"{where}: input {decl.name} is a rank's part of a routing: declare it "
+                                    f"PerRank() (different on every rank)")
 
     def _scope(self, decl: Tensor) -> tuple[str, ...]:
         """The mesh dims a tensor input's values vary over (its seed scope), without resolving sizes."""
@@ -265,6 +286,11 @@ class TaskSpec:
         problem = self.world_sizes.split_problem(world_size, env)
         if problem:
             return problem
+        for routing in self.routings:
+            try:
+                routing.sizes(env, layout)
+            except (ExprError, ValueError) as exc:
+                return str(exc)
         for decl in (*self.inputs, *self.outputs):
             if isinstance(decl, (Tensor, Output)) and decl.shape is not None:
                 try:
@@ -322,7 +348,7 @@ class TaskSpec:
                             self.layout(world_size, dims), torch.device(rng_device), groups)
 
     def make_inputs(self, ctx: InputContext) -> tuple:
-        return make_inputs(self.inputs, ctx, self.lengths, self.edges)
+        return make_inputs(self.inputs, ctx, self.lengths, self.edges, self.routings)
 
     # -- outputs and tolerances -----------------------------------------------------------------------
     def tolerance(self, dtype: str, dims: Mapping[str, int], world_size: int,
@@ -399,14 +425,20 @@ class TaskSpec:
         raise TaskError(f"task {self.name!r} has no output {name!r}; outputs: {[o.name for o in self.outputs]}")
 
     # -- cost and golden ------------------------------------------------------------------------------
-    def cost_model(self, dims: Mapping[str, int], world_size: int, dtype: str) -> CostModel:
-        ctx = self.cost_context(dims, world_size, dtype)
+    def cost_model(self, dims: Mapping[str, int], world_size: int, dtype: str,
+                   calls: Sequence[Sequence[Mapping[str, int]]] = ()) -> CostModel:
+        """The cost at this size; `calls` (each: every rank's seeds for one call, as the judge handed them
+        out) make the routings' loads the realised ones of those calls rather than the balanced bound."""
+        ctx = self.cost_context(dims, world_size, dtype, calls)
         layout = ctx.layout
         return CostModel.of(self.cost(ctx), dict(zip(layout.names, layout.sizes)), dtype)
 
-    def cost_context(self, dims: Mapping[str, int], world_size: int, dtype: str) -> CostContext:
-        """What the task's `cost` function reads at this size (contract/sized.py)."""
-        return CostContext(*self._sized(dims, world_size), dtype, self.layout(world_size, dims))
+    def cost_context(self, dims: Mapping[str, int], world_size: int, dtype: str,
+                     calls: Sequence[Sequence[Mapping[str, int]]] = ()) -> CostContext:
+        """What the task's `cost` function reads at this size (contract/sized.py); `calls` as for cost_model."""
+        sized, layout = self._sized(dims, world_size), self.layout(world_size, dims)
+        loads = {r.name: realised_load(r, calls, sized[2], layout) for r in self.routings} if calls else {}
+        return CostContext(*sized, dtype, layout, self.routings, loads)
 
     def world(self, dims: Mapping[str, int], world_size: int, dtype: str) -> World:
         """What the task's golden reads at this size (contract/sized.py)."""
