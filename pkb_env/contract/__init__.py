@@ -45,6 +45,7 @@ __all__ = [
     "derive_seed", "rank_seeds",
     "DTYPES", "TASK_DTYPE", "Const", "Group", "Input", "Length", "Output", "PerRank", "Replicated", "Scalar", "Sharded",
     "Tensor", "FLAT", "GroupCache", "GroupInfo", "Mesh", "MeshLayout", "build_groups",
-    "Routed", "RoutedLoad", "Routing", "Sparse", "CostContext", "Preset", "TaskError", "TaskSpec", "World", "WorldSizes",
+    "Routed", "RoutedLoad", "Routing", "Sparse",
+    "CostContext", "Preset", "TaskError", "TaskSpec", "World", "WorldSizes",
     "EXACT", "Check", "Exact", "Fixed", "Propagated", "Relative", "Rounded", "Rule", "Sum", "Tolerance", "Ulps",
 ]

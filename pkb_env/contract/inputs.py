@@ -20,7 +20,7 @@ from pkb_env.contract.distributions import Custom, FromInputs, Given
 from pkb_env.contract.edges import Edge, EdgeDraw, edge_generator, edge_of, holder
 from pkb_env.contract.io import Const, Group, Input, Length, Scalar, Sharded, Tensor, resolve_dtype
 from pkb_env.contract.mesh import SHARED, GroupInfo, MeshLayout, group_name
-from pkb_env.contract.routing import Routed, RoutedCall, Routing, draw_call, group_seed
+from pkb_env.contract.routing import RECEIVING, Routed, RoutedCall, Routing, draw_call, group_seed
 from pkb_env.contract.seeding import derive_seed
 
 RankSeeds = Mapping[str, int]
@@ -90,8 +90,12 @@ def make_inputs(declared: Sequence[Input], ctx: InputContext, lengths: Sequence[
     for length in lengths:
         env[length.name] = length.dist.scalar(ctx.generator(length.layout.scope(ctx.layout), length.name), env)
     edge = edge_of(ctx.seeds[SHARED], edges) if edges else None
-    calls = {r.name: _routed_call(r, ctx, env) for r in routings
-             if any(isinstance(getattr(d, "dist", None), Routed) and d.dist.routing == r.name for d in declared)}
+    calls = {}
+    for routing in routings:
+        fields = {d.dist.field for d in declared if isinstance(getattr(d, "dist", None), Routed)
+                  and d.dist.routing == routing.name}
+        if fields:
+            calls[routing.name] = _routed_call(routing, ctx, env, every=bool(fields & RECEIVING))
     made: dict[str, Any] = {}
     for decl in sorted(declared, key=lambda d: bool(reads(d))):
         if isinstance(decl, Tensor) and isinstance(decl.dist, Routed):
@@ -139,11 +143,13 @@ def _tensor(decl: Tensor, ctx: InputContext, env: Mapping[str, float], made: Map
     return value
 
 
-def _routed_call(routing: Routing, ctx: InputContext, env: Mapping[str, float]) -> RoutedCall:
-    """The call's routing of this rank's group, from the seed the group shares; drawn on the CPU whatever the
-    draw device, so that the judge, which recomputes it for the cost model, sees the same counts."""
+def _routed_call(routing: Routing, ctx: InputContext, env: Mapping[str, float], every: bool) -> RoutedCall:
+    """The call's routing of this rank's group, from the seed the group shares: every member's picks where
+    a receive count is asked for (`every`), else only this rank's. Drawn on the CPU whatever the draw device,
+    so that the judge, which redraws it for the cost model, sees the same counts."""
     scope = routing.scope(ctx.layout)
-    return draw_call(routing, group_seed(ctx.seeds, scope, ctx.layout, ctx.rank), env, ctx.layout)
+    members = None if every else [ctx.layout.group_of(routing.group, ctx.rank).index(ctx.rank)]
+    return draw_call(routing, group_seed(ctx.seeds, scope, ctx.layout, ctx.rank), env, ctx.layout, members)
 
 
 def _routed(decl: Tensor, ctx: InputContext, env: Mapping[str, float], call: RoutedCall,

@@ -133,14 +133,14 @@ class Tensor:
     dist: Distribution = field(default_factory=Normal)
     layout: Layout = field(default_factory=PerRank)
     doc: str = ""
-    sparse: Sparse | None = None      # contract v3: a sparse COO/CSR input (contract/sparse.py); `dist` draws its values
+    sparse: Sparse | None = None      # contract v3: a sparse COO/CSR input (sparse.py); `dist` draws its values
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", _shape(self.shape, f"input {self.name}"))
         _check_dtype(self.dtype, f"input {self.name}")
         if self.sparse is not None:
             if not isinstance(self.sparse, Sparse):
-                raise ValueError(f"input {self.name}: sparse= takes a Sparse(format, nnz= or density=)")
+                raise TypeError(f"input {self.name}: sparse= takes a Sparse(format, nnz= or density=)")
             if not self.shape or (self.sparse.format == "csr" and len(self.shape) != 2):
                 raise ValueError(f"input {self.name}: a sparse input has at least one dimension, and a CSR one "
                                  f"exactly two; use 'coo' for {len(self.shape)}-D")
@@ -210,11 +210,11 @@ class Group:
     def __post_init__(self) -> None:
         if isinstance(self.dim, (list, tuple)):
             if not self.dim or not all(isinstance(d, str) for d in self.dim) or len(set(self.dim)) != len(self.dim):
-                raise ValueError(f"input {self.name}: a group spans one mesh dimension or a tuple of distinct ones, "
+                raise TypeError(f"input {self.name}: a group spans one mesh dimension or a tuple of distinct ones, "
                                  f"got {self.dim!r}")
             object.__setattr__(self, "dim", tuple(self.dim) if len(self.dim) > 1 else self.dim[0])
         elif not isinstance(self.dim, str):
-            raise ValueError(f"input {self.name}: dim must name a mesh dimension or a tuple of them, got {self.dim!r}")
+            raise TypeError(f"input {self.name}: dim must name a mesh dimension or a tuple of them, got {self.dim!r}")
 
     @property
     def dims(self) -> tuple[str, ...]:

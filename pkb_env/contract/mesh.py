@@ -30,6 +30,9 @@ from pkb_env.contract.expr import ExprError, Size, as_expr
 
 SHARED = "shared"  # the scope key of draws every rank receives
 
+GroupDims = Union[str, tuple[str, ...]]
+"""What a group spans: one mesh dimension ("tp") or several ("dp", "ep")."""
+
 
 class MeshError(ValueError):
     """A mesh that does not fit the world size, or names a dimension that does not exist."""
@@ -83,7 +86,7 @@ class Mesh:
                 pending.remove(item)
         return order
 
-    def resolve(self, world_size: int, dims: Mapping[str, int] | None = None) -> "MeshLayout":
+    def resolve(self, world_size: int, dims: Mapping[str, int] | None = None) -> MeshLayout:
         """The mesh at `world_size` with the preset's `dims` (needed only where a size names one)."""
         missing = self.preset_names - set(dims or {})
         if missing:
@@ -143,14 +146,14 @@ class MeshLayout:
     def size(self, name: str) -> int:
         return self.sizes[self._index(name)]
 
-    def group_size(self, dims: "GroupDims") -> int:
+    def group_size(self, dims: GroupDims) -> int:
         """The ranks in one group over `dims` (a dimension or several): the product of their sizes."""
         total = 1
         for name in self.group_key(dims):
             total *= self.size(name)
         return total
 
-    def group_key(self, dims: "GroupDims") -> tuple[str, ...]:
+    def group_key(self, dims: GroupDims) -> tuple[str, ...]:
         """`dims` as a tuple of mesh dimensions in mesh order (the order their ranks are numbered in)."""
         names = (dims,) if isinstance(dims, str) else tuple(dims)
         if not names or len(set(names)) != len(names):
@@ -175,7 +178,7 @@ class MeshLayout:
             rank = rank * size + coords[name]
         return rank
 
-    def group_of(self, dims: "GroupDims", rank: int) -> tuple[int, ...]:
+    def group_of(self, dims: GroupDims, rank: int) -> tuple[int, ...]:
         """The ranks of `rank`'s group over `dims` (one mesh dimension or several): those that differ from
         it only in those coordinates, in rank order."""
         key = self.group_key(dims)
@@ -185,7 +188,7 @@ class MeshLayout:
             members.append(self.rank_of({**base, **dict(zip(key, index))}))
         return tuple(sorted(members))
 
-    def groups(self, dims: "GroupDims") -> list[tuple[int, ...]]:
+    def groups(self, dims: GroupDims) -> list[tuple[int, ...]]:
         """Every group over `dims`, in the order of the ranks that lead them (the order groups are built in)."""
         seen: dict[tuple[int, ...], None] = {}
         for rank in range(self.world_size):
@@ -228,10 +231,6 @@ class MeshLayout:
         if name not in self.names:
             raise MeshError(f"the mesh has no dimension {name!r}; it has {', '.join(self.names)}")
         return self.names.index(name)
-
-
-GroupDims = Union[str, tuple[str, ...]]
-"""What a group spans: one mesh dimension ("tp") or several ("dp", "ep")."""
 
 
 def group_name(dims: GroupDims) -> str:

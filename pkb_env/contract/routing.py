@@ -111,44 +111,63 @@ class Routed(Distribution):
         return f"{self.field} of routing {self.routing} (drawn jointly over the group, see above)"
 
 
+RECEIVING = frozenset({"recv_counts", "recv_expert_counts"})
+"""Fields that need every member's picks; the others need only the rank's own (drawn alone, G times cheaper)."""
+
+
 @dataclass(frozen=True)
 class RoutedCall:
-    """One call's routing over one group: every member's logits, picks and weights, and the counts."""
+    """One call's routing over one group: the drawn members' logits, picks and weights, and their counts."""
 
-    logits: torch.Tensor         # (G, T, E) float32
-    topk_idx: torch.Tensor       # (G, T, K) int64
-    topk_weights: torch.Tensor   # (G, T, K) float32
-    expert_counts: torch.Tensor  # (G, E): pairs each member sends to each expert
-    send: torch.Tensor           # (G, G): pairs member i sends to member j
+    ranks: int                                   # G, the members of the group
+    experts: int
+    logits: dict[int, torch.Tensor]              # member -> (T, E) float32
+    topk_idx: dict[int, torch.Tensor]            # member -> (T, K) int64
+    topk_weights: dict[int, torch.Tensor]        # member -> (T, K) float32
+
+    def expert_counts(self, member: int) -> torch.Tensor:
+        """(E,): the pairs `member` sends to each expert."""
+        return torch.bincount(self.topk_idx[member].flatten(), minlength=self.experts)
+
+    def send_counts(self, member: int) -> torch.Tensor:
+        """(G,): the pairs `member` sends to each member (experts placed contiguously)."""
+        return self.expert_counts(member).view(self.ranks, -1).sum(-1)
 
     def field(self, name: str, member: int) -> torch.Tensor:
         """Member `member`'s part of field `name` (FIELDS)."""
-        ranks = self.send.shape[0]
         if name == "send_counts":
-            return self.send[member].clone()
+            return self.send_counts(member)
+        if name == "expert_counts":
+            return self.expert_counts(member)
         if name == "recv_counts":
-            return self.send[:, member].clone()
+            return torch.stack([self.send_counts(s)[member] for s in range(self.ranks)])
         if name == "recv_expert_counts":
-            per = self.expert_counts.shape[1] // ranks
-            return self.expert_counts[:, member * per:(member + 1) * per].clone()
+            per = self.experts // self.ranks
+            return torch.stack([self.expert_counts(s)[member * per:(member + 1) * per] for s in range(self.ranks)])
         return getattr(self, name)[member].clone()
 
 
 def draw_call(routing: Routing, seed: int, env: Mapping[str, float], layout: MeshLayout,
-              device: torch.device | str = "cpu") -> RoutedCall:
-    """The routing of one group for the call whose group seed is `seed` (every member computes the same)."""
+              members: Sequence[int] | None = None) -> RoutedCall:
+    """The routing of one group for the call whose group seed is `seed` (every member computes the same):
+    the picks of `members` (default: every member), each from its own stream, so a rank that needs only its
+    own picks draws only its own logits. On the CPU: the judge redraws it for the cost model."""
     tokens, experts, k, ranks = routing.sizes(env, layout)
-    gen = torch.Generator(device=device)
-    gen.manual_seed(derive_seed(seed, "routing", routing.name))
-    logits = torch.randn((ranks, tokens, experts), generator=gen, device=device)
+    bias = None
     if routing.skew:
-        logits += routing.skew * torch.randn((experts,), generator=gen, device=device)
-    top = logits.topk(k, dim=-1)
-    weights = torch.softmax(top.values, dim=-1)
-    expert_counts = torch.zeros((ranks, experts), dtype=torch.int64, device=device)
-    expert_counts.scatter_add_(1, top.indices.reshape(ranks, -1), torch.ones_like(top.indices.reshape(ranks, -1)))
-    send = expert_counts.view(ranks, ranks, experts // ranks).sum(-1)
-    return RoutedCall(logits, top.indices, weights, expert_counts, send)
+        gen = torch.Generator()
+        gen.manual_seed(derive_seed(seed, "routing", routing.name, "popularity"))
+        bias = routing.skew * torch.randn((experts,), generator=gen)
+    logits, idx, weights = {}, {}, {}
+    for member in range(ranks) if members is None else members:
+        gen = torch.Generator()
+        gen.manual_seed(derive_seed(seed, "routing", routing.name, member))
+        logits[member] = torch.randn((tokens, experts), generator=gen)
+        if bias is not None:
+            logits[member] += bias
+        top = logits[member].topk(k, dim=-1)
+        idx[member], weights[member] = top.indices, torch.softmax(top.values, dim=-1)
+    return RoutedCall(ranks, experts, logits, idx, weights)
 
 
 @dataclass(frozen=True)
@@ -182,9 +201,10 @@ def realised_load(routing: Routing, calls: Sequence[Sequence[Mapping[str, int]]]
         worst_off = worst_in = 0
         for ranks in layout.groups(layout.group_key(routing.group)):
             call = draw_call(routing, group_seed(seeds[ranks[0]], scope, layout, ranks[0]), env, layout)
-            own = call.send.diagonal()
-            worst_off = max(worst_off, int((call.send.sum(1) - own).max()), int((call.send.sum(0) - own).max()))
-            worst_in = max(worst_in, int(call.send.sum(0).max()))
+            send = torch.stack([call.send_counts(m) for m in range(call.ranks)])   # (G, G): from i to j
+            own = send.diagonal()
+            worst_off = max(worst_off, int((send.sum(1) - own).max()), int((send.sum(0) - own).max()))
+            worst_in = max(worst_in, int(send.sum(0).max()))
         offrank += worst_off
         received += worst_in
     return RoutedLoad(offrank / len(calls), received / len(calls), len(calls))

@@ -127,7 +127,8 @@ class TaskSpec:
             raise TaskError(f"{where}: family {self.family!r} is not one of {', '.join(FAMILIES)}")
         names = [d.name for d in (*self.inputs, *self.lengths, *self.routings)]
         if len(set(names)) != len(names) or len({o.name for o in self.outputs}) != len(self.outputs):
-            raise TaskError(f"{where}: input, length, routing and output names must be unique")
+            raise TaskError(f"{where}: input, length and output names must be unique (a routing's name counts as "
+                            f"an input's)")
         if not self.outputs:
             raise TaskError(f"{where}: declare at least one output")
         if self.returns not in ("auto", "tuple", "dict"):

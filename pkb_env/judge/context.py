@@ -15,7 +15,7 @@ from pkb_env.judge.seeds import SeedPlan
 from pkb_env.judge.timing import BurstLog
 from pkb_env.wire.requests import Rules, Seeds, TaskWorkload
 
-ROUTED_CALLS = 256  # the most timed calls whose routing the judge redraws for the cost model (StepContext.timed_cost)
+ROUTED_CALLS = 32  # the most timed calls whose routing the judge redraws for the cost model (StepContext.timed_cost)
 
 
 @dataclass(frozen=True)
@@ -40,8 +40,8 @@ class StepContext:
         checks = task.output_checks(dtype, dims, world_size)
         rules = {path: (c.tolerance.atol, c.tolerance.rtol, c.unordered) for path, c in checks.items()}
         return cls(task, preset, dtype, world_size, TaskWorkload(task.name, preset, dtype, rng),
-                   SeedPlan(task.layout(world_size, dims)), checks, rules, task.cost_model(dims, world_size, dtype), trials,
-                   time.monotonic() + budget_s)
+                   SeedPlan(task.layout(world_size, dims)), checks, rules, task.cost_model(dims, world_size, dtype),
+                   trials, time.monotonic() + budget_s)
 
     def timed_cost(self, log: BurstLog) -> CostModel:
         """The cost model of the calls a timing log holds: where the task routes tokens (contract v3), the

@@ -5,7 +5,19 @@ dimensions"): the expert-parallel dimension is as wide as the experts allow, `ep
 parallelism takes the rest, `dp = W / ep`; a group over `ep` (narrower than the world where E < W) and one
 over `("dp", "ep")`. A world size that does not factor (E = 2 at W = 3) is refused, naming `dp`.
 """
-from pkb_env.contract import (Comm, Cost, Group, Mesh, Output, PerRank, Preset, Replicated, Sum, TaskSpec, Tensor)
+from pkb_env.contract import (
+    Comm,
+    Cost,
+    Group,
+    Mesh,
+    Output,
+    PerRank,
+    Preset,
+    Replicated,
+    Sum,
+    TaskSpec,
+    Tensor,
+)
 
 
 def golden(inputs, world):

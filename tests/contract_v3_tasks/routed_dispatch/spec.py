@@ -7,8 +7,20 @@ W = 4 two groups of 2 route independently. The cost model reads the busiest rank
 """
 import torch
 
-from pkb_env.contract import (Comm, Const, Cost, Group, Mesh, Output, Preset, Routed, Routing, TaskSpec,
-                              Tensor, Exact)
+from pkb_env.contract import (
+    Comm,
+    Const,
+    Cost,
+    Exact,
+    Group,
+    Mesh,
+    Output,
+    Preset,
+    Routed,
+    Routing,
+    TaskSpec,
+    Tensor,
+)
 
 
 def golden(inputs, world):
