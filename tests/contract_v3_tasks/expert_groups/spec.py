@@ -5,26 +5,13 @@ dimensions"): the expert-parallel dimension is as wide as the experts allow, `ep
 parallelism takes the rest, `dp = W / ep`; a group over `ep` (narrower than the world where E < W) and one
 over `("dp", "ep")`. A world size that does not factor (E = 2 at W = 3) is refused, naming `dp`.
 """
-from pkb_env.contract import (
-    Comm,
-    Cost,
-    Group,
-    Mesh,
-    Output,
-    PerRank,
-    Preset,
-    Replicated,
-    Sum,
-    TaskSpec,
-    Tensor,
-)
+from pkb_env.contract import Comm, Cost, Group, Mesh, Output, PerRank, Preset, Replicated, Sum, TaskSpec, Tensor
 
 
 def golden(inputs, world):
     outs = []
     for r in range(world.world_size):
-        me = world.coords(r)
-        peers = [q for q in range(world.world_size) if world.coords(q)["dp"] == me["dp"]]
+        peers = world.layout.group_of("ep", r)
         in_ep = sum(inputs[q]["x"].double() for q in peers).to(inputs[r]["x"].dtype)
         everywhere = sum(a["x"].double() for a in inputs).to(inputs[r]["x"].dtype)
         outs.append((in_ep, everywhere))

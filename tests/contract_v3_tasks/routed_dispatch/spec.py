@@ -7,27 +7,13 @@ W = 4 two groups of 2 route independently. The cost model reads the busiest rank
 """
 import torch
 
-from pkb_env.contract import (
-    Comm,
-    Const,
-    Cost,
-    Exact,
-    Group,
-    Mesh,
-    Output,
-    Preset,
-    Routed,
-    Routing,
-    TaskSpec,
-    Tensor,
-)
+from pkb_env.contract import Comm, Const, Cost, Exact, Group, Mesh, Output, Preset, Routed, Routing, TaskSpec, Tensor
 
 
 def golden(inputs, world):
     outs = []
     for r in range(world.world_size):
-        me = world.coords(r)
-        group = [q for q in range(world.world_size) if world.coords(q)["dp"] == me["dp"]]
+        group, me = world.layout.group_of("ep", r), world.coords(r)
         per = world["E"] // len(group)
         rows = []
         for s in group:

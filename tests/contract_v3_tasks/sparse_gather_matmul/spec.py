@@ -4,18 +4,7 @@ The pattern of PKB's GNN feature exchange backward (66) and spherical convolutio
 sparse operator over every node, drawn from its own secret stream (positions and values), gathers the
 features and applies it. The cost model counts the operator's stored values and indices (`c.nbytes("A")`).
 """
-from pkb_env.contract import (
-    Comm,
-    Compute,
-    Cost,
-    Output,
-    Preset,
-    Sharded,
-    Sparse,
-    Sum,
-    TaskSpec,
-    Tensor,
-)
+from pkb_env.contract import Comm, Compute, Cost, Output, Preset, Sharded, Sparse, Sum, TaskSpec, Tensor
 
 DENSITY = 0.25
 
