@@ -144,7 +144,7 @@ def headroom(task: str, preset, world: int, dtype: str, trials: int, device: str
     for trial in range(trials):
         inputs = []
         for r in range(world):
-            seeds = rank_seeds(SECRET, spec.layout(world), r, task, dtype, trial)
+            seeds = rank_seeds(SECRET, spec.layout(world, dims), r, task, dtype, trial)
             inputs.append(dict(zip(spec.parameters, spec.make_inputs(spec.input_context(r, world, preset, dtype,
                                                                                        device, seeds)))))
         view = spec.world(dims, world, dtype)

@@ -54,10 +54,10 @@ def _rank(rank: int, world: int, store: str, tasks: list[str], preset: str, dtyp
     cache, results = GroupCache(), {}
     for task in tasks:
         spec, solution = load_task(task), load_reference(task)
-        groups = cache.groups(spec.layout(world), rank, spec.group_dims)
+        groups = cache.groups(spec.layout(world, spec.preset(preset).dims), rank, spec.group_dims)
         for dtype in dtypes:
             for trial in range(trials):
-                seeds = rank_seeds(SECRET, spec.layout(world), rank, task, dtype, trial)
+                seeds = rank_seeds(SECRET, spec.layout(world, spec.preset(preset).dims), rank, task, dtype, trial)
                 args = spec.make_inputs(spec.input_context(rank, world, preset, dtype, device, seeds, groups=groups))
                 results[(task, dtype, trial)] = _to_cpu(solution(*args))
     torch.save(results, Path(out_dir, f"rank{rank}.pt"))
@@ -94,7 +94,7 @@ def margins(tasks: list[str], preset: str, world: int, dtypes: list[str], trials
             for trial in range(trials):
                 inputs = []
                 for r in range(world):
-                    seeds = rank_seeds(SECRET, spec.layout(world), r, task, dtype, trial)
+                    seeds = rank_seeds(SECRET, spec.layout(world, spec.preset(preset).dims), r, task, dtype, trial)
                     args = spec.make_inputs(spec.input_context(r, world, preset, dtype, device, seeds))
                     inputs.append(dict(zip(spec.parameters, args)))
                 expected = _to_cpu(spec.golden(inputs, spec.world(dims, world, dtype)))

@@ -3,11 +3,18 @@
 A task is a folder `tasks/<name>/` with `reference.py` (shown to the agent verbatim; what the judge runs
 for expected outputs and the baseline time) and `spec.py` defining `SPEC = TaskSpec(...)`. Folders whose
 name starts with an underscore hold shared helpers, not tasks. docs/task_contract.md tells how to write one.
+
+A dotted name (`contract_v3_tasks.routed_exchange`) is the import path of a task package outside the suite,
+laid out like a task folder: the tests' example specs of contract features no task uses yet are judged end to
+end this way (`tests/contract_v3_tasks/`). The suite (`task_names`, "all") never includes them; the rank
+processes import them by the same path, so their folder must be on the judge's PYTHONPATH (the cells bind
+every `sys.path` entry, pkb_env/sandbox/rootfs.py).
 """
 from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import pkgutil
 from dataclasses import replace
 from functools import lru_cache
@@ -54,16 +61,13 @@ def runnable_tasks(world_size: int, preset: str, dtype: str | None = None, cpu_r
 
 @lru_cache(maxsize=None)
 def load_task(name: str) -> TaskSpec:
-    """The TaskSpec of `tasks/<name>/`, with its reference path filled in and its signature checked."""
-    if not isinstance(name, str) or name not in task_names():
-        close = difflib.get_close_matches(name, task_names(), n=1) if isinstance(name, str) else []
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise TaskError(f"unknown task {name!r}; {hint}known tasks: {', '.join(task_names())} "
-                        f"(`pkb-env tasks` lists them)")
-    module = importlib.import_module(f"{TASKS_PACKAGE}.{name}.spec")
+    """The TaskSpec of `tasks/<name>/` (or of the package a dotted name imports), with its reference path
+    filled in and its signature checked."""
+    module = importlib.import_module(f"{_package(name)}.spec")
     spec: TaskSpec = module.SPEC
     if spec.name != name:
-        raise TaskError(f"tasks/{name}/spec.py declares name {spec.name!r}; it must be the folder's name")
+        raise TaskError(f"{_package(name).replace('.', '/')}/spec.py declares name {spec.name!r}; it must be "
+                        f"{name!r} (the folder's name, or the dotted path of a package outside the suite)")
     spec = replace(spec, reference_path=Path(module.__file__).with_name("reference.py"))
     params = reference_parameters(spec.reference_source)
     if params != spec.parameters:
@@ -74,4 +78,26 @@ def load_task(name: str) -> TaskSpec:
 
 def load_reference(name: str) -> Callable[..., Any]:
     """The reference `solution` of a task (trusted code, imported only in judge-owned processes)."""
-    return importlib.import_module(f"{TASKS_PACKAGE}.{name}.reference").solution
+    return importlib.import_module(f"{_package(name)}.reference").solution
+
+
+def _package(name: str) -> str:
+    """The package of task `name`: `pkb_env.tasks.<name>` for the suite's, the name itself where it is dotted
+    (a task package outside the suite, module docstring). TaskError naming the fix for anything else."""
+    if isinstance(name, str) and "." in name:
+        if not all(part.isidentifier() for part in name.split(".")):
+            raise TaskError(f"task {name!r}: a dotted task name is an import path (identifiers joined by dots)")
+        try:
+            found = importlib.util.find_spec(f"{name}.spec") is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            raise TaskError(f"no task package {name!r}: a dotted task name imports a package outside the suite "
+                            f"holding spec.py and reference.py; put its parent folder on PYTHONPATH")
+        return name
+    if not isinstance(name, str) or name not in task_names():
+        close = difflib.get_close_matches(name, task_names(), n=1) if isinstance(name, str) else []
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise TaskError(f"unknown task {name!r}; {hint}known tasks: {', '.join(task_names())} "
+                        f"(`pkb-env tasks` lists them)")
+    return f"{TASKS_PACKAGE}.{name}"

@@ -56,8 +56,10 @@ def test_mesh_errors_name_the_problem():
         Mesh(("cp", "W / 2"), ("tp", 2)).resolve(3)
     with pytest.raises(MeshError, match="holds 4 ranks, not the world size 6"):
         Mesh(("a", 2), ("b", 2)).resolve(6)
-    with pytest.raises(MeshError, match="may use only W"):
-        Mesh(("tp", "H / 2"))
+    with pytest.raises(MeshError, match=r"names the preset's H: resolve it with the preset's dims"):
+        Mesh(("tp", "H / 2")).resolve(2)
+    with pytest.raises(MeshError, match="in a cycle"):
+        Mesh(("a", "W / b"), ("b", "W / a"))
     with pytest.raises(MeshError, match="repeat"):
         Mesh(("tp", 2), ("tp", "W / 2"))
 

@@ -39,7 +39,7 @@ LAUNCH_TIMEOUT_S = 300
 def make_inputs(task: str, rank: int, world_size: int, dtype: str, trial: int = 0, groups=None,
                 preset: str = PRESET) -> tuple:
     spec = load_task(task)
-    seeds = rank_seeds(SECRET, spec.layout(world_size), rank, task, dtype, trial)
+    seeds = rank_seeds(SECRET, spec.layout(world_size, spec.preset(preset).dims), rank, task, dtype, trial)
     return spec.make_inputs(spec.input_context(rank, world_size, preset, dtype, "cpu", seeds, groups=groups))
 
 
@@ -83,7 +83,7 @@ def _rank_main(rank: int, world_size: int, init_method: str, out_dir: str) -> No
             if not runnable(task, world_size):
                 continue
             spec, solution = load_task(task), load_reference(task)
-            groups = cache.groups(spec.layout(world_size), rank, spec.group_dims)
+            groups = cache.groups(spec.layout(world_size, spec.preset(PRESET).dims), rank, spec.group_dims)
             for dtype in spec.dtypes:
                 for trial in TRIALS:
                     case = case_key(task, dtype, trial)
@@ -214,7 +214,7 @@ def _ranks_tensors(task: str, w: int, dtype: str, trial: int) -> list[dict]:
 def test_inputs_are_random_reproducible_and_laid_out_as_declared(task):
     spec = load_task(task)
     w = max(spec.allowed_world_sizes(PRESET, (2, 3, 4)))
-    layout = spec.layout(w)
+    layout = spec.layout(w, spec.preset(PRESET).dims)
     dtype = spec.presets[PRESET].dtype
     first, again, second = (_ranks_tensors(task, w, dtype, t) for t in (0, 0, 1))
     for decl in spec.inputs:
@@ -268,7 +268,7 @@ def test_a_rank_cannot_make_a_peers_inputs(task):
     """With its own seeds a rank makes its own inputs; asked for a peer's blocks, it has no seed for them."""
     spec = load_task(task)
     w = max(spec.allowed_world_sizes(PRESET, (2, 3, 4)))
-    layout = spec.layout(w)
+    layout = spec.layout(w, spec.preset(PRESET).dims)
     own = rank_seeds(SECRET, layout, 0, task, "float32", 0)
     private = [d for d in spec.inputs if isinstance(d, Tensor) and not isinstance(d.layout, Replicated)]
     for peer in range(1, w):

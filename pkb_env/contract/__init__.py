@@ -18,6 +18,9 @@ A task writer imports from here only:
    out evenly) and `Relative` (rounding that scales with each value).
 .. versionchanged:: 0.3
    `Edge` (edge cases the statement defines, drawn into one call in two and into every step's trials).
+.. versionchanged:: 0.4
+   Contract v3, inputs: meshes sized by the preset's dims, `Group` and `Comm` over several mesh dims,
+   `Sparse` inputs, float64 costed on its own peaks, and `Routing` (top-k routing drawn jointly).
 """
 from pkb_env.contract.cost import COLLECTIVES, Comm, Compute, Cost, CostModel, Peaks
 from pkb_env.contract.distributions import (Bernoulli, Custom, Distribution, FromInputs, Given, Integers, Normal,
@@ -29,6 +32,8 @@ from pkb_env.contract.inputs import InputContext, derive_seed, rank_seeds
 from pkb_env.contract.io import (DTYPES, TASK_DTYPE, Const, Group, Input, Length, Output, PerRank, Replicated, Scalar,
                                  Sharded, Tensor)
 from pkb_env.contract.mesh import FLAT, GroupCache, GroupInfo, Mesh, MeshLayout, build_groups
+from pkb_env.contract.routing import Routed, RoutedLoad, Routing
+from pkb_env.contract.sparse import Sparse
 from pkb_env.contract.spec import CostContext, Preset, TaskError, TaskSpec, World, WorldSizes
 from pkb_env.contract.tolerance import (EXACT, Check, Exact, Fixed, Propagated, Relative, Rounded, Rule, Sum,
                                         Tolerance, Ulps)
@@ -40,6 +45,7 @@ __all__ = [
     "derive_seed", "rank_seeds",
     "DTYPES", "TASK_DTYPE", "Const", "Group", "Input", "Length", "Output", "PerRank", "Replicated", "Scalar", "Sharded",
     "Tensor", "FLAT", "GroupCache", "GroupInfo", "Mesh", "MeshLayout", "build_groups",
+    "Routed", "RoutedLoad", "Routing", "Sparse",
     "CostContext", "Preset", "TaskError", "TaskSpec", "World", "WorldSizes",
     "EXACT", "Check", "Exact", "Fixed", "Propagated", "Relative", "Rounded", "Rule", "Sum", "Tolerance", "Ulps",
 ]

@@ -48,21 +48,27 @@ broadcast, reduce, sendrecv 1); gather and scatter as their perf tests count the
 its n blocks. `all_to_allv` (ragged) takes S as the busiest rank's bytes to or from others, factor 1."""
 
 COMPUTE_KINDS = ("matmul", "vector")
-TENSOR_CORE_DTYPES = frozenset({"bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"})
+TENSOR_CORE_DTYPES = frozenset({"bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "float64"})
 """Dtypes whose matmuls run on tensor cores at the datasheet's dense rate. float32 matmuls do not: torch
-keeps TF32 off by default, and fp32 tolerances reject TF32's 2^-11 rounding anyway."""
+keeps TF32 off by default, and fp32 tolerances reject TF32's 2^-11 rounding anyway. float64 matmuls do
+(contract v3): cuBLAS's DGEMM uses Hopper's DMMA tensor-core instructions, 67 TFLOP/s on H100/H200 against
+34 for fp64 FMA on CUDA cores; each dtype's rate is its own topology entry, so fp64 work is costed at the
+fp64 peak, never bf16's (configs/topologies/*.yaml)."""
 
 
 @dataclass(frozen=True)
 class Comm:
-    """`collective` over the mesh dimension `group` with nccl-tests' S = `size_bytes`, in `steps` rounds."""
+    """`collective` over the mesh dimension `group` (or a tuple of them: the group of ranks sharing every
+    other coordinate) with nccl-tests' S = `size_bytes`, in `steps` rounds."""
 
     collective: str
     size_bytes: float
-    group: str = "world"
+    group: str | tuple[str, ...] = "world"
     steps: int = 1
 
     def __post_init__(self) -> None:
+        if isinstance(self.group, (tuple, list)):
+            object.__setattr__(self, "group", ",".join(self.group))
         if self.collective not in COLLECTIVES:
             raise ValueError(f"unknown collective {self.collective!r}; the cost table knows "
                              f"{', '.join(COLLECTIVES)}")
@@ -104,10 +110,7 @@ class CostModel:
     def of(cls, cost: Cost, group_sizes: Mapping[str, int], dtype: str) -> "CostModel":
         terms = []
         for c in cost.comm:
-            if c.group not in group_sizes:
-                raise ValueError(f"Comm over {c.group!r}: the task's mesh has no such dimension "
-                                 f"(it has {', '.join(group_sizes)})")
-            n = group_sizes[c.group]
+            n = group_size(c.group, group_sizes)
             factor = COLLECTIVES[c.collective].bus_factor(n) if n > 1 else 0.0
             terms.append(CommTerm(c.collective, c.group, n, int(c.size_bytes), int(round(c.size_bytes * factor)),
                                   c.steps if n > 1 else 0))
@@ -122,6 +125,17 @@ class CostModel:
     @property
     def bus_bytes(self) -> int:
         return sum(t.bus_bytes for t in self.comm)
+
+
+def group_size(group: str, group_sizes: Mapping[str, int]) -> int:
+    """Ranks in a group over `group`: one mesh dimension ("tp") or several ("dp,ep": the product)."""
+    n = 1
+    for name in group.split(","):
+        if name not in group_sizes:
+            raise ValueError(f"Comm over {group!r}: the task's mesh has no dimension {name!r} "
+                             f"(it has {', '.join(group_sizes)})")
+        n *= group_sizes[name]
+    return n
 
 
 @dataclass(frozen=True)

@@ -13,18 +13,19 @@ from pkb_env.contract.spec import TaskSpec
 
 def problem_lines(task: TaskSpec, preset: str, dtype: str, world_size: int) -> list[str]:
     dims = task.preset(preset).dims
-    layout = task.layout(world_size)
+    layout = task.layout(world_size, dims)
     sizes = ", ".join(f"{k}={v}" for k, v in dims.items())
     mesh = "" if layout.names == ("world",) else f"; mesh {layout.describe()}"
     env = task.env(dims, world_size)
     return ([f"Sizes: {sizes}; dtype {dtype}; world size W={world_size}{mesh}."]
-            + [f"Length {length.describe(env, layout)}." for length in task.lengths])
+            + [f"Length {length.describe(env, layout)}." for length in task.lengths]
+            + [f"The {routing.describe(env, layout)}." for routing in task.routings])
 
 
 def input_lines(task: TaskSpec, preset: str, dtype: str, world_size: int) -> list[str]:
     """One line per positional argument, in order."""
-    layout = task.layout(world_size)
     dims = task.preset(preset).dims
+    layout = task.layout(world_size, dims)
     env, longest = task.env(dims, world_size), task.env(dims, world_size, lengths="high")
     lines = []
     for decl in task.inputs:
@@ -34,7 +35,10 @@ def input_lines(task: TaskSpec, preset: str, dtype: str, world_size: int) -> lis
             local = _sizes(decl.local_shape(env, layout), decl.local_shape(longest, layout))
             full = "" if not isinstance(decl.layout, Sharded) else \
                 f" (global {show_shape(decl.shape, Replicated(), layout)})"
-            lines.append(f"- {decl.name}: {_dtype(decl.dtype, dtype)} {shape} = {local}{full}; "
+            stored = "" if decl.sparse is None else \
+                f" {decl.sparse.describe()} = {decl.sparse.count(decl.local_shape(env, layout), env)} stored entries"
+            where = "" if decl.sparse is None else " at distinct positions drawn uniformly, values"
+            lines.append(f"- {decl.name}: {_dtype(decl.dtype, dtype)}{stored} {shape} = {local}{full};{where} "
                          f"{decl.dist.describe()}; {decl.layout.describe(layout)}{doc}")
         elif isinstance(decl, Scalar):
             lines.append(f"- {decl.name}: Python number, {decl.dist.describe()}, drawn per call; "
@@ -44,14 +48,15 @@ def input_lines(task: TaskSpec, preset: str, dtype: str, world_size: int) -> lis
             source = f" (= {decl.dim})" if decl.dim is not None else " (the task dtype)" if decl.task_dtype else ""
             lines.append(f"- {decl.name}: {value!r}{source}, fixed{doc}")
         elif isinstance(decl, Group):
-            size = layout.size(decl.dim)
-            lines.append(f"- {decl.name}: this rank's process group along {decl.dim} ({size} rank"
+            size = layout.group_size(decl.dim)
+            span = decl.dim if isinstance(decl.dim, str) else " x ".join(decl.dim)
+            lines.append(f"- {decl.name}: this rank's process group along {span} ({size} rank"
                          f"{'s' if size != 1 else ''}), built by the judge before the call{doc}")
     return lines
 
 
 def output_lines(task: TaskSpec, preset: str, dtype: str, world_size: int) -> list[str]:
-    layout = task.layout(world_size)
+    layout = task.layout(world_size, task.preset(preset).dims)
     env = task.env(task.preset(preset).dims, world_size)
     lines = []
     for index, out in enumerate(task.outputs):

@@ -15,10 +15,12 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from pkb_env.contract.distributions import FromInputs, Given
+from pkb_env.contract import sparse
+from pkb_env.contract.distributions import Custom, FromInputs, Given
 from pkb_env.contract.edges import Edge, EdgeDraw, edge_generator, edge_of, holder
 from pkb_env.contract.io import Const, Group, Input, Length, Scalar, Sharded, Tensor, resolve_dtype
-from pkb_env.contract.mesh import SHARED, GroupInfo, MeshLayout
+from pkb_env.contract.mesh import SHARED, GroupInfo, MeshLayout, group_name
+from pkb_env.contract.routing import RECEIVING, Routed, RoutedCall, Routing, draw_call, group_seed
 from pkb_env.contract.seeding import derive_seed
 
 RankSeeds = Mapping[str, int]
@@ -79,17 +81,26 @@ def reads(decl: Input) -> tuple[str, ...]:
 
 
 def make_inputs(declared: Sequence[Input], ctx: InputContext, lengths: Sequence[Length] = (),
-                edges: Sequence[Edge] = ()) -> tuple:
+                edges: Sequence[Edge] = (), routings: Sequence[Routing] = ()) -> tuple:
     """This rank's arguments for one call, in declaration order; the call's lengths are drawn first, and
     inputs that read others after the rest (each input has its own stream: the order changes no value).
-    Where the call's shared seed picks one of the task's `edges`, its input is rewritten as it is drawn."""
+    Where the call's shared seed picks one of the task's `edges`, its input is rewritten as it is drawn.
+    A routing's inputs (`Routed`) are this rank's part of its group's routing for the call (routing.py)."""
     env = dict(ctx.env)
     for length in lengths:
         env[length.name] = length.dist.scalar(ctx.generator(length.layout.scope(ctx.layout), length.name), env)
     edge = edge_of(ctx.seeds[SHARED], edges) if edges else None
+    calls = {}
+    for routing in routings:
+        fields = {d.dist.field for d in declared if isinstance(getattr(d, "dist", None), Routed)
+                  and d.dist.routing == routing.name}
+        if fields:
+            calls[routing.name] = _routed_call(routing, ctx, env, every=bool(fields & RECEIVING))
     made: dict[str, Any] = {}
     for decl in sorted(declared, key=lambda d: bool(reads(d))):
-        if isinstance(decl, Tensor):
+        if isinstance(decl, Tensor) and isinstance(decl.dist, Routed):
+            made[decl.name] = _routed(decl, ctx, env, calls[decl.dist.routing], routings)
+        elif isinstance(decl, Tensor):
             made[decl.name] = _tensor(decl, ctx, env, made, edge if edge is not None and edge.input == decl.name
                                       else None)
         elif isinstance(decl, Scalar):
@@ -115,14 +126,48 @@ def _tensor(decl: Tensor, ctx: InputContext, env: Mapping[str, float], made: Map
     elif read:
         gen = ctx.generator(decl.layout.scope(ctx.layout), decl.name)
         value = decl.dist.draw(gen, shape, dtype, env, Given(read, _offsets(decl, shape, ctx)))
+    elif decl.sparse is not None and not isinstance(decl.dist, Custom):
+        value = sparse.draw(decl.sparse, decl.dist, ctx.generator(decl.layout.scope(ctx.layout), decl.name), shape,
+                            dtype, env)
     else:
         value = decl.dist.draw(ctx.generator(decl.layout.scope(ctx.layout), decl.name), shape, dtype, env)
     if edge is not None and isinstance(value, torch.Tensor):
         value = edge.apply(value, _edge_draw(decl, ctx, env, edge))
-    if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape or value.dtype != dtype:
-        got = f"{value.dtype} {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
-        raise ValueError(f"input {decl.name}: the distribution made {got}, the declaration says {dtype} {shape}")
+    layout = torch.strided if decl.sparse is None else decl.sparse.layout
+    if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape or value.dtype != dtype \
+            or value.layout != layout:
+        got = f"{value.dtype} {tuple(value.shape)}{_sparse(value.layout)}" if isinstance(value, torch.Tensor) \
+            else type(value).__name__
+        raise ValueError(f"input {decl.name}: the distribution made {got}, the declaration says {dtype} {shape}"
+                         f"{_sparse(layout)}")
     return value
+
+
+def _routed_call(routing: Routing, ctx: InputContext, env: Mapping[str, float], every: bool) -> RoutedCall:
+    """The call's routing of this rank's group, from the seed the group shares: every member's picks where
+    a receive count is asked for (`every`), else only this rank's. Drawn on the CPU whatever the draw device,
+    so that the judge, which redraws it for the cost model, sees the same counts."""
+    scope = routing.scope(ctx.layout)
+    members = None if every else [ctx.layout.group_of(routing.group, ctx.rank).index(ctx.rank)]
+    return draw_call(routing, group_seed(ctx.seeds, scope, ctx.layout, ctx.rank), env, ctx.layout, members)
+
+
+def _routed(decl: Tensor, ctx: InputContext, env: Mapping[str, float], call: RoutedCall,
+            routings: Sequence[Routing]) -> torch.Tensor:
+    """This rank's part of a routing field, in the declared dtype (checked against the declared shape)."""
+    routing = next(r for r in routings if r.name == decl.dist.routing)
+    member = ctx.layout.group_of(routing.group, ctx.rank).index(ctx.rank)
+    value = call.field(decl.dist.field, member).to(resolve_dtype(decl.dtype, ctx.dtype))
+    shape = decl.local_shape(env, ctx.layout)
+    if tuple(value.shape) != shape:
+        raise ValueError(f"input {decl.name}: routing {routing.name}'s {decl.dist.field} is {tuple(value.shape)} on "
+                         f"this rank; the declaration says {shape}")
+    return value
+
+
+def _sparse(layout: torch.layout) -> str:
+    """A tensor layout in a message: nothing for a dense one, " torch.sparse_coo" for a sparse one."""
+    return "" if layout == torch.strided else f" {layout}"
 
 
 def _edge_draw(decl: Tensor, ctx: InputContext, env: Mapping[str, float], edge: Edge) -> EdgeDraw:
@@ -144,9 +189,10 @@ def _offsets(decl: Tensor, shape: tuple[int, ...], ctx: InputContext) -> tuple[i
 
 
 def _group(decl: Group, ctx: InputContext) -> Any:
+    key = group_name(ctx.layout.group_key(decl.dim))
     if ctx.groups is not None:
-        if decl.dim not in ctx.groups:
-            raise KeyError(f"input {decl.name}: no process group along {decl.dim!r} was built for this rank")
-        return ctx.groups[decl.dim]
+        if key not in ctx.groups:
+            raise KeyError(f"input {decl.name}: no process group over {key!r} was built for this rank")
+        return ctx.groups[key]
     ranks = ctx.layout.group_of(decl.dim, ctx.rank)
-    return GroupInfo(decl.dim, ranks, ranks.index(ctx.rank))
+    return GroupInfo(key, ranks, ranks.index(ctx.rank))

@@ -23,9 +23,10 @@ from typing import Any, Mapping, Union
 
 import torch
 
-from pkb_env.contract.distributions import Distribution, Integers, Normal, dtype_kind
+from pkb_env.contract.distributions import Distribution, FromInputs, Integers, Normal, dtype_kind
 from pkb_env.contract.expr import Expr, Size, as_expr, show
-from pkb_env.contract.mesh import MeshLayout
+from pkb_env.contract.mesh import GroupDims, MeshLayout
+from pkb_env.contract.sparse import Sparse
 from pkb_env.contract.tolerance import Rule
 
 DTYPES: Mapping[str, torch.dtype] = {
@@ -132,10 +133,19 @@ class Tensor:
     dist: Distribution = field(default_factory=Normal)
     layout: Layout = field(default_factory=PerRank)
     doc: str = ""
+    sparse: Sparse | None = None      # contract v3: a sparse COO/CSR input (sparse.py); `dist` draws its values
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", _shape(self.shape, f"input {self.name}"))
         _check_dtype(self.dtype, f"input {self.name}")
+        if self.sparse is not None:
+            if not isinstance(self.sparse, Sparse):
+                raise TypeError(f"input {self.name}: sparse= takes a Sparse(format, nnz= or density=)")
+            if not self.shape or (self.sparse.format == "csr" and len(self.shape) != 2):
+                raise ValueError(f"input {self.name}: a sparse input has at least one dimension, and a CSR one "
+                                 f"exactly two; use 'coo' for {len(self.shape)}-D")
+            if isinstance(self.dist, FromInputs):
+                raise ValueError(f"input {self.name}: a sparse input is drawn (its values from `dist`), not computed")
         if self.dtype != TASK_DTYPE and dtype_kind(DTYPES[self.dtype]) not in self.dist.kinds:
             raise ValueError(f"input {self.name}: {type(self.dist).__name__} cannot fill a {self.dtype} tensor")
         if isinstance(self.layout, Sharded) and not -len(self.shape) <= self.layout.axis < len(self.shape):
@@ -190,11 +200,25 @@ class Const:
 
 @dataclass(frozen=True)
 class Group:
-    """A process group argument: this rank's group along mesh dimension `dim`, built by the judge at load."""
+    """A process group argument: this rank's group along mesh dimension `dim`, or over several dimensions
+    (`dim=("dp", "ep")`: the ranks that share every other coordinate), built by the judge at load."""
 
     name: str
-    dim: str
+    dim: GroupDims
     doc: str = ""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.dim, (list, tuple)):
+            if not self.dim or not all(isinstance(d, str) for d in self.dim) or len(set(self.dim)) != len(self.dim):
+                raise TypeError(f"input {self.name}: a group spans one mesh dimension or a tuple of distinct ones, "
+                                 f"got {self.dim!r}")
+            object.__setattr__(self, "dim", tuple(self.dim) if len(self.dim) > 1 else self.dim[0])
+        elif not isinstance(self.dim, str):
+            raise TypeError(f"input {self.name}: dim must name a mesh dimension or a tuple of them, got {self.dim!r}")
+
+    @property
+    def dims(self) -> tuple[str, ...]:
+        return (self.dim,) if isinstance(self.dim, str) else self.dim
 
 
 @dataclass(frozen=True)

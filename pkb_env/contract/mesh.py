@@ -4,8 +4,16 @@ Modelled on PyTorch's `init_device_mesh(device, (cp, tp), mesh_dim_names=("cp", 
 `ParallelDims`: a task names its dimensions once, outermost first, and receives groups by name. Rank r's
 coordinates are r written in the mixed radix of the sizes, so the last dimension varies fastest:
 `Mesh(("cp", "W / 2"), ("tp", 2))` puts ranks 2c and 2c+1 in one tensor-parallel group (Megatron's
-"tp-cp" order, tensor parallelism innermost). Sizes are expressions of `W` only: groups are built once
-per rank set when the task is loaded, before any preset is chosen.
+"tp-cp" order, tensor parallelism innermost).
+
+Sizes are expressions of `W`, of the preset's dims and of other mesh dimensions (contract v3): an expert
+group as wide as the experts allow, `Mesh(("dp", "W / ep"), ("ep", "min(E, W)"))`. A mesh that names a
+preset dim has one layout per preset; the judge builds the groups of every preset's layout when the task
+is loaded, before any candidate code runs (ranks/server.py), and a world size that does not factor is
+refused with the dimension, its expression and the sizes that broke it.
+
+A process group spans one mesh dimension or several (`Group("g", ("dp", "ep"))`): the ranks that share
+every other coordinate, in rank order (torch's `new_group` sorts its ranks).
 
 A task without a mesh has one dimension, `world`, spanning every rank in rank order.
 
@@ -16,11 +24,14 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping, Union
 
 from pkb_env.contract.expr import ExprError, Size, as_expr
 
 SHARED = "shared"  # the scope key of draws every rank receives
+
+GroupDims = Union[str, tuple[str, ...]]
+"""What a group spans: one mesh dimension ("tp") or several ("dp", "ep")."""
 
 
 class MeshError(ValueError):
@@ -28,7 +39,8 @@ class MeshError(ValueError):
 
 
 class Mesh:
-    """Named parallel dimensions, outermost first: `Mesh(("dp", 2), ("tp", "W / 2"))`."""
+    """Named parallel dimensions, outermost first: `Mesh(("dp", 2), ("tp", "W / 2"))`; a size may name W,
+    the preset's dims and the other dimensions (`Mesh(("dp", "W / ep"), ("ep", "min(E, W)"))`)."""
 
     def __init__(self, *dims: tuple[str, Size]):
         if not dims:
@@ -41,31 +53,64 @@ class Mesh:
             raise MeshError(f"mesh dimension names repeat: {names}")
         self.dims: tuple[tuple[str, Any], ...] = tuple((name, as_expr(size)) for name, size in dims)
         for name, size in self.dims:
-            if size.names - {"W"}:
-                raise MeshError(f"mesh dimension {name} = {size} may use only W (groups are built before a "
-                                f"preset is chosen)")
+            if name in size.names:
+                raise MeshError(f"mesh dimension {name} = {size} names itself")
+        self._order()  # refuses sizes that depend on each other in a cycle
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.dims)
 
-    def resolve(self, world_size: int) -> "MeshLayout":
-        sizes = []
-        for name, size in self.dims:
+    @property
+    def preset_names(self) -> frozenset[str]:
+        """The preset dims the sizes name (empty: the mesh depends on W only)."""
+        names: set[str] = set()
+        for _, size in self.dims:
+            names |= size.names
+        return frozenset(names - {"W"} - set(self.names))
+
+    def _order(self) -> list[tuple[str, Any]]:
+        """The dimensions in an order where each size names only dimensions before it."""
+        done: set[str] = set()
+        order: list[tuple[str, Any]] = []
+        pending = list(self.dims)
+        while pending:
+            ready = [(n, s) for n, s in pending if not (s.names & set(self.names)) - done]
+            if not ready:
+                names = ", ".join(f"{n} = {s}" for n, s in pending)
+                raise MeshError(f"mesh dimension sizes depend on each other in a cycle: {names}; size one of "
+                                f"them from W and the preset's dims")
+            for item in ready:
+                order.append(item)
+                done.add(item[0])
+                pending.remove(item)
+        return order
+
+    def resolve(self, world_size: int, dims: Mapping[str, int] | None = None) -> MeshLayout:
+        """The mesh at `world_size` with the preset's `dims` (needed only where a size names one)."""
+        missing = self.preset_names - set(dims or {})
+        if missing:
+            raise MeshError(f"the mesh {self.describe()} names the preset's {', '.join(sorted(missing))}: resolve "
+                            f"it with the preset's dims (TaskSpec.layout(world_size, dims))")
+        env: dict[str, float] = {**(dims or {}), "W": world_size}
+        given = "" if not self.preset_names else \
+            " with " + ", ".join(f"{n}={env[n]}" for n in sorted(self.preset_names))
+        for name, size in self._order():
             try:
-                value = size.integer({"W": world_size})
+                value = size.integer(env)
             except ExprError as exc:
-                raise MeshError(f"mesh dimension {name} = {size} at world size {world_size}: {exc}") from None
+                raise MeshError(f"mesh dimension {name} = {size} at world size {world_size}{given}: {exc}") from None
             if value < 1:
-                raise MeshError(f"mesh dimension {name} = {size} is {value} at world size {world_size}")
-            sizes.append(value)
+                raise MeshError(f"mesh dimension {name} = {size} is {value} at world size {world_size}{given}")
+            env[name] = value
+        sizes = tuple(int(env[name]) for name in self.names)
         total = 1
         for s in sizes:
             total *= s
         if total != world_size:
             shape = " x ".join(f"{n}={s}" for n, s in zip(self.names, sizes))
-            raise MeshError(f"the mesh {shape} holds {total} ranks, not the world size {world_size}")
-        return MeshLayout(self.names, tuple(sizes))
+            raise MeshError(f"the mesh {shape} holds {total} ranks, not the world size {world_size}{given}")
+        return MeshLayout(self.names, sizes)
 
     def describe(self) -> str:
         return " x ".join(f"{name}={size}" for name, size in self.dims)
@@ -101,6 +146,22 @@ class MeshLayout:
     def size(self, name: str) -> int:
         return self.sizes[self._index(name)]
 
+    def group_size(self, dims: GroupDims) -> int:
+        """The ranks in one group over `dims` (a dimension or several): the product of their sizes."""
+        total = 1
+        for name in self.group_key(dims):
+            total *= self.size(name)
+        return total
+
+    def group_key(self, dims: GroupDims) -> tuple[str, ...]:
+        """`dims` as a tuple of mesh dimensions in mesh order (the order their ranks are numbered in)."""
+        names = (dims,) if isinstance(dims, str) else tuple(dims)
+        if not names or len(set(names)) != len(names):
+            raise MeshError(f"a group spans one mesh dimension or several distinct ones, got {dims!r}")
+        for name in names:
+            self._index(name)
+        return tuple(n for n in self.names if n in names)
+
     def coords(self, rank: int) -> dict[str, int]:
         """Rank r's coordinate along every dimension (the last dimension varies fastest)."""
         if not 0 <= rank < self.world_size:
@@ -117,17 +178,21 @@ class MeshLayout:
             rank = rank * size + coords[name]
         return rank
 
-    def group_of(self, name: str, rank: int) -> tuple[int, ...]:
-        """The ranks of `rank`'s group along `name`: those that differ from it only in that coordinate."""
-        self._index(name)
+    def group_of(self, dims: GroupDims, rank: int) -> tuple[int, ...]:
+        """The ranks of `rank`'s group over `dims` (one mesh dimension or several): those that differ from
+        it only in those coordinates, in rank order."""
+        key = self.group_key(dims)
         base = self.coords(rank)
-        return tuple(self.rank_of({**base, name: i}) for i in range(self.size(name)))
+        members = []
+        for index in itertools.product(*(range(self.size(n)) for n in key)):
+            members.append(self.rank_of({**base, **dict(zip(key, index))}))
+        return tuple(sorted(members))
 
-    def groups(self, name: str) -> list[tuple[int, ...]]:
-        """Every group along `name`, in the order of the ranks that lead them (the order groups are built in)."""
+    def groups(self, dims: GroupDims) -> list[tuple[int, ...]]:
+        """Every group over `dims`, in the order of the ranks that lead them (the order groups are built in)."""
         seen: dict[tuple[int, ...], None] = {}
         for rank in range(self.world_size):
-            seen.setdefault(self.group_of(name, rank), None)
+            seen.setdefault(self.group_of(dims, rank), None)
         return list(seen)
 
     def scope_key(self, scope: Iterable[str], rank: int) -> str:
@@ -168,6 +233,11 @@ class MeshLayout:
         return self.names.index(name)
 
 
+def group_name(dims: GroupDims) -> str:
+    """A group's key in the built groups and in cost terms: "tp", or "dp,ep" for several dimensions."""
+    return dims if isinstance(dims, str) else ",".join(dims)
+
+
 @dataclass(frozen=True)
 class GroupInfo:
     """What a golden implementation (one process, no process groups) receives for a Group input."""
@@ -181,27 +251,26 @@ class GroupInfo:
         return len(self.ranks)
 
 
-def build_groups(layout: MeshLayout, rank: int, names: Iterable[str]) -> dict[str, Any]:
-    """This rank's process group along each of `names`, built collectively (every rank must call this).
+def build_groups(layout: MeshLayout, rank: int, names: Iterable[GroupDims]) -> dict[str, Any]:
+    """This rank's process group over each of `names` (a dimension or a tuple of them), keyed by
+    `group_name`, built collectively (every rank must call this).
 
-    Every group of every requested dimension is created on every rank, in the same order (torch's
-    `new_group` is collective over the default group), and each rank keeps the ones it belongs to. The
-    flat mesh's `world` dimension is the default group itself.
+    Every group of every requested span is created on every rank, in the same order (torch's `new_group`
+    is collective over the default group), and each rank keeps the ones it belongs to. A span of every
+    dimension (the flat mesh's `world`) is the default group itself.
     """
     import torch.distributed as dist
 
-    wanted = set(names)
+    keys = sorted({layout.group_key(n) for n in names}, key=lambda k: [layout.names.index(d) for d in k])
     mine: dict[str, Any] = {}
-    for name in layout.names:
-        if name not in wanted:
+    for key in keys:
+        if key == layout.names:
+            mine[group_name(key)] = dist.group.WORLD
             continue
-        if layout.names == ("world",):
-            mine[name] = dist.group.WORLD
-            continue
-        for ranks in layout.groups(name):
+        for ranks in layout.groups(key):
             group = dist.new_group(list(ranks))
             if rank in ranks:
-                mine[name] = group
+                mine[group_name(key)] = group
     return mine
 
 
@@ -212,7 +281,7 @@ class GroupCache:
     def __init__(self) -> None:
         self._built: dict[tuple, dict[str, Any]] = {}
 
-    def groups(self, layout: MeshLayout, rank: int, names: Iterable[str]) -> dict[str, Any]:
+    def groups(self, layout: MeshLayout, rank: int, names: Iterable[GroupDims]) -> dict[str, Any]:
         names = tuple(names)
         key = (layout.names, layout.sizes, names)
         if key not in self._built:

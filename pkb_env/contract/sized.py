@@ -5,14 +5,16 @@ Both read the preset's dims, the world size and the mesh's dimensions by name (`
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import torch
 
-from pkb_env.contract.cost import COLLECTIVES, Comm
+from pkb_env.contract.cost import COLLECTIVES, Comm, group_size
 from pkb_env.contract.io import DTYPES, Output, PerRank, Replicated, Sharded, Tensor, resolve_dtype
 from pkb_env.contract.mesh import MeshLayout
+from pkb_env.contract.routing import RoutedLoad, balanced_load
+from pkb_env.contract.sparse import parts
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,21 @@ class Sized:
 
 @dataclass(frozen=True)
 class CostContext(Sized):
-    """What a task's `cost` function reads: sizes, the dtype, byte counts of declared tensors."""
+    """What a task's `cost` function reads: sizes, the dtype, byte counts of declared tensors, and the load a
+    routing puts on the busiest rank (realised over the timed calls where the judge has them)."""
+
+    routings: tuple = ()                                   # the task's Routing declarations
+    loads: Mapping[str, RoutedLoad] = field(default_factory=dict)   # realised loads, by routing name
+
+    def routing(self, name: str) -> RoutedLoad:
+        """The busiest rank's (token, expert) pairs of routing `name`: to or from other ranks, and received in
+        all; averaged over the calls timed, or the balanced figures (a lower bound) where no call exists."""
+        if name in self.loads:
+            return self.loads[name]
+        decl = next((r for r in self.routings if r.name == name), None)
+        if decl is None:
+            raise KeyError(f"no routing named {name!r}; the task declares {[r.name for r in self.routings]}")
+        return balanced_load(decl, self.sizes, self.layout)
 
     @property
     def elem(self) -> int:
@@ -49,6 +65,9 @@ class CostContext(Sized):
                 shape = decl.local_shape(self.sizes, self.layout)
                 if shape is None:
                     raise ValueError(f"{name} has a data-dependent shape; count its bytes in the cost function")
+                itemsize = resolve_dtype(decl.dtype, self.dtype).itemsize
+                if getattr(decl, "sparse", None) is not None:   # a sparse input: its values and indices
+                    return decl.sparse.stored_bytes(shape, itemsize, self.sizes)
                 numel = 1
                 for s in shape:
                     numel *= s
@@ -65,7 +84,7 @@ class CostContext(Sized):
         """Bytes the busiest rank moves one way for `comms` at this size (S times each bus factor)."""
         total = 0.0
         for comm in comms:
-            n = self[comm.group]
+            n = group_size(comm.group, dict(zip(self.layout.names, self.layout.sizes)))
             total += comm.size_bytes * COLLECTIVES[comm.collective].bus_factor(n) if n > 1 else 0.0
         return total
 
@@ -78,6 +97,13 @@ class CostContext(Sized):
         if not options:
             raise ValueError("cheapest() needs at least one option (a tuple of Comm terms)")
         return tuple(min(options, key=self.bus_bytes))
+
+
+def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal tensors, dense or sparse (a sparse one compared part by part: torch.equal refuses it)."""
+    pa, pb = list(parts(a, "")), list(parts(b, ""))
+    return a.layout == b.layout and a.shape == b.shape and len(pa) == len(pb) and all(
+        x.shape == y.shape and torch.equal(x, y) for (_, x), (_, y) in zip(pa, pb))
 
 
 @dataclass(frozen=True)
@@ -98,7 +124,7 @@ class World(Sized):
         for rank, args in enumerate(inputs):
             index = decl.layout.block_index(self.layout, rank) if isinstance(decl.layout, Sharded) else 0
             if index in blocks:
-                if not torch.equal(blocks[index], args[name]):
+                if not same_values(blocks[index], args[name]):
                     raise AssertionError(f"input {name}: replicas of block {index} differ (rank {rank})")
             else:
                 blocks[index] = args[name]

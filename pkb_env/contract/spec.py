@@ -22,9 +22,10 @@ from pkb_env.contract.expr import ExprError, Size, as_expr
 from pkb_env.contract.edges import Edge
 from pkb_env.contract.families import FAMILIES
 from pkb_env.contract.inputs import InputContext, RankSeeds, make_inputs, reads, size_env
-from pkb_env.contract.io import (DTYPES, Group, Input, Length, Output, Replicated, Scalar, Tensor,
+from pkb_env.contract.io import (DTYPES, Group, Input, Length, Output, PerRank, Replicated, Scalar, Tensor,
                                  mesh_dims, resolve_dtype)
 from pkb_env.contract.mesh import FLAT, Mesh, MeshError, MeshLayout
+from pkb_env.contract.routing import Routed, Routing, realised_load
 from pkb_env.contract.sized import CostContext, World
 from pkb_env.contract.tolerance import EXACT, Check, Rule, Tolerance
 
@@ -113,6 +114,7 @@ class TaskSpec:
     mesh: Mesh = FLAT
     lengths: tuple[Length, ...] = ()  # sizes drawn per call that input shapes may name (ragged dims)
     edges: tuple[Edge, ...] = ()      # edge cases the statement defines, drawn into one call in two (edges.py)
+    routings: tuple[Routing, ...] = ()  # top-k routings drawn jointly over a group, per call (routing.py)
     world_sizes: WorldSizes = field(default_factory=WorldSizes)
     departures: tuple[str, ...] = ()  # how and why this task departs from PKB's problem
     returns: str = "auto"             # "auto" (one output: the tensor; several: a tuple) | "tuple" | "dict"
@@ -123,9 +125,10 @@ class TaskSpec:
         where = f"task {self.name!r}"
         if self.family not in FAMILIES:
             raise TaskError(f"{where}: family {self.family!r} is not one of {', '.join(FAMILIES)}")
-        names = [d.name for d in (*self.inputs, *self.lengths)]
+        names = [d.name for d in (*self.inputs, *self.lengths, *self.routings)]
         if len(set(names)) != len(names) or len({o.name for o in self.outputs}) != len(self.outputs):
-            raise TaskError(f"{where}: input, length and output names must be unique")
+            raise TaskError(f"{where}: input, length and output names must be unique (a routing's name counts as "
+                            f"an input's)")
         if not self.outputs:
             raise TaskError(f"{where}: declare at least one output")
         if self.returns not in ("auto", "tuple", "dict"):
@@ -142,13 +145,17 @@ class TaskSpec:
             if clash:
                 raise TaskError(f"{where}: preset {preset_name} dims {sorted(clash)} clash with W, mesh or "
                                 f"length names")
+            missing = self.mesh.preset_names - set(preset.dims)
+            if missing:
+                raise TaskError(f"{where}: the mesh {self.mesh.describe()} names {', '.join(sorted(missing))}, "
+                                f"which preset {preset_name} does not define")
         scalars = {d.name for d in self.inputs if isinstance(d, Scalar)}
         for out in self.outputs:
             if out.only_on is not None and out.only_on not in scalars:
                 raise TaskError(f"{where}: output {out.name} only_on={out.only_on!r} must name a Scalar input")
         for decl in (*self.inputs, *self.outputs, *self.lengths):
             placement = getattr(decl, "layout", None)
-            dims = [decl.dim] if isinstance(decl, Group) else list(mesh_dims(getattr(placement, "over", None)))
+            dims = list(decl.dims) if isinstance(decl, Group) else list(mesh_dims(getattr(placement, "over", None)))
             for dim in dims:
                 if dim not in self.mesh.names:
                     raise TaskError(f"{where}: {decl.name} refers to mesh dimension {dim!r}; the mesh has "
@@ -159,6 +166,7 @@ class TaskSpec:
                 raise TaskError(f"{where}: output {out.name}'s shape names a Length, whose value differs per call; "
                                 f"declare shape=None (its length depends on the data)")
         self._check_reads(where)
+        self._check_routings(where)
         tensors = {d.name for d in self.inputs if isinstance(d, Tensor)}
         if len({e.name for e in self.edges}) != len(self.edges):
             raise TaskError(f"{where}: edge case names must be unique")
@@ -183,6 +191,24 @@ class TaskSpec:
                                     f"{', '.join(sorted(extra))} while {decl.name} does not; give {decl.name} "
                                     f"a layout that varies over {', '.join(sorted(extra))} too")
 
+    def _check_routings(self, where: str) -> None:
+        """A routing spans mesh dims the mesh has; a Routed input names a declared routing, and is this
+        rank's own (PerRank over every dim): its group's routing differs by member."""
+        routings = {r.name: r for r in self.routings}
+        for routing in self.routings:
+            for dim in (routing.group,) if isinstance(routing.group, str) else routing.group:
+                if dim not in self.mesh.names:
+                    raise TaskError(f"{where}: routing {routing.name} spans mesh dimension {dim!r}; the mesh has "
+                                    f"{', '.join(self.mesh.names)}")
+        for decl in self.inputs:
+            if isinstance(decl, Tensor) and isinstance(decl.dist, Routed):
+                if decl.dist.routing not in routings:
+                    raise TaskError(f"{where}: input {decl.name} takes {decl.dist.field} of routing "
+                                    f"{decl.dist.routing!r}, which the task does not declare (routings=)")
+                if not isinstance(decl.layout, PerRank) or mesh_dims(decl.layout.over) not in ((), self.mesh.names):
+                    raise TaskError(f"{where}: input {decl.name} is a rank's part of a routing: declare it "
+                                    f"PerRank() (different on every rank)")
+
     def _scope(self, decl: Tensor) -> tuple[str, ...]:
         """The mesh dims a tensor input's values vary over (its seed scope), without resolving sizes."""
         if isinstance(decl.layout, Replicated):
@@ -195,8 +221,9 @@ class TaskSpec:
         return [d.name for d in self.inputs]
 
     @property
-    def group_dims(self) -> tuple[str, ...]:
-        """Mesh dims whose process groups the judge must build (those a Group input asks for)."""
+    def group_dims(self) -> tuple:
+        """The spans (a mesh dim, or a tuple of them) whose process groups the judge must build: those a
+        Group input asks for."""
         return tuple(dict.fromkeys(d.dim for d in self.inputs if isinstance(d, Group)))
 
     @property
@@ -217,16 +244,29 @@ class TaskSpec:
             raise TaskError(f"task {self.name!r} does not take dtype {chosen!r}; choose one of {list(self.dtypes)}")
         return chosen
 
-    def layout(self, world_size: int) -> MeshLayout:
+    def layout(self, world_size: int, dims: Mapping[str, int] | None = None) -> MeshLayout:
+        """The mesh at `world_size`; `dims` (the preset's) are needed where a mesh size names one."""
         try:
-            return self.mesh.resolve(world_size)
+            return self.mesh.resolve(world_size, dims)
         except MeshError as exc:
             raise TaskError(f"task {self.name!r} cannot run at world size {world_size}: {exc}") from None
+
+    def layouts(self, world_size: int) -> list[MeshLayout]:
+        """The distinct meshes of the task's presets at `world_size` (one where the mesh depends on W only;
+        presets whose mesh does not factor at this size left out): the judge builds the groups of each at
+        load, before any candidate code runs."""
+        found: dict[MeshLayout, None] = {}
+        for preset in self.presets.values():
+            try:
+                found.setdefault(self.mesh.resolve(world_size, preset.dims), None)
+            except MeshError:
+                continue
+        return list(found)
 
     def env(self, dims: Mapping[str, int], world_size: int, lengths: str = "low") -> dict[str, float]:
         """The sizes expressions may name: the preset's dims, W, the mesh's dimensions, and every Length at
         its smallest (`lengths="low"`, what static uses see) or largest (`"high"`) value."""
-        env = size_env(dims, world_size, self.layout(world_size))
+        env = size_env(dims, world_size, self.layout(world_size, dims))
         for length in self.lengths:
             env[length.name] = length.low.integer(env) if lengths == "low" else length.high.integer(env) - 1
         return env
@@ -237,7 +277,7 @@ class TaskSpec:
         if problem:
             return problem
         try:
-            layout = self.mesh.resolve(world_size)
+            layout = self.mesh.resolve(world_size, self.preset(preset).dims)
         except MeshError as exc:
             return str(exc)
         try:
@@ -247,6 +287,11 @@ class TaskSpec:
         problem = self.world_sizes.split_problem(world_size, env)
         if problem:
             return problem
+        for routing in self.routings:
+            try:
+                routing.sizes(env, layout)
+            except (ExprError, ValueError) as exc:
+                return str(exc)
         for decl in (*self.inputs, *self.outputs):
             if isinstance(decl, (Tensor, Output)) and decl.shape is not None:
                 try:
@@ -261,7 +306,7 @@ class TaskSpec:
         accepts from one call, or None. Asked before an episode (JudgeService.problem), not after a trial."""
         p = self.preset(preset)
         dtype = dtype or p.dtype
-        env, layout = self.env(p.dims, world_size), self.layout(world_size)
+        env, layout = self.env(p.dims, world_size), self.layout(world_size, p.dims)
         size = sum(math.prod(o.local_shape(env, layout)) * resolve_dtype(o.dtype, dtype).itemsize
                    for o in self.outputs if o.shape is not None)
         if size <= MAX_OUTPUT_BYTES:
@@ -299,11 +344,12 @@ class TaskSpec:
     def input_context(self, rank: int, world_size: int, preset: str | Preset, dtype: str,
                       device: torch.device | str, seeds: RankSeeds, rng_device: torch.device | str = "cpu",
                       groups: Mapping[str, Any] | None = None) -> InputContext:
-        return InputContext(rank, world_size, dict(self.preset(preset).dims), dtype, torch.device(device),
-                            dict(seeds), self.layout(world_size), torch.device(rng_device), groups)
+        dims = dict(self.preset(preset).dims)
+        return InputContext(rank, world_size, dims, dtype, torch.device(device), dict(seeds),
+                            self.layout(world_size, dims), torch.device(rng_device), groups)
 
     def make_inputs(self, ctx: InputContext) -> tuple:
-        return make_inputs(self.inputs, ctx, self.lengths, self.edges)
+        return make_inputs(self.inputs, ctx, self.lengths, self.edges, self.routings)
 
     # -- outputs and tolerances -----------------------------------------------------------------------
     def tolerance(self, dtype: str, dims: Mapping[str, int], world_size: int,
@@ -342,7 +388,7 @@ class TaskSpec:
     def output_problems(self, out: Any, rank: int, args: Sequence[Any], dims: Mapping[str, int],
                         world_size: int, dtype: str) -> list[str]:
         """Where a rank's output departs from the declaration (structure, None-ness, shape, dtype)."""
-        layout = self.layout(world_size)
+        layout = self.layout(world_size, dims)
         env = self.env(dims, world_size)
         values = dict(zip(self.parameters, args))
         if self._returns == "tensor":
@@ -380,18 +426,24 @@ class TaskSpec:
         raise TaskError(f"task {self.name!r} has no output {name!r}; outputs: {[o.name for o in self.outputs]}")
 
     # -- cost and golden ------------------------------------------------------------------------------
-    def cost_model(self, dims: Mapping[str, int], world_size: int, dtype: str) -> CostModel:
-        ctx = self.cost_context(dims, world_size, dtype)
+    def cost_model(self, dims: Mapping[str, int], world_size: int, dtype: str,
+                   calls: Sequence[Sequence[Mapping[str, int]]] = ()) -> CostModel:
+        """The cost at this size; `calls` (each: every rank's seeds for one call, as the judge handed them
+        out) make the routings' loads the realised ones of those calls rather than the balanced bound."""
+        ctx = self.cost_context(dims, world_size, dtype, calls)
         layout = ctx.layout
         return CostModel.of(self.cost(ctx), dict(zip(layout.names, layout.sizes)), dtype)
 
-    def cost_context(self, dims: Mapping[str, int], world_size: int, dtype: str) -> CostContext:
-        """What the task's `cost` function reads at this size (contract/sized.py)."""
-        return CostContext(*self._sized(dims, world_size), dtype, self.layout(world_size))
+    def cost_context(self, dims: Mapping[str, int], world_size: int, dtype: str,
+                     calls: Sequence[Sequence[Mapping[str, int]]] = ()) -> CostContext:
+        """What the task's `cost` function reads at this size (contract/sized.py); `calls` as for cost_model."""
+        sized, layout = self._sized(dims, world_size), self.layout(world_size, dims)
+        loads = {r.name: realised_load(r, calls, sized[2], layout) for r in self.routings} if calls else {}
+        return CostContext(*sized, dtype, layout, self.routings, loads)
 
     def world(self, dims: Mapping[str, int], world_size: int, dtype: str) -> World:
         """What the task's golden reads at this size (contract/sized.py)."""
-        return World(*self._sized(dims, world_size), dtype, self.layout(world_size))
+        return World(*self._sized(dims, world_size), dtype, self.layout(world_size, dims))
 
     def _sized(self, dims: Mapping[str, int], world_size: int) -> tuple:
         """The leading fields of a CostContext or World: declarations, sizes, dims, world size."""

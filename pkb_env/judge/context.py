@@ -9,10 +9,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from pkb_env.contract import Check, CostModel
+from pkb_env.contract import Check, CostModel, derive_seed
 from pkb_env.contract.spec import TaskSpec
 from pkb_env.judge.seeds import SeedPlan
+from pkb_env.judge.timing import BurstLog
 from pkb_env.wire.requests import Rules, Seeds, TaskWorkload
+
+ROUTED_CALLS = 32  # the most timed calls whose routing the judge redraws for the cost model (StepContext.timed_cost)
 
 
 @dataclass(frozen=True)
@@ -37,8 +40,22 @@ class StepContext:
         checks = task.output_checks(dtype, dims, world_size)
         rules = {path: (c.tolerance.atol, c.tolerance.rtol, c.unordered) for path, c in checks.items()}
         return cls(task, preset, dtype, world_size, TaskWorkload(task.name, preset, dtype, rng),
-                   SeedPlan(task.layout(world_size)), checks, rules, task.cost_model(dims, world_size, dtype), trials,
-                   time.monotonic() + budget_s)
+                   SeedPlan(task.layout(world_size, dims)), checks, rules, task.cost_model(dims, world_size, dtype),
+                   trials, time.monotonic() + budget_s)
+
+    def timed_cost(self, log: BurstLog) -> CostModel:
+        """The cost model of the calls a timing log holds: where the task routes tokens (contract v3), the
+        busiest rank's load realised in those calls (at most ROUTED_CALLS of them, evenly spaced), else
+        `cost`. The judge holds every rank's seeds, so it redraws each call's routing as the ranks did."""
+        if not self.task.routings:
+            return self.cost
+        calls = [[{scope: derive_seed(seed, "call", i) for scope, seed in seeds[rank].items()}
+                  for rank in range(self.world_size)]
+                 for seeds, burst in zip(log.seeds, log.bursts) for i in range(burst.calls)]
+        if not calls:
+            return self.cost
+        step = max(1, -(-len(calls) // ROUTED_CALLS))
+        return self.task.cost_model(self.task.preset(self.preset).dims, self.world_size, self.dtype, calls[::step])
 
     def trial_seeds(self) -> list[list[Seeds]]:
         """seeds[rank][k]: rank's seeds for trial k (the reference's and the candidate's are the same); the

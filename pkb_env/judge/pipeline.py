@@ -196,7 +196,8 @@ class Judge:
         record.timing = candidate.paired(record.timing, timed.log, reference_log)
         if checked.correct:
             with _stage(record, Stage.ROOFLINE):
-                record.roofline = roofline(ctx.cost, timed.result.time_s, self.peaks, self.topology.datasheet_peaks())
+                record.roofline = roofline(ctx.timed_cost(timed.log), timed.result.time_s, self.peaks,
+                                           self.topology.datasheet_peaks())
 
 
 def _stopped(record: EvaluationRecord, result: object) -> bool:

@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 import torch
 
+from pkb_env.contract.sparse import is_sparse, parts
 from pkb_env.contract.spec import MAX_OUTPUT_BYTES
 from pkb_env.ranks.tripwire import JUDGE, watch
 
@@ -24,8 +25,10 @@ class OutputError(TypeError):
 
 
 def tensors(obj: Any, path: str = "output") -> Iterator[tuple[str, torch.Tensor]]:
+    """Every dense tensor in `obj` with its path; a sparse tensor (a contract v3 input) is its stored parts,
+    so cloning, mutation checks, aliasing and byte counts see its indices and values."""
     if isinstance(obj, torch.Tensor):
-        yield path, obj
+        yield from parts(obj, path)
     elif isinstance(obj, (tuple, list)):
         for i, v in enumerate(obj):
             yield from tensors(v, f"{path}[{i}]")
@@ -54,6 +57,9 @@ def skeleton(obj: Any, path: str = "output", strict: bool = True) -> Any:
     if isinstance(obj, torch.Tensor):
         if kind is not torch.Tensor:
             raise OutputError(f"{path} is a {kind.__name__} (a tensor subclass); return a plain torch.Tensor")
+        if not strict and is_sparse(obj):  # a sparse input (contract v3); `tensors` gives its parts
+            return ["sparse", str(obj.layout).removeprefix("torch."), str(obj.dtype).removeprefix("torch."),
+                    list(obj.shape)]
         if obj.is_nested or obj.layout != torch.strided or obj.device.type == "meta":
             raise OutputError(f"{path} is not a dense tensor with data; return a materialised strided tensor")
         return ["tensor", str(obj.dtype).removeprefix("torch."), list(obj.shape)]

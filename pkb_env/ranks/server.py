@@ -75,7 +75,7 @@ class RankServer:
         self.device = torch.device(spec["device"])
         self.gpu = self.device.type == "cuda"
         self.task = None
-        self.groups: dict[str, Any] = {}      # the loaded task's process groups, by mesh dimension
+        self.groups: dict[Any, dict[str, Any]] = {}  # the loaded task's process groups: per mesh layout, by span
         self.group_cache = GroupCache()
         self.solution: Callable[..., Any] | None = None
         self.held: bursts.HeldBurst | None = None
@@ -168,8 +168,10 @@ class RankServer:
     def load(self, request: Load) -> None:
         start = JUDGE.clock()
         self.task = load_task(request.task)
-        # Before candidate code runs, so every rank builds them in step; once per mesh shape per rank set.
-        self.groups = self.group_cache.groups(self.task.layout(self.world_size), self.rank, self.task.group_dims)
+        # Before candidate code runs, so every rank builds them in step; once per mesh shape per rank set, for
+        # every preset's mesh (a mesh sized by a preset's dims differs by preset; contract/mesh.py).
+        self.groups = {layout: self.group_cache.groups(layout, self.rank, self.task.group_dims)
+                       for layout in self.task.layouts(self.world_size)}
         source = request.source
         self.solution = load_reference(self.task.name) if source is None else load_candidate(source)
         self._workloads.clear()
@@ -254,6 +256,11 @@ class RankServer:
                 task, device, groups = self.task, self.device, self.groups
                 preset, dtype, rng = spec.preset, spec.dtype, spec.rng
                 rng_device = device if rng == "device" else "cpu"
+
+                layout = task.layout(self.world_size, task.preset(preset).dims)
+                if layout not in groups:
+                    raise RuntimeError(f"no process groups were built for the mesh {layout.describe()}")
+                groups = groups[layout]
 
                 def make(seeds: dict[str, int], rank=self.rank, world=self.world_size) -> tuple:
                     return task.make_inputs(task.input_context(rank, world, preset, dtype, device, seeds, rng_device,
