@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
 import pkgutil
 from dataclasses import replace
 from functools import lru_cache
@@ -17,6 +18,7 @@ from typing import Any, Callable
 from pkb_env.contract import (DTYPES, EXACT, InputContext, Preset, TaskError, TaskSpec, Tolerance, WorldSizes,
                               derive_seed)
 from pkb_env.contract.signature import reference_parameters
+from pkb_env.layout import task_dirs
 
 __all__ = ["DTYPES", "EXACT", "InputContext", "Preset", "TaskError", "TaskSpec", "Tolerance", "WorldSizes",
            "derive_seed", "task_names", "size_problem", "runnable_tasks", "load_task", "load_reference", "TASKS_PACKAGE"]
@@ -26,9 +28,15 @@ TASKS_PACKAGE = "pkb_env.tasks"
 
 @lru_cache(maxsize=None)
 def task_names() -> tuple[str, ...]:
-    """Every task in the suite, in name order."""
+    """Every task in the suite, in name order: tasks/ and the directories PKB_ENV_TASK_DIRS names (tests'
+    contract tasks, pkb_env/layout.py), read now (`task_names.cache_clear()` after changing it)."""
     pkg = importlib.import_module(TASKS_PACKAGE)
+    base = _BASE.setdefault("path", list(pkg.__path__))
+    pkg.__path__[:] = [*base, *(d for d in task_dirs(os.environ) if d not in base)]
     return tuple(sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if m.ispkg and not m.name.startswith("_")))
+
+
+_BASE: dict[str, list[str]] = {}  # the package's own folders, before any PKB_ENV_TASK_DIRS
 
 
 def size_problem(task: TaskSpec, world_size: int, preset: str, dtype: str | None = None,

@@ -31,6 +31,26 @@ def _private_cache():
     shutil.rmtree(CACHE, ignore_errors=True)
 
 
+CONTRACT_TASKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "contract_tasks")
+
+
+@pytest.fixture(scope="module")
+def contract_tasks():
+    """The test-only tasks of tests/contract_tasks/ join the suite for one module (PKB_ENV_TASK_DIRS, read by
+    the judge, its zygote and every rank: pkb_env/layout.py); make the module's env inside this fixture's scope."""
+    from pkb_env.task import load_task, task_names
+
+    before = os.environ.get("PKB_ENV_TASK_DIRS")
+    os.environ["PKB_ENV_TASK_DIRS"] = CONTRACT_TASKS
+    task_names.cache_clear(), load_task.cache_clear()
+    yield CONTRACT_TASKS
+    if before is None:
+        del os.environ["PKB_ENV_TASK_DIRS"]
+    else:
+        os.environ["PKB_ENV_TASK_DIRS"] = before
+    task_names.cache_clear(), load_task.cache_clear()
+
+
 def make_env(task="all_reduce", world_size=4, **kwargs):
     kwargs.setdefault("config", FAST)
     kwargs.setdefault("max_turns", 1000)

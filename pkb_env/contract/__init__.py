@@ -18,6 +18,11 @@ A task writer imports from here only:
    out evenly) and `Relative` (rounding that scales with each value).
 .. versionchanged:: 0.3
    `Edge` (edge cases the statement defines, drawn into one call in two and into every step's trials).
+.. versionchanged:: 0.4
+   Contract v3, the output side: `InPlace` (inputs updated in place, compared after the call), outputs of
+   kind scalar, none and dict, `OnRanks` (outputs on a set of ranks), `max_shape` (variable-length outputs
+   with a bound), `dtype="complex"` and the `Fft` rule, `order_by` (float rows in any order, keyed by an
+   integer output), `ties` (the tie rule in the prompt) and `identical` (replicas bit for bit).
 """
 from pkb_env.contract.cost import COLLECTIVES, Comm, Compute, Cost, CostModel, Peaks
 from pkb_env.contract.distributions import (Bernoulli, Custom, Distribution, FromInputs, Given, Integers, Normal,
@@ -26,11 +31,11 @@ from pkb_env.contract.edges import Edge, EdgeDraw
 from pkb_env.contract.expr import Expr, ExprError
 from pkb_env.contract.families import FAMILIES
 from pkb_env.contract.inputs import InputContext, derive_seed, rank_seeds
-from pkb_env.contract.io import (DTYPES, TASK_DTYPE, Const, Group, Input, Length, Output, PerRank, Replicated, Scalar,
-                                 Sharded, Tensor)
+from pkb_env.contract.io import (DTYPES, TASK_COMPLEX, TASK_DTYPE, Const, Group, InPlace, Input, Length, OnRanks, Output,
+                                 PerRank, Replicated, Scalar, Sharded, Tensor)
 from pkb_env.contract.mesh import FLAT, GroupCache, GroupInfo, Mesh, MeshLayout, build_groups
 from pkb_env.contract.spec import CostContext, Preset, TaskError, TaskSpec, World, WorldSizes
-from pkb_env.contract.tolerance import (EXACT, Check, Exact, Fixed, Propagated, Relative, Rounded, Rule, Sum,
+from pkb_env.contract.tolerance import (EXACT, Check, Exact, Fft, Fixed, Propagated, Relative, Rounded, Rule, Sum,
                                         Tolerance, Ulps)
 
 __all__ = [
@@ -38,8 +43,8 @@ __all__ = [
     "Bernoulli", "Custom", "Distribution", "FromInputs", "Given", "Integers", "Normal", "OneHot", "Permutation",
     "Positive", "Uniform", "UnitRows", "Edge", "EdgeDraw", "Expr", "ExprError", "FAMILIES", "InputContext",
     "derive_seed", "rank_seeds",
-    "DTYPES", "TASK_DTYPE", "Const", "Group", "Input", "Length", "Output", "PerRank", "Replicated", "Scalar", "Sharded",
+    "DTYPES", "TASK_COMPLEX", "TASK_DTYPE", "Const", "Group", "InPlace", "Input", "Length", "OnRanks", "Output", "PerRank", "Replicated", "Scalar", "Sharded",
     "Tensor", "FLAT", "GroupCache", "GroupInfo", "Mesh", "MeshLayout", "build_groups",
     "CostContext", "Preset", "TaskError", "TaskSpec", "World", "WorldSizes",
-    "EXACT", "Check", "Exact", "Fixed", "Propagated", "Relative", "Rounded", "Rule", "Sum", "Tolerance", "Ulps",
+    "EXACT", "Check", "Exact", "Fft", "Fixed", "Propagated", "Relative", "Rounded", "Rule", "Sum", "Tolerance", "Ulps",
 ]

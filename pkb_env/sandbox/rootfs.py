@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 from pkb_env.config import default_cache_dir
 from pkb_env.sandbox import namespaces as ns
-from pkb_env.layout import MAPPED
+from pkb_env.layout import MAPPED, task_dirs
 
 SYSTEM = ("/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libexec", "/usr/include",
           "/usr/local/lib", "/usr/local/include", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
@@ -85,8 +85,8 @@ def plan(environ: dict[str, str] | None = None, home: str | None = None, cache: 
     environ = os.environ if environ is None else environ
     homes = _homes(home or os.path.expanduser("~"))
     cache = os.path.normpath(cache or default_cache_dir())
-    wanted: list[str] = [*SYSTEM, *python_paths(), *_package_paths(), *_toolchain_paths(environ),
-                         *_cuda_paths(environ)]
+    wanted: list[str] = [*SYSTEM, *python_paths(), *_package_paths(), *task_dirs(environ),
+                         *_toolchain_paths(environ), *_cuda_paths(environ)]
     refused: list[tuple[str, str]] = []
     for entry in sys.path:
         why = refusal(entry, homes, cache)

@@ -7,7 +7,7 @@ import re
 ALLOWED = re.compile(r"^(PATH|LANG|LC_[A-Z]+|TZ|LD_LIBRARY_PATH|PYTHONPATH|VIRTUAL_ENV|CONDA_PREFIX|"
                      r"CUDA_[A-Z_]+|NVIDIA_[A-Z_]+|NCCL_[A-Z_]+|NVSHMEM_[A-Z_]+|TORCH_[A-Z_]+|"
                      r"CUPY_[A-Z_]+|TRITON_[A-Z_]+|GLOO_[A-Z_]+|OMP_NUM_THREADS|MKL_NUM_THREADS|"
-                     r"OPENBLAS_[A-Z_]+)$")
+                     r"OPENBLAS_[A-Z_]+|PKB_ENV_TASK_DIRS)$")
 SECRET = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
 
 # NVLink multicast/NVLS stays off on every GPU process we start (machines we reach forbid it).
