@@ -41,6 +41,13 @@ def judge(env, task: str, source: str) -> dict:
     return env.step(source)[4]
 
 
+def assert_correct(env, task: str, *sources: str) -> None:
+    """The task's reference and each other correct arrangement are judged correct."""
+    for source in (reference(task), *sources):
+        info = judge(env, task, source)
+        assert info["verdict"] == "correct", info["feedback"]
+
+
 def reference(task: str) -> str:
     return Path(CONTRACT_TASKS, task, "reference.py").read_text()
 
@@ -76,9 +83,7 @@ ADDCDIV = variant(ADAM, "    update = lr * (exp_avg / (1 - beta1 ** step)) / den
 
 
 def test_state_updated_in_place_is_compared_after_the_call(env):
-    for source in (reference(ADAM), ADDCDIV):
-        info = judge(env, ADAM, source)
-        assert info["verdict"] == "correct", info["feedback"]
+    assert_correct(env, ADAM, ADDCDIV)
 
 
 @pytest.mark.parametrize("source,where", [
@@ -105,9 +110,7 @@ MAGNITUDE = variant(RFFT, "torch.fft.rfft(torch.cat(blocks), dim=1)", "torch.fft
 
 
 def test_complex_outputs_are_compared_on_both_parts(env):
-    for source in (reference(RFFT), IN_FLOAT64):
-        info = judge(env, RFFT, source)
-        assert info["verdict"] == "correct", info["feedback"]
+    assert_correct(env, RFFT, IN_FLOAT64)
     info = judge(env, RFFT, CONJUGATED)
     assert info["verdict"] == "wrong" and "elements differ" in info["feedback"], info["feedback"]
     info = judge(env, RFFT, MAGNITUDE)
@@ -128,9 +131,7 @@ OVER_BOUND = variant(DISPATCH, "    return rows, got, top",
 
 
 def test_rows_in_any_order_are_compared_by_their_ids(env):
-    for source in (reference(DISPATCH), REVERSED):
-        info = judge(env, DISPATCH, source)
-        assert info["verdict"] == "correct", info["feedback"]
+    assert_correct(env, DISPATCH, REVERSED)
 
 
 @pytest.mark.parametrize("source,verdict,where", [
