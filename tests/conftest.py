@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 import shutil
 import tempfile
 import time
@@ -29,6 +30,20 @@ FAST = JudgeConfig(trials=2, trial_timeout_s=6.0, build_timeout_s=20.0, timing_t
 def _private_cache():
     yield
     shutil.rmtree(CACHE, ignore_errors=True)
+
+
+EXAMPLES = os.path.dirname(os.path.abspath(__file__))   # the folder holding contract_v3_tasks/
+
+
+@contextmanager
+def examples_importable():
+    """While a judge is made inside it, `contract_v3_tasks.<name>` (contract v3's example specs, addressed by
+    their dotted path: pkb_env/task.py) is importable by its rank processes: this folder on PYTHONPATH, which
+    the rank environment keeps and the cells bind. The judge reads the variable when it is made."""
+    with pytest.MonkeyPatch.context() as patch:
+        path = os.environ.get("PYTHONPATH")
+        patch.setenv("PYTHONPATH", EXAMPLES + (os.pathsep + path if path else ""))
+        yield
 
 
 def make_env(task="all_reduce", world_size=4, **kwargs):

@@ -150,7 +150,7 @@ def make_spec(**overrides) -> TaskSpec:
                 Scalar("root", Integers(0, "W")), Const("eps", 1e-5), Const("k", dim="K / tp"),
                 Group("tp_group", "tp")),
         outputs=(Output("y", ("N", "K"), layout=Sharded(1, over="tp")),
-                 Output("ids", None, dtype="int64", compare="unordered")),
+                 Output("ids", max_shape=("N",), dtype="int64", compare="unordered")),
         golden=_golden, cost=lambda c: Cost(comm=(Comm("all_gather", c.nbytes("y") * c["tp"], "tp"),),
                                              memory_bytes=c.io_bytes()),
         tolerance_rule=Sum("K", 1, "float32"),
@@ -261,7 +261,7 @@ def test_custom_distributions_are_checked():
 
 def _ragged_spec(**overrides) -> TaskSpec:
     fields = dict(mesh=Mesh(("world", "W")), lengths=(Length("rows", "N / 2", "2 * N", doc="this rank's rows"),),
-                  inputs=(Tensor("x", ("rows", "K")), Group("group", "world")), outputs=(Output("y", None),),
+                  inputs=(Tensor("x", ("rows", "K")), Group("group", "world")), outputs=(Output("y", max_shape=("W * rows", "K")),),
                   cost=lambda c: Cost(comm=(Comm("all_gather", c["W"] * c.nbytes("x")),)))
     fields.update(overrides)
     return make_spec(**fields)

@@ -7,29 +7,22 @@ One JudgeService at world size 4 serves the module; the pure checks (meshes, dra
 """
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 import torch
-from conftest import FAST
+from conftest import FAST, examples_importable
 
 from pkb_env import JudgeService
 from pkb_env.contract import GroupInfo, Mesh, rank_seeds
 from pkb_env.contract.mesh import MeshError
 from pkb_env.task import TaskError, load_task, task_names
 
-EXAMPLES = Path(__file__).parent  # the folder holding contract_v3_tasks/
 GROUPS = "contract_v3_tasks.expert_groups"
 
 
 @pytest.fixture(scope="module")
 def judge():
-    """A CPU judge at world size 4 whose rank processes can import the example specs (their folder on
-    PYTHONPATH, which the rank environment keeps and the cells bind)."""
-    with pytest.MonkeyPatch.context() as patch:
-        path = os.environ.get("PYTHONPATH")
-        patch.setenv("PYTHONPATH", str(EXAMPLES) + (os.pathsep + path if path else ""))
+    """A CPU judge at world size 4 whose rank processes can import the example specs."""
+    with examples_importable():
         service = JudgeService(FAST.replace(executor="cpu", world_size=4, preset="tiny"))
     with service:
         yield service

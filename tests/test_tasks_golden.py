@@ -67,7 +67,7 @@ def tensors_in(value):
 
 
 # -- the rank processes -----------------------------------------------------------------------------
-def _rank_main(rank: int, world_size: int, init_method: str, out_dir: str) -> None:
+def _rank_main(rank: int, world_size: int, init_method: str, out_dir: str, only: tuple[str, ...] | None = None) -> None:
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # gloo pairs over loopback, whatever the host has
     torch.set_num_threads(1)
     import warnings
@@ -79,19 +79,22 @@ def _rank_main(rank: int, world_size: int, init_method: str, out_dir: str) -> No
                             timeout=timedelta(seconds=120))
     results, case, cache = {}, None, GroupCache()
     try:
-        for task in task_names():
+        for task in only or task_names():
             if not runnable(task, world_size):
                 continue
             spec, solution = load_task(task), load_reference(task)
             groups = cache.groups(spec.layout(world_size, spec.preset(PRESET).dims), rank, spec.group_dims)
+            inplace = spec.inplace_positions
             for dtype in spec.dtypes:
                 for trial in TRIALS:
                     case = case_key(task, dtype, trial)
                     args = make_inputs(task, rank, world_size, dtype, trial, groups)
-                    before = [t.clone() for t in tensors_in(args)]
+                    kept = [a for i, a in enumerate(args) if i not in inplace.values()]
+                    before = [t.clone() for t in tensors_in(kept)]
                     out = solution(*args)
-                    mutated = any(not torch.equal(a, b) for a, b in zip(before, tensors_in(args)))
-                    results[case] = {"out": out, "mutated": mutated}
+                    mutated = any(not torch.equal(a, b) for a, b in zip(before, tensors_in(kept)))
+                    updated = {name: args[i] for name, i in inplace.items()}
+                    results[case] = {"out": out, "mutated": mutated, "updated": updated}
         dist.barrier()
     except BaseException:
         Path(out_dir, f"error{rank}.txt").write_text(f"rank {rank}, case {case}:\n{traceback.format_exc()}")
@@ -101,11 +104,12 @@ def _rank_main(rank: int, world_size: int, init_method: str, out_dir: str) -> No
     dist.destroy_process_group()
 
 
-def launch(world_size: int, out_dir: Path) -> list[dict]:
-    """One launch of `world_size` spawned gloo ranks; returns each rank's reference outputs, per case."""
+def launch(world_size: int, out_dir: Path, only: tuple[str, ...] | None = None) -> list[dict]:
+    """One launch of `world_size` spawned gloo ranks; returns each rank's reference outputs, per case (of the
+    tasks in `only`, default every task)."""
     init_method = f"file://{out_dir / 'store'}"  # a FileStore: no port to find, nothing to race for
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_rank_main, args=(r, world_size, init_method, str(out_dir)), daemon=True)
+    procs = [ctx.Process(target=_rank_main, args=(r, world_size, init_method, str(out_dir), only), daemon=True)
              for r in range(world_size)]
     for p in procs:
         p.start()
@@ -145,21 +149,29 @@ GOLDEN_CASES = [(t, w, d) for t in task_names() for w in WORLD_SIZES if runnable
 @pytest.mark.parametrize("task,world_size,dtype", GOLDEN_CASES,
                          ids=[f"{t}-w{w}-{d}" for t, w, d in GOLDEN_CASES])
 def test_reference_equals_golden(rank_outputs, task, world_size, dtype):
+    check_golden(rank_outputs[world_size], task, world_size, dtype)
+
+
+def check_golden(ranks: list[dict], task: str, world_size: int, dtype: str) -> None:
+    """Every rank's reference outputs (and in-place results) against the golden's, at the task's checks."""
     spec = load_task(task)
     dims = spec.preset(PRESET).dims
     checks = spec.output_checks(dtype, dims, world_size)
     for trial in TRIALS:
         case = case_key(task, dtype, trial)
-        inputs = [make_inputs(task, r, world_size, dtype, trial) for r in range(world_size)]
-        expected = spec.golden([dict(zip(spec.parameters, args)) for args in inputs],
-                               spec.world(dims, world_size, dtype))
+        inputs = [dict(zip(spec.parameters, make_inputs(task, r, world_size, dtype, trial)))
+                  for r in range(world_size)]
+        expected = spec.golden(inputs, spec.world(dims, world_size, dtype))  # updates InPlace inputs in place
         assert len(expected) == world_size, f"{task}: golden must return one output per rank"
         for rank in range(world_size):
-            got = rank_outputs[world_size][rank][case]
+            got = ranks[rank][case]
             assert not got["mutated"], f"{case} rank {rank}: the reference mutated its inputs"
-            problems = spec.output_problems(got["out"], rank, inputs[rank], dims, world_size, dtype)
+            after = [got["updated"].get(name, value) for name, value in inputs[rank].items()]
+            problems = spec.output_problems(got["out"], rank, after, dims, world_size, dtype)
             assert not problems, f"{case} rank {rank}: the reference's output departs from the declaration: {problems}"
             mismatches = compare_outputs(expected[rank], got["out"], checks, case, rank)
+            golden_updated = {name: inputs[rank][name] for name in got["updated"]}
+            mismatches += compare_outputs(golden_updated, got["updated"], checks, case, rank, root="updated")
             assert not mismatches, summarize_mismatches(mismatches)
 
 

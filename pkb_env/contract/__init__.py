@@ -21,6 +21,10 @@ A task writer imports from here only:
 .. versionchanged:: 0.4
    Contract v3, inputs: meshes sized by the preset's dims, `Group` and `Comm` over several mesh dims,
    `Sparse` inputs, float64 costed on its own peaks, and `Routing` (top-k routing drawn jointly).
+   Contract v3, the output side: `InPlace` (inputs updated in place, compared after the call), outputs of
+   kind scalar, none and dict, `OnRanks` (outputs on a set of ranks), `max_shape` (variable-length outputs
+   with a bound), `dtype="complex"` and the `Fft` rule, `order_by` (float rows in any order, keyed by an
+   integer output), `ties` (the tie rule in the prompt) and `identical` (replicas bit for bit).
 """
 from pkb_env.contract.cost import COLLECTIVES, Comm, Compute, Cost, CostModel, Peaks
 from pkb_env.contract.distributions import (Bernoulli, Custom, Distribution, FromInputs, Given, Integers, Normal,
@@ -29,13 +33,13 @@ from pkb_env.contract.edges import Edge, EdgeDraw
 from pkb_env.contract.expr import Expr, ExprError
 from pkb_env.contract.families import FAMILIES
 from pkb_env.contract.inputs import InputContext, derive_seed, rank_seeds
-from pkb_env.contract.io import (DTYPES, TASK_DTYPE, Const, Group, Input, Length, Output, PerRank, Replicated, Scalar,
-                                 Sharded, Tensor)
+from pkb_env.contract.io import (DTYPES, TASK_COMPLEX, TASK_DTYPE, Const, Group, InPlace, Input, Length, OnRanks, Output,
+                                 PerRank, Replicated, Scalar, Sharded, Tensor)
 from pkb_env.contract.mesh import FLAT, GroupCache, GroupInfo, Mesh, MeshLayout, build_groups
 from pkb_env.contract.routing import Routed, RoutedLoad, Routing
 from pkb_env.contract.sparse import Sparse
 from pkb_env.contract.spec import CostContext, Preset, TaskError, TaskSpec, World, WorldSizes
-from pkb_env.contract.tolerance import (EXACT, Check, Exact, Fixed, Propagated, Relative, Rounded, Rule, Sum,
+from pkb_env.contract.tolerance import (EXACT, Check, Exact, Fft, Fixed, Propagated, Relative, Rounded, Rule, Sum,
                                         Tolerance, Ulps)
 
 __all__ = [
@@ -43,9 +47,9 @@ __all__ = [
     "Bernoulli", "Custom", "Distribution", "FromInputs", "Given", "Integers", "Normal", "OneHot", "Permutation",
     "Positive", "Uniform", "UnitRows", "Edge", "EdgeDraw", "Expr", "ExprError", "FAMILIES", "InputContext",
     "derive_seed", "rank_seeds",
-    "DTYPES", "TASK_DTYPE", "Const", "Group", "Input", "Length", "Output", "PerRank", "Replicated", "Scalar", "Sharded",
+    "DTYPES", "TASK_COMPLEX", "TASK_DTYPE", "Const", "Group", "InPlace", "Input", "Length", "OnRanks", "Output", "PerRank", "Replicated", "Scalar", "Sharded",
     "Tensor", "FLAT", "GroupCache", "GroupInfo", "Mesh", "MeshLayout", "build_groups",
     "Routed", "RoutedLoad", "Routing", "Sparse",
     "CostContext", "Preset", "TaskError", "TaskSpec", "World", "WorldSizes",
-    "EXACT", "Check", "Exact", "Fixed", "Propagated", "Relative", "Rounded", "Rule", "Sum", "Tolerance", "Ulps",
+    "EXACT", "Check", "Exact", "Fft", "Fixed", "Propagated", "Relative", "Rounded", "Rule", "Sum", "Tolerance", "Ulps",
 ]

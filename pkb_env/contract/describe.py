@@ -6,8 +6,10 @@ with what the judge makes, compares and bounds.
 from __future__ import annotations
 
 from pkb_env.contract.cost import Peaks, bound, describe_bound, describe_model
-from pkb_env.contract.io import (TASK_DTYPE, Const, Group, Output, Replicated, Scalar, Sharded, Tensor, resolve_dtype,
-                                 show_shape)
+from pkb_env.contract.expr import show
+from pkb_env.contract.io import (TASK_DTYPE, Const, Group, OnRanks, Output, Replicated, Scalar, Sharded, Tensor,
+                                 resolve_dtype, show_shape)
+from pkb_env.contract.results import UPDATED, steps
 from pkb_env.contract.spec import TaskSpec
 
 
@@ -56,36 +58,77 @@ def input_lines(task: TaskSpec, preset: str, dtype: str, world_size: int) -> lis
 
 
 def output_lines(task: TaskSpec, preset: str, dtype: str, world_size: int) -> list[str]:
-    layout = task.layout(world_size, task.preset(preset).dims)
-    env = task.env(task.preset(preset).dims, world_size)
+    """One line per compared path: what the call returns (and a dict's keys below it), then the inputs it
+    updates in place."""
+    dims = task.preset(preset).dims
+    layout = task.layout(world_size, dims)
+    env, longest = task.env(dims, world_size), task.env(dims, world_size, lengths="high")
     lines = []
-    for index, out in enumerate(task.outputs):
-        path = task.output_path(index)
+    for path, out in task.output_paths.items():
+        indent = "  " * (len(steps(path)) - 1 if path.startswith("output[") else 0)
         doc = f" -- {out.doc}" if out.doc else ""
-        if out.shape is None:
-            shape = "length depends on the data"
+        name = f" ({out.name})" if path.startswith("output") else ""
+        lead = f"{indent}- {path}{name}"
+        if path.startswith(UPDATED):
+            lines.append(f"{lead}: input {out.name} updated in place (the input's own tensor, left holding the "
+                         f"result); {_rule(task, out, dtype, dims, world_size)}{_identical(out)}{doc}")
+            continue
+        where = "" if indent else "; " + (out.only_on.describe() if isinstance(out.only_on, OnRanks) else
+                                          f"on rank {out.only_on} only, None on the others" if out.only_on else
+                                          out.layout.describe(layout))
+        if out.kind == "none":
+            lines.append(f"{lead}: always None{doc}")
+        elif out.kind == "dict":
+            lines.append(f"{lead}: a dict with exactly the keys {[f.name for f in out.fields]}{where}{doc}")
+        elif out.kind == "scalar":
+            kind = _python_type(out, dtype)
+            lines.append(f"{lead}: a Python {kind} (not a tensor){where}; {_rule(task, out, dtype, dims, world_size)}"
+                         f"{_identical(out)}{doc}")
         else:
-            shape = f"{show_shape(out.shape, out.layout, layout)} = {tuple(out.local_shape(env, layout))}"
-            if isinstance(out.layout, Sharded):
-                shape += f" (global {show_shape(out.shape, Replicated(), layout)})"
-        where = f"on rank {out.only_on} only, None on the others" if out.only_on else out.layout.describe(layout)
-        tol = task.tolerance(dtype, task.preset(preset).dims, world_size, out.name)
-        if out.compare == "unordered":
-            rule = "rows compared as a set (any order), exactly"
-        elif tol.exact or not _is_float(out, dtype):
-            rule = "compared bit-exact"
-        else:
-            rule = f"|got - expected| <= {tol.atol:.3g} + {tol.rtol:.3g} * |expected|"
-        lines.append(f"- {path} ({out.name}): {_dtype(out.dtype, dtype)} {shape}; {where}; {rule}{doc}")
+            lines.append(f"{lead}: {_out_dtype(out, dtype)} {_shape(out, env, longest, layout)}{where}; "
+                         f"{_rule(task, out, dtype, dims, world_size)}{_identical(out)}{doc}")
     return lines
+
+
+def _shape(out: Output, env, longest, layout) -> str:
+    if out.shape is None:
+        bound = ", ".join(show(s) for s in out.max_shape)
+        return (f"of variable length, at most ({bound}) = {tuple(out.bound(longest, layout))} "
+                f"(its sizes depend on the data; a rank refuses a larger one)")
+    shape = f"{show_shape(out.shape, out.layout, layout)} = {tuple(out.local_shape(env, layout))}"
+    if isinstance(out.layout, Sharded):
+        shape += f" (global {show_shape(out.shape, Replicated(), layout)})"
+    return shape
+
+
+def _rule(task: TaskSpec, out: Output, dtype: str, dims, world_size: int) -> str:
+    tol = task.tolerance(dtype, dims, world_size, out)
+    ties = f"; ties: {out.ties}" if out.ties else ""
+    if out.compare == "unordered":
+        return f"rows compared as a set (any order), exactly{ties}"
+    order = f"rows in any order: both sides' rows put in the order of their own {out.order_by}, then " \
+        if out.order_by else ""
+    if tol.exact or not _is_float(out, dtype):
+        return f"{order}compared bit-exact{ties}"
+    parts = " on real and imaginary parts" if out.resolve_dtype(dtype).is_complex else ""
+    return f"{order}|got - expected| <= {tol.atol:.3g} + {tol.rtol:.3g} * |expected|{parts}{ties}"
+
+
+def _identical(out: Output) -> str:
+    return "; every rank holding the same block returns the same bits" if out.identical else ""
+
+
+def _python_type(out: Output, dtype: str) -> str:
+    torch_dtype = out.resolve_dtype(dtype)
+    return "bool" if str(torch_dtype) == "torch.bool" else "float" if torch_dtype.is_floating_point else "int"
 
 
 def tolerance_lines(task: TaskSpec, preset: str, dtype: str, world_size: int) -> list[str]:
     dims = task.preset(preset).dims
     outputs_by_reason: dict[str, list[str]] = {}
-    for out in task.outputs:
-        if out.compare == "close" and _is_float(out, dtype):
-            reason = task.tolerance(dtype, dims, world_size, out.name).reason
+    for out in task.output_paths.values():
+        if out.kind in ("tensor", "scalar") and out.compare == "close" and _is_float(out, dtype):
+            reason = task.tolerance(dtype, dims, world_size, out).reason
             outputs_by_reason.setdefault(reason, []).append(out.name)
     several = len(outputs_by_reason) > 1  # then each line names the outputs it applies to
     lines = [f"Tolerance{' of ' + ', '.join(names) if several else ''}: {reason}."
@@ -114,6 +157,10 @@ def _dtype(name: str, task_dtype: str) -> str:
     return str(resolve_dtype(name, task_dtype)).removeprefix("torch.") if name != TASK_DTYPE else task_dtype
 
 
+def _out_dtype(out: Output, task_dtype: str) -> str:
+    return task_dtype if out.dtype == TASK_DTYPE else str(out.resolve_dtype(task_dtype)).removeprefix("torch.")
+
+
 def _is_float(out: Output, task_dtype: str) -> bool:
-    dtype = resolve_dtype(out.dtype, task_dtype)
+    dtype = out.resolve_dtype(task_dtype)
     return dtype.is_floating_point or dtype.is_complex

@@ -263,41 +263,181 @@ Input = Union[Tensor, Scalar, Const, Group]
 # -- outputs ------------------------------------------------------------------------------------------
 
 COMPARES = ("close", "exact", "unordered")
+KINDS = ("tensor", "scalar", "none", "dict")
+TASK_COMPLEX = "complex"
+"""An output dtype: the complex type of the trial's dtype (complex64 for float32, complex128 for float64).
+
+No complex type exists for bfloat16, and torch's complex32 (for float16) is experimental: no FFT on the
+CPU, no `torch.equal`. A task with such an output takes float32 or float64 only; an FFT that reads 16-bit
+inputs and returns fp32 spectra declares `dtype="complex64"` instead (docs/task_contract.md)."""
+COMPLEX_OF = {"float32": "complex64", "float64": "complex128"}
+
+
+class OnRanks:
+    """A set of ranks, for an output that exists only there (None elsewhere): the ranks whose mesh
+    coordinates equal the given values, each a size expression. `OnRanks(dp=0)`: the ranks at coordinate 0
+    of dp (one replica of a data-parallel group); `OnRanks(world="W - 1")`: the last rank of a flat mesh;
+    `OnRanks(dp=0, tp=0)`: one rank of a dp x tp mesh."""
+
+    def __init__(self, **coordinates: Size):
+        if not coordinates:
+            raise ValueError("OnRanks needs at least one coordinate, e.g. OnRanks(dp=0)")
+        self.coordinates = tuple((name, as_expr(value)) for name, value in sorted(coordinates.items()))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OnRanks) and other.coordinates == self.coordinates
+
+    def __hash__(self) -> int:
+        return hash(self.coordinates)
+
+    def __repr__(self) -> str:
+        return f"OnRanks({', '.join(f'{n}={str(v)!r}' for n, v in self.coordinates)})"
+
+    def holds(self, rank: int, env: Mapping[str, float], layout: MeshLayout) -> bool:
+        coords = layout.coords(rank)
+        return all(coords[name] == value.integer(env) for name, value in self.coordinates)
+
+    def describe(self) -> str:
+        return "on the ranks with " + " and ".join(f"{n} = {show(v)}" for n, v in self.coordinates) + \
+            " only, None on the others"
 
 
 @dataclass(frozen=True)
 class Output:
-    """An output. `shape=None` means its length depends on the data (compared by content, see `compare`).
+    """An output (docs/task_contract.md, "Outputs" and "Contract v3: outputs").
 
-    compare: "close" (floats at the task's tolerance; integers and booleans exactly), "exact" (bit-exact
-    whatever the dtype: data movement), "unordered" (rows along dim 0 may come in any order: both sides
-    are sorted before an exact comparison; for integer and boolean outputs).
-    only_on: the name of a Scalar input holding a rank; the output exists on that rank, None elsewhere.
+    kind: "tensor" (default); "scalar" (a Python number: float for floating dtypes, int for integer ones,
+    bool for bool; a 0-dim tensor is a tensor of shape ()); "none" (always None: a slot of a tuple that
+    the function fills with None); "dict" (`fields`: one Output per key, each compared by its own rule; a
+    missing or extra key is a mismatch naming the key).
+    shape: as for inputs (GLOBAL for `Sharded`); None for a variable-length tensor, which must declare
+    `max_shape` (a bound per dim, checked in the rank before the output travels; compared by content).
+    dtype: "task", a fixed name, or "complex" (the complex type of the task dtype, COMPLEX_OF).
+    compare: "close" (floats at the tolerance; integers and booleans exactly), "exact" (bit-exact whatever
+    the dtype: data movement), "unordered" (rows along dim 0 may come in any order: both sides are sorted
+    before an exact comparison; for integer and boolean outputs; float rows use `order_by`).
+    order_by: the name of an integer output whose rows (unique per rank) are this output's row ids: both
+    sides are put in the order of their own ids, then compared by `compare` (floats at the tolerance).
+    only_on: the name of a Scalar input holding a rank, or an `OnRanks` set; None on the other ranks.
+    identical: ranks that hold the same block by the layout (every rank, for Replicated) must return
+    bit-identical values, beside each being close to the reference (replicas of parameters).
+    ties: how the statement breaks ties, in words shown in the prompt ("the lower index first").
+    inplace: set by `InPlace`: the final value of the input of this name, compared after the call.
     tolerance: this output's own rule where it differs from the task's.
     """
 
     name: str
-    shape: tuple[Size, ...] | None
+    shape: tuple[Size, ...] | None = None
     dtype: str = TASK_DTYPE
     layout: Layout = field(default_factory=PerRank)
     compare: str = "close"
-    only_on: str | None = None
+    only_on: str | OnRanks | None = None
     tolerance: Rule | None = None
     doc: str = ""
+    kind: str = "tensor"
+    fields: tuple["Output", ...] = ()
+    max_shape: tuple[Size, ...] | None = None
+    order_by: str | None = None
+    ties: str = ""
+    identical: bool = False
+    inplace: bool = False
 
     def __post_init__(self) -> None:
+        where = f"output {self.name}"
+        if self.fields and self.kind == "tensor":
+            object.__setattr__(self, "kind", "dict")
+        if self.kind not in KINDS:
+            raise ValueError(f"{where}: kind must be one of {KINDS}, got {self.kind!r}")
         if self.shape is not None:
-            object.__setattr__(self, "shape", _shape(self.shape, f"output {self.name}"))
-        _check_dtype(self.dtype, f"output {self.name}")
+            object.__setattr__(self, "shape", _shape(self.shape, where))
+        if self.max_shape is not None:
+            object.__setattr__(self, "max_shape", _shape(self.max_shape, f"{where}'s max_shape"))
+        if self.dtype != TASK_COMPLEX:
+            _check_dtype(self.dtype, where)
         if self.compare not in COMPARES:
-            raise ValueError(f"output {self.name}: compare must be one of {COMPARES}, got {self.compare!r}")
-        if self.compare == "unordered" and (self.dtype == TASK_DTYPE or DTYPES[self.dtype].is_floating_point
-                                            or DTYPES[self.dtype].is_complex):
-            raise ValueError(f"output {self.name}: unordered comparison sorts rows, which is only stable for "
-                             f"integer and boolean outputs")
+            raise ValueError(f"{where}: compare must be one of {COMPARES}, got {self.compare!r}")
+        self._check_kind(where)
+        if self.compare == "unordered" and self._floating_or_task:
+            raise ValueError(f"{where}: unordered comparison sorts rows, which is only stable for integer and boolean "
+                             f"outputs; for float rows in any order declare order_by='<an integer id output>'")
+        if self.order_by is not None and (self.compare == "unordered" or self.kind != "tensor"):
+            raise ValueError(f"{where}: order_by puts a tensor's rows in the order of its ids, then compares them "
+                             f"by compare='close' or 'exact'; it does not combine with compare='unordered'")
+        unresolved = self.inplace and self.shape is None  # InPlace: the input's layout is filled in later
+        if self.identical and not unresolved and (self.kind not in ("tensor", "scalar")
+                                                  or isinstance(self.layout, PerRank) and self.layout.over is None):
+            raise ValueError(f"{where}: identical=True needs a layout under which several ranks hold the same "
+                             f"values (Replicated, Sharded(over=...), PerRank(over=...))")
+
+    def _check_kind(self, where: str) -> None:
+        if self.kind == "tensor":
+            if self.shape is None and self.max_shape is None and not self.inplace:
+                raise ValueError(f"{where}: declare its shape, or for a variable-length output its bound "
+                                 f"max_shape=(...) (one size expression per dim)")
+            if self.shape is not None and self.max_shape is not None:
+                raise ValueError(f"{where}: declare shape (fixed) or max_shape (variable length), not both")
+            return
+        if self.max_shape is not None or self.order_by is not None or self.compare == "unordered":
+            raise ValueError(f"{where}: max_shape, order_by and compare='unordered' apply to tensor outputs")
+        if self.kind == "scalar":
+            if self.shape not in (None, ()):
+                raise ValueError(f"{where}: a scalar output has no shape (a 0-dim tensor is kind='tensor', "
+                                 f"shape=())")
+            if self.dtype == TASK_COMPLEX or self.dtype != TASK_DTYPE and DTYPES[self.dtype].is_complex:
+                raise ValueError(f"{where}: a scalar output is a Python float, int or bool")
+        elif self.kind == "none":
+            if self.shape is not None or self.fields or self.identical:
+                raise ValueError(f"{where}: a kind='none' output is always None; it takes no shape or fields")
+        else:
+            names = [f.name for f in self.fields]
+            if not names or len(set(names)) != len(names):
+                raise ValueError(f"{where}: a dict output declares its keys as fields=(Output(...), ...), "
+                                 f"with unique names")
+            if self.shape is not None:
+                raise ValueError(f"{where}: a dict output has no shape; its fields have theirs")
+            for sub in self.fields:
+                if sub.only_on is not None or sub.inplace or sub.order_by is not None:
+                    raise ValueError(f"{where}: field {sub.name} cannot declare only_on, inplace or order_by "
+                                     f"(declare them on the dict output)")
+
+    @property
+    def _floating_or_task(self) -> bool:
+        return self.dtype in (TASK_DTYPE, TASK_COMPLEX) or DTYPES[self.dtype].is_floating_point \
+            or DTYPES[self.dtype].is_complex
+
+    def resolve_dtype(self, task_dtype: str) -> torch.dtype:
+        """The output's torch dtype at the trial's task dtype ("complex" follows COMPLEX_OF)."""
+        if self.dtype == TASK_COMPLEX:
+            if task_dtype not in COMPLEX_OF:
+                raise ValueError(f"output {self.name}: no complex type matches task dtype {task_dtype} (torch has "
+                                 f"no complex bfloat16 and complex32 is experimental); the task takes "
+                                 f"{', '.join(COMPLEX_OF)} only")
+            return DTYPES[COMPLEX_OF[task_dtype]]
+        return resolve_dtype(self.dtype, task_dtype)
 
     def local_shape(self, env: Mapping[str, float], layout: MeshLayout) -> tuple[int, ...] | None:
         return None if self.shape is None else local_shape(self.shape, self.layout, env, layout)
+
+    def bound(self, env: Mapping[str, float], layout: MeshLayout) -> tuple[int, ...] | None:
+        """The largest local shape a variable-length output may have (max_shape, per dim); None if fixed."""
+        return None if self.max_shape is None else local_shape(self.max_shape, self.layout, env, layout)
+
+    def holds(self, rank: int, values: Mapping[str, Any], env: Mapping[str, float], layout: MeshLayout) -> bool:
+        """Whether the output exists on `rank` (only_on), given this call's arguments by name."""
+        if self.only_on is None:
+            return True
+        if isinstance(self.only_on, OnRanks):
+            return self.only_on.holds(rank, env, layout)
+        return values[self.only_on] == rank
+
+
+def InPlace(name: str, compare: str = "close", tolerance: Rule | None = None, identical: bool = False,
+            doc: str = "") -> Output:
+    """State updated in place: the tensor input `name` is also an output, compared after the call like one
+    (its shape, dtype and layout are the input's; TaskSpec fills them in). Optimizer moments, ZeRO shards,
+    gradients scaled by clip-grad-norm. Every other input must still be left unchanged, and every call gets
+    fresh inputs, so nothing carries from one call to the next."""
+    return Output(name, compare=compare, tolerance=tolerance, identical=identical, doc=doc, inplace=True)
 
 
 def local_shape(shape: tuple[Expr, ...], placement: Layout, env: Mapping[str, float],

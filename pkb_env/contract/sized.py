@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from pkb_env.contract.cost import COLLECTIVES, Comm, group_size
-from pkb_env.contract.io import DTYPES, Output, PerRank, Replicated, Sharded, Tensor, resolve_dtype
+from pkb_env.contract.io import DTYPES, OnRanks, Output, PerRank, Replicated, Sharded, Tensor, resolve_dtype
 from pkb_env.contract.mesh import MeshLayout
 from pkb_env.contract.routing import RoutedLoad, balanced_load
 from pkb_env.contract.sparse import parts
@@ -61,23 +61,26 @@ class CostContext(Sized):
         """Bytes of one rank's copy of a declared tensor input or output (the local block if sharded; at
         their smallest for shapes that name a Length)."""
         for decl in (*self.inputs, *self.outputs):
-            if decl.name == name and isinstance(decl, (Tensor, Output)):
+            if decl.name == name and (isinstance(decl, Tensor) or isinstance(decl, Output) and decl.kind == "tensor"):
                 shape = decl.local_shape(self.sizes, self.layout)
                 if shape is None:
-                    raise ValueError(f"{name} has a data-dependent shape; count its bytes in the cost function")
-                itemsize = resolve_dtype(decl.dtype, self.dtype).itemsize
+                    raise ValueError(f"{name} has a data-dependent shape: a cost model is a lower bound and cannot "
+                                     f"count it at its bound (max_shape); count its least bytes in the cost "
+                                     f"function")
+                dtype = decl.resolve_dtype(self.dtype) if isinstance(decl, Output) else resolve_dtype(decl.dtype,
+                                                                                                      self.dtype)
                 if getattr(decl, "sparse", None) is not None:   # a sparse input: its values and indices
-                    return decl.sparse.stored_bytes(shape, itemsize, self.sizes)
+                    return decl.sparse.stored_bytes(shape, dtype.itemsize, self.sizes)
                 numel = 1
                 for s in shape:
                     numel *= s
-                return numel * resolve_dtype(decl.dtype, self.dtype).itemsize
+                return numel * dtype.itemsize
         raise KeyError(f"no tensor input or output named {name!r}")
 
     def io_bytes(self) -> int:
         """Bytes every rank must at least read (its tensor inputs) and write (its outputs) once."""
         names = [d.name for d in (*self.inputs, *self.outputs)
-                 if isinstance(d, (Tensor, Output)) and d.shape is not None]
+                 if isinstance(d, Tensor) or isinstance(d, Output) and d.kind == "tensor" and d.shape is not None]
         return sum(self.nbytes(n) for n in names)
 
     def bus_bytes(self, comms: Sequence[Comm]) -> float:
@@ -137,9 +140,27 @@ class World(Sized):
         decl = next((d for d in self.outputs if d.name == output), None)
         if decl is None:
             raise KeyError(f"no output named {output!r}")
-        if isinstance(decl.layout, Replicated):
+        if isinstance(decl.layout, PerRank):
+            raise ValueError(f"output {output} is PerRank: build its per-rank list in the golden directly")
+        copies = self._blocks(value, decl.layout)
+        if isinstance(decl.only_on, OnRanks):  # None off its ranks (a Scalar's rank is known only per call)
+            return [c if decl.only_on.holds(r, self.sizes, self.layout) else None for r, c in enumerate(copies)]
+        return copies
+
+    def update(self, inputs: list[dict[str, Any]], name: str, value: torch.Tensor) -> None:
+        """Write a global value of an input updated in place (InPlace) into every rank's copy or block of it,
+        as the reference leaves them: the golden's side of state updated in place."""
+        decl = next((d for d in self.inputs if d.name == name and isinstance(d, Tensor)), None)
+        if decl is None or not any(o.inplace and o.name == name for o in self.outputs):
+            raise KeyError(f"no input named {name!r} is updated in place (declare InPlace({name!r}))")
+        if isinstance(decl.layout, PerRank):
+            raise ValueError(f"input {name} is PerRank: update inputs[rank][{name!r}] in the golden directly")
+        for args, block in zip(inputs, self._blocks(value, decl.layout)):
+            args[name].copy_(block)
+
+    def _blocks(self, value: torch.Tensor, layout: Replicated | Sharded) -> list[torch.Tensor]:
+        """One copy (Replicated) or block (Sharded) of a global value per rank."""
+        if isinstance(layout, Replicated):
             return [value.clone() for _ in range(self.world_size)]
-        if isinstance(decl.layout, Sharded):
-            chunks = value.chunk(decl.layout.blocks(self.layout), dim=decl.layout.axis)
-            return [chunks[decl.layout.block_index(self.layout, r)].clone() for r in range(self.world_size)]
-        raise ValueError(f"output {output} is PerRank: build its per-rank list in the golden directly")
+        chunks = value.chunk(layout.blocks(self.layout), dim=layout.axis)
+        return [chunks[layout.block_index(self.layout, r)].clone() for r in range(self.world_size)]

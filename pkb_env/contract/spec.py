@@ -17,13 +17,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from pkb_env.contract import results
 from pkb_env.contract.cost import Cost, CostModel
 from pkb_env.contract.expr import ExprError, Size, as_expr
 from pkb_env.contract.edges import Edge
 from pkb_env.contract.families import FAMILIES
 from pkb_env.contract.inputs import InputContext, RankSeeds, make_inputs, reads, size_env
-from pkb_env.contract.io import (DTYPES, Group, Input, Length, Output, PerRank, Replicated, Scalar, Tensor,
-                                 mesh_dims, resolve_dtype)
+from pkb_env.contract.io import DTYPES, Group, Input, Length, Output, PerRank, Replicated, Scalar, Tensor, mesh_dims
 from pkb_env.contract.mesh import FLAT, Mesh, MeshError, MeshLayout
 from pkb_env.contract.routing import Routed, Routing, realised_load
 from pkb_env.contract.sized import CostContext, World
@@ -133,6 +133,13 @@ class TaskSpec:
             raise TaskError(f"{where}: declare at least one output")
         if self.returns not in ("auto", "tuple", "dict"):
             raise TaskError(f"{where}: returns must be 'auto', 'tuple' or 'dict'")
+        if self.returns != "auto" and all(o.inplace for o in self.outputs):
+            raise TaskError(f"{where}: returns={self.returns!r} but every output is an InPlace input; leave "
+                            f"returns='auto' (the function returns None)")
+        try:
+            object.__setattr__(self, "outputs", results.resolve_inplace(self.inputs, self.outputs, where))
+        except ValueError as exc:
+            raise TaskError(str(exc)) from None
         if not {"tiny", "bench"} <= set(self.presets):
             raise TaskError(f"{where}: needs presets 'tiny' and 'bench', has {sorted(self.presets)}")
         for dtype in self.dtypes:
@@ -150,9 +157,11 @@ class TaskSpec:
                 raise TaskError(f"{where}: the mesh {self.mesh.describe()} names {', '.join(sorted(missing))}, "
                                 f"which preset {preset_name} does not define")
         scalars = {d.name for d in self.inputs if isinstance(d, Scalar)}
-        for out in self.outputs:
-            if out.only_on is not None and out.only_on not in scalars:
-                raise TaskError(f"{where}: output {out.name} only_on={out.only_on!r} must name a Scalar input")
+        try:
+            results.check_outputs(self.outputs, scalars, self.mesh.names, {n.name for n in self.lengths},
+                                  self.dtypes, where)
+        except ValueError as exc:
+            raise TaskError(str(exc)) from None
         for decl in (*self.inputs, *self.outputs, *self.lengths):
             placement = getattr(decl, "layout", None)
             dims = list(decl.dims) if isinstance(decl, Group) else list(mesh_dims(getattr(placement, "over", None)))
@@ -160,11 +169,6 @@ class TaskSpec:
                 if dim not in self.mesh.names:
                     raise TaskError(f"{where}: {decl.name} refers to mesh dimension {dim!r}; the mesh has "
                                     f"{', '.join(self.mesh.names)}")
-        lengths = {n.name for n in self.lengths}
-        for out in self.outputs:
-            if out.shape is not None and any(size.names & lengths for size in out.shape):
-                raise TaskError(f"{where}: output {out.name}'s shape names a Length, whose value differs per call; "
-                                f"declare shape=None (its length depends on the data)")
         self._check_reads(where)
         self._check_routings(where)
         tensors = {d.name for d in self.inputs if isinstance(d, Tensor)}
@@ -307,8 +311,10 @@ class TaskSpec:
         p = self.preset(preset)
         dtype = dtype or p.dtype
         env, layout = self.env(p.dims, world_size), self.layout(world_size, p.dims)
-        size = sum(math.prod(o.local_shape(env, layout)) * resolve_dtype(o.dtype, dtype).itemsize
-                   for o in self.outputs if o.shape is not None)
+        high = self.env(p.dims, world_size, lengths="high")
+        size = sum(math.prod(o.bound(high, layout) if o.shape is None else o.local_shape(env, layout))
+                   * o.resolve_dtype(dtype).itemsize
+                   for path, o in self.output_paths.items() if o.kind == "tensor" and not o.inplace)
         if size <= MAX_OUTPUT_BYTES:
             return None
         narrower = ", a 16-bit dtype" if DTYPES[dtype].itemsize > 2 else ""
@@ -353,71 +359,71 @@ class TaskSpec:
 
     # -- outputs and tolerances -----------------------------------------------------------------------
     def tolerance(self, dtype: str, dims: Mapping[str, int], world_size: int,
-                  output: str | None = None) -> Tolerance:
-        """The closeness a correct answer must reach for `output` (default: the task's rule at the task
-        dtype); an output of another dtype than the task's (an fp32 loss) is rounded last in its own."""
+                  output: str | Output | None = None) -> Tolerance:
+        """The closeness a correct answer must reach for `output` (a name or a declaration; default: the
+        task's rule at the task dtype); an output of another dtype than the task's (an fp32 loss) is rounded
+        last in its own."""
         rule, output_dtype = self.tolerance_rule, None
         if output is not None:
-            decl = self._output(output)
+            decl = output if isinstance(output, Output) else self._output(output)
             if decl.compare != "close":
                 return EXACT
-            rule, output_dtype = decl.tolerance or rule, resolve_dtype(decl.dtype, dtype)
+            rule, output_dtype = decl.tolerance or rule, decl.resolve_dtype(dtype)
         return rule(DTYPES[dtype], self.env(dims, world_size), output_dtype)
 
+    @property
+    def output_paths(self) -> dict[str, Output]:
+        """Every compared path of a call (contract/results.py) and its declaration."""
+        return results.paths(self.outputs, self._returns)
+
     def output_checks(self, dtype: str, dims: Mapping[str, int], world_size: int) -> dict[str, Check]:
-        """How each output path is compared: its tolerance, and whether rows may come in any order."""
+        """How each output path is compared: its tolerance, the order of its rows, whether replicas agree."""
+        table = self.output_paths
+        paths = {decl.name: path for path, decl in table.items() if path.count("[") <= 1}
         checks = {}
-        for index, out in enumerate(self.outputs):
-            tol = self.tolerance(dtype, dims, world_size, out.name)
-            checks[self.output_path(index)] = Check(tol, unordered=out.compare == "unordered")
+        for path, out in table.items():
+            if out.kind in ("dict", "none"):
+                continue
+            tol = self.tolerance(dtype, dims, world_size, out)
+            key = paths[out.order_by] if out.order_by is not None else None
+            checks[path] = Check(tol, unordered=out.compare == "unordered", order_by=key, identical=out.identical)
         return checks
 
+    @property
+    def inplace_positions(self) -> dict[str, int]:
+        """Input name -> its position among the arguments, for every input updated in place."""
+        index = {d.name: i for i, d in enumerate(self.inputs)}
+        return {o.name: index[o.name] for o in self.outputs if o.inplace}
+
+    def inplace_arguments(self) -> dict[str, str]:
+        """Argument path (as the ranks' fingerprints name inputs) -> the path of its in-place result."""
+        return {f"argument[{i}]": f"{results.UPDATED}[{name!r}]" for name, i in self.inplace_positions.items()}
+
     def output_path(self, index: int) -> str:
-        if self._returns == "tensor":
-            return "output"
-        if self._returns == "dict":
-            return f"output[{self.outputs[index].name!r}]"
-        return f"output[{index}]"
+        """The path of `self.outputs[index]` (InPlace outputs: `updated['name']`)."""
+        target = self.outputs[index]
+        return next(path for path, decl in self.output_paths.items() if decl is target)
 
     @property
     def _returns(self) -> str:
-        if self.returns == "auto":
-            return "tensor" if len(self.outputs) == 1 else "tuple"
-        return self.returns
+        return results.returns_of(self.outputs, self.returns)
 
     def output_problems(self, out: Any, rank: int, args: Sequence[Any], dims: Mapping[str, int],
                         world_size: int, dtype: str) -> list[str]:
-        """Where a rank's output departs from the declaration (structure, None-ness, shape, dtype)."""
-        layout = self.layout(world_size, dims)
-        env = self.env(dims, world_size)
+        """Where a rank's output departs from the declaration (structure, None-ness, kinds, shapes, bounds,
+        dtypes); `args` are the call's arguments AFTER the call (the in-place results)."""
         values = dict(zip(self.parameters, args))
-        if self._returns == "tensor":
-            items = [out]
-        elif self._returns == "dict":
-            if not isinstance(out, dict) or set(out) != {o.name for o in self.outputs}:
-                return [f"expected a dict with keys {[o.name for o in self.outputs]}, got {type(out).__name__}"]
-            items = [out[o.name] for o in self.outputs]
-        else:
-            if not isinstance(out, (tuple, list)) or len(out) != len(self.outputs):
-                return [f"expected a tuple of {len(self.outputs)} outputs, got {type(out).__name__}"]
-            items = list(out)
-        problems = []
-        for index, (decl, value) in enumerate(zip(self.outputs, items)):
-            path = self.output_path(index)
-            if decl.only_on is not None and values[decl.only_on] != rank:
-                if value is not None:
-                    problems.append(f"{path}: expected None off rank {decl.only_on}")
-                continue
-            if not isinstance(value, torch.Tensor):
-                problems.append(f"{path}: expected a tensor, got {type(value).__name__}")
-                continue
-            want_dtype = resolve_dtype(decl.dtype, dtype)
-            if value.dtype != want_dtype:
-                problems.append(f"{path}: dtype {value.dtype}, declared {want_dtype}")
-            shape = decl.local_shape(env, layout)
-            if shape is not None and tuple(value.shape) != shape:
-                problems.append(f"{path}: shape {tuple(value.shape)}, declared {shape}")
-        return problems
+        updated = {o.name: values[o.name] for o in self.outputs if o.inplace}
+        env = self.env(dims, world_size, lengths="high")  # shapes name no Length; bounds may, at their largest
+        return results.problems(self.output_paths, out, updated, rank, values, dtype, env,
+                                self.layout(world_size, dims), self._returns)
+
+    def bound_problems(self, out: Any, dims: Mapping[str, int], world_size: int) -> list[str]:
+        """Variable-length outputs beyond their declared bound (ranks/outputs checks this in the rank, before
+        the output travels); bounds may name a Length, at its largest."""
+        env, layout = self.env(dims, world_size, lengths="high"), self.layout(world_size, dims)
+        return [problem for path, decl in self.output_paths.items() if decl.max_shape is not None
+                for problem in results.bound_problem(path, decl, results.at(out, path), env, layout)]
 
     def _output(self, name: str) -> Output:
         for out in self.outputs:

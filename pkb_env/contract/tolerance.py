@@ -34,6 +34,8 @@ The model (u = unit roundoff of the precision, 2^-8 for bf16, 2^-11 fp16, 2^-24 
   fp32 scales): two correct algorithms may land up to n representable steps apart (a rounding
   midpoint crossed by the last bit of the input to the rounding). atol = n subnormal steps of that
   dtype, rtol = n * 2u (a step is at most 2u of the value).
+* `Fft(points=N, magnitude=s)`: a Fourier transform of N points (complex outputs, both parts): log2(N)
+  butterfly stages each round once; atol += 4*u*s*log2(N).
 * `Fixed({dtype: Tolerance})` for error that has no such model (iterative methods), with the measured
   reason; `Exact(reason)` for data movement, integer and boolean outputs.
 Rules add: `Sum(...) + Rounded(...)` sums the atols and keeps the larger rtol.
@@ -64,10 +66,19 @@ class Tolerance:
 
 @dataclass(frozen=True)
 class Check:
-    """How one output is compared: its tolerance, and whether rows (dim 0) may come in any order."""
+    """How one output is compared: its tolerance; whether rows (dim 0) may come in any order (`unordered`:
+    sorted; `order_by`: the path of the integer output whose rows give both sides' order); whether ranks
+    holding the same block must agree bit for bit (`identical`)."""
 
     tolerance: Tolerance
     unordered: bool = False
+    order_by: str | None = None
+    identical: bool = False
+
+    @property
+    def order(self) -> bool | str:
+        """How the ranks' fingerprints order rows (the wire's Rule): False, True (sorted) or the key's path."""
+        return self.order_by if self.order_by is not None else self.unordered
 
 
 EXACT = Tolerance(0.0, 0.0, "pure data movement: every element must arrive bit-exact")
@@ -219,6 +230,28 @@ class Relative(_Float):
     def describe(self) -> str:
         return (f"{self.what or 'relative errors'}: {show(self.terms)} roundings "
                 f"({'the dtype' if self.accumulate == 'dtype' else 'fp32'}) relative to each value")
+
+
+class Fft(_Float):
+    """A discrete Fourier transform of `points` points whose outputs have RMS `magnitude` (a complex output
+    is compared on both parts): each of the log2(points) butterfly stages rounds once, so the error grows
+    like u log2(N) times the outputs' magnitude. atol += 4 u log2(N) s. Measured (torch.fft.rfft in float32
+    against float64, unit-normal rows, 20 draws of 8 rows): the largest error is 0.80-1.24 u log2(N) s for
+    N = 16 to 65536, so the reference stays within a third of the allowance and any FFT ordering of the
+    same stages within it."""
+
+    def __init__(self, points: Size, magnitude: Size = 1, what: str = ""):
+        self.points, self.magnitude, self.what = as_expr(points), as_expr(magnitude), what
+
+    def atol(self, dtype, env):
+        u = unit_roundoff(dtype)
+        n, s = self.points.real(env), self.magnitude.real(env)
+        value = 4 * u * math.log2(max(n, 2)) * s
+        return value, (f"{self.what or 'FFT'}: {n:g} points, outputs of RMS {s:.3g}, rounded in {_name(dtype)} at "
+                       f"each of log2(N) stages -> 4*u*log2(N)*s = {value:.3g}")
+
+    def describe(self) -> str:
+        return f"{self.what or 'FFT'} of {show(self.points)} points, outputs of RMS {show(self.magnitude)}"
 
 
 class Ulps(Rule):

@@ -15,7 +15,7 @@ failed or said something no honest rank says (the judge turns each RankFailure i
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, TypeVar
 
 from pkb_env.executors.builds import BuildOutcome
@@ -39,6 +39,7 @@ class TrialOutputs:
     shares: list[list[int]]       # per rank: earlier trials whose output memory this output shares
     input_bytes: int = 0          # the largest rank's, for the timing plan (believed from the reference only)
     output_bytes: int = 0
+    updated: list[Any] = field(default_factory=list)  # per rank: {input name: final value} of in-place inputs
 
 
 @dataclass

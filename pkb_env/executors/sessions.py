@@ -49,8 +49,10 @@ class Session:
         results = []
         for k in range(count):
             per_rank = [got[r][k] for r in range(self.world_size)]
+            payloads = [self._unpack(d, r, Trials.label) for r, d in enumerate(per_rank)]
             results.append(TrialOutputs(
-                outputs=[self._unpack(d, r, Trials.label)["output"] for r, d in enumerate(per_rank)],
+                outputs=[p.get("output") for p in payloads],
+                updated=[p.get("updated") for p in payloads],
                 seconds=[d.header["seconds"] for d in per_rank],
                 aliases=[d.header["aliases"] for d in per_rank],
                 mutated=[d.header["mutated"] for d in per_rank],

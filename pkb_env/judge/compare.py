@@ -29,7 +29,7 @@ from typing import Any, Mapping, Union
 import numpy as np
 import torch
 
-from pkb_env.contract import Check, Tolerance
+from pkb_env.contract import Check, Tolerance, results
 from pkb_env.record import Mismatch
 
 Checks = Union[Tolerance, Check, Mapping[str, Check]]
@@ -38,15 +38,36 @@ _CHUNK = 1 << 22  # elements per step of the float64 check: bounds the judge's e
 _LARGEST = torch.finfo(torch.float64).max
 
 
-def compare_outputs(expected: Any, got: Any, checks: Checks, trial: str, rank: int) -> list[Mismatch]:
+def compare_outputs(expected: Any, got: Any, checks: Checks, trial: str, rank: int, root: str = "output",
+                    ) -> list[Mismatch]:
     """Every difference between `got` and `expected`; `checks` is one tolerance for everything, or a check
-    per output path (TaskSpec.output_checks). An empty list means equal."""
+    per path (TaskSpec.output_checks). `root` names the values in paths: "output" for what the call
+    returned, "updated" for the in-place results (a dict by input name). An empty list means equal."""
     if isinstance(checks, Tolerance):
         checks = Check(checks)
-    table = {"output": checks} if isinstance(checks, Check) else dict(checks)
+    table = {root: checks} if isinstance(checks, Check) else dict(checks)
+    expected, got = _keyed_order(expected, got, table, root)
     out: list[Mismatch] = []
-    _compare(expected, got, "output", table, trial, rank, out)
+    _compare(expected, got, root, table, trial, rank, out)
     return out
+
+
+def _keyed_order(expected: Any, got: Any, table: Mapping[str, Check], root: str) -> tuple[Any, Any]:
+    """Both sides with the rows of every `order_by` output put in the order of their own ids (the key
+    output's rows, lexicographic; ids are unique per rank, so the order is defined). Where a side's ids are
+    missing or do not match the rows in number, it is left as it is: the walk reports the difference."""
+    for path, check in table.items():
+        if check.order_by is None or not path.startswith(root):
+            continue
+        sides = []
+        for value in (expected, got):
+            rows, ids = results.at(value, path), results.at(value, check.order_by)
+            if (isinstance(rows, torch.Tensor) and isinstance(ids, torch.Tensor) and rows.dim() and ids.dim()
+                    and rows.shape[0] == ids.shape[0]):
+                value = results.with_value(value, path, rows[results.row_order(ids.to("cpu")).to(rows.device)])
+            sides.append(value)
+        expected, got = sides
+    return expected, got
 
 
 def _check_for(path: str, table: Mapping[str, Check]) -> Check:
@@ -91,6 +112,8 @@ def _compare(expected: Any, got: Any, path: str, table: Mapping[str, Check], tri
             if numbers:
                 if check.unordered:
                     numbers["message"] += " (rows compared as a set: both sides sorted)"
+                if check.order_by is not None:
+                    numbers["message"] += f" (rows put in the order of {check.order_by} on both sides)"
                 miss(**numbers)
     elif expected is None:
         if got is not None:

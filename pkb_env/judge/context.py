@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from pkb_env.contract import Check, CostModel, derive_seed
 from pkb_env.contract.spec import TaskSpec
+from pkb_env.judge.replicas import replica_groups
 from pkb_env.judge.seeds import SeedPlan
 from pkb_env.judge.timing import BurstLog
 from pkb_env.wire.requests import Rules, Seeds, TaskWorkload
@@ -28,6 +29,7 @@ class StepContext:
     seeds: SeedPlan              # this step's secret, handed out rank by rank
     checks: dict[str, Check]     # how each output path is compared (the task's tolerance at this dtype and size)
     rules: Rules                 # the same checks as the ranks fingerprint with them
+    replicas: dict[str, list[list[int]]]  # identical outputs: the ranks that must return the same bits
     cost: CostModel              # the task's cost model at this size, world size and dtype
     trials: int
     deadline: float              # the step's hard end (time.monotonic()): JudgeConfig.step_budget_s
@@ -38,9 +40,13 @@ class StepContext:
         """`rng`: where inputs are drawn ("device" where the reference's ranks are on GPUs too, else "cpu")."""
         dims = task.preset(preset).dims
         checks = task.output_checks(dtype, dims, world_size)
-        rules = {path: (c.tolerance.atol, c.tolerance.rtol, c.unordered) for path, c in checks.items()}
+        rules = {path: (c.tolerance.atol, c.tolerance.rtol, c.order) for path, c in checks.items()
+                 if path.startswith("output")}
+        for argument, path in task.inplace_arguments().items():  # the ranks fingerprint them as arguments
+            rules[argument] = (checks[path].tolerance.atol, checks[path].tolerance.rtol, False)
         return cls(task, preset, dtype, world_size, TaskWorkload(task.name, preset, dtype, rng),
-                   SeedPlan(task.layout(world_size, dims)), checks, rules, task.cost_model(dims, world_size, dtype),
+                   SeedPlan(task.layout(world_size, dims)), checks, rules, replica_groups(task, world_size, dims),
+                   task.cost_model(dims, world_size, dtype),
                    trials, time.monotonic() + budget_s)
 
     def timed_cost(self, log: BurstLog) -> CostModel:

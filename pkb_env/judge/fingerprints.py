@@ -51,16 +51,27 @@ def bound(t2: np.ndarray, a_expected: np.ndarray, a_got: np.ndarray, block: int)
     return LAMBDA * np.sqrt(t2) * (1 + 1e-9) + 1.01 * gamma * (a_expected + a_got)
 
 
-def compare_burst(expected: dict, got: dict, checks: dict[str, Check], burst: int, rank: int) -> list[Mismatch]:
-    """Every difference between rank `rank`'s fingerprints of burst `burst` and the reference's."""
+def compare_burst(expected: dict, got: dict, checks: dict[str, Check], burst: int, rank: int,
+                  arguments: dict[str, str] | None = None) -> list[Mismatch]:
+    """Every difference between rank `rank`'s fingerprints of burst `burst` and the reference's.
+
+    `arguments`: the arguments updated in place (argument path -> the path of its result, `updated['x']`,
+    TaskSpec.inplace_arguments): their final values are compared by their result's check and named by it;
+    any other argument that differs from the reference's after the call was modified by it."""
     calls = len(expected["outputs"]["form"])
     _check_form(got, calls)
+    arguments = arguments or {}
     out: list[Mismatch] = []
     for call, message in got["problems"]:
         out.append(Mismatch(_label(burst, call), rank, "output", message))
     out += _compare_part(expected["outputs"], got["outputs"], checks, burst, rank, "output", calls)
-    for m in _compare_part(expected["inputs"], got["inputs"], {}, burst, rank, "argument", calls):
-        m.message = f"the call modified {m.path} (inputs must be left unchanged; copy before working in place)"
+    inplace = {argument: checks[result] for argument, result in arguments.items()}
+    for m in _compare_part(expected["inputs"], got["inputs"], inplace, burst, rank, "argument", calls):
+        result = next((r for a, r in arguments.items() if m.path == a or m.path.startswith(a + "[")), None)
+        if result is not None:
+            m.path, m.message = result, f"{m.message} (the state updated in place)"
+        else:
+            m.message = f"the call modified {m.path} (inputs must be left unchanged; copy before working in place)"
         out.append(m)
     for key, exp_value in expected["samples"].items():
         if key not in got["samples"]:

@@ -7,6 +7,8 @@ size; exact for integers, booleans and data movement; rows as a set for unordere
 from __future__ import annotations
 
 from pkb_env.executors.interface import TrialOutputs
+from pkb_env.contract.results import UPDATED
+from pkb_env.judge import replicas
 from pkb_env.judge.compare import compare_outputs
 from pkb_env.judge.context import StepContext
 from pkb_env.judge.fingerprints import compare_burst
@@ -29,6 +31,10 @@ def verify_trials(ctx: StepContext, expected: list[TrialOutputs], got: list[Tria
                 mismatches.append(Mismatch(label, rank, path, f"the call modified {path}; inputs must be left "
                                            f"unchanged (copy before working in place)"))
             mismatches.extend(compare_outputs(e, g, ctx.checks, label, rank))
+            if exp.updated and exp.updated[rank]:  # state updated in place: its final values, by input name
+                mismatches.extend(compare_outputs(exp.updated[rank], cand.updated[rank], ctx.checks, label, rank,
+                                                  root=UPDATED))
+        mismatches.extend(replicas.trial_mismatches(ctx.replicas, cand.outputs, cand.updated, label))
     return VerifyResult(correct=not mismatches, checked=checked, mismatches=mismatches)
 
 
@@ -39,10 +45,11 @@ def verify_timed(ctx: StepContext, log: BurstLog, expected: list[list[dict]]) ->
     for b, (exp_ranks, got_ranks) in enumerate(zip(expected, log.sketches)):
         for rank, (exp, got) in enumerate(zip(exp_ranks, got_ranks)):
             try:
-                mismatches += compare_burst(exp, got, ctx.checks, b, rank)
+                mismatches += compare_burst(exp, got, ctx.checks, b, rank, ctx.task.inplace_arguments())
             except ChannelError as exc:
                 forged = RankFailure(rank, "forged", f"rank {rank} sent fingerprints no honest rank sends: {exc}",
                                      "timed-output check")
                 return StageFailure(Stage.TIME, forged.message, [forged])
+        mismatches += replicas.timed_mismatches(ctx.replicas, ctx.task.inplace_arguments(), got_ranks, b)
     checked = sum(burst.calls for burst in log.bursts) * ctx.world_size
     return VerifyResult(correct=not mismatches, checked=checked, mismatches=mismatches)

@@ -16,24 +16,29 @@ reused buffer) are found by address. Nothing here knows whether it runs a candid
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
 from pkb_env.contract import derive_seed
 from pkb_env.ranks.clocks import BurstTimes
-from pkb_env.ranks.outputs import check_size, export, reuse_problems, stage
+from pkb_env.ranks.outputs import check_size, export, reuse_problems, stage, updated
 from pkb_env.ranks.fingerprints import sketch_calls
 from pkb_env.ranks.tripwire import JUDGE, watch
 
 
 @dataclass
 class Workload:
-    """What a burst calls, and how one input set is made from this rank's seeds for one call."""
+    """What a burst calls, and how one input set is made from this rank's seeds for one call.
+
+    `inplace`: the arguments the task updates in place (input name -> position), whose final values are
+    results; `check`: refuses an output that may not travel (too large, beyond a declared bound)."""
 
     call: Callable[..., Any]
     make: Callable[[Any], tuple]
+    inplace: dict[str, int] = field(default_factory=dict)
+    check: Callable[[Any], None] = check_size
 
 
 @dataclass
@@ -49,6 +54,7 @@ class HeldBurst:
     inputs: list[tuple]
     last: Any
     workload: Workload
+    last_inputs: tuple | None = None  # the last call's inputs, its in-place results copied in stream order
 
 
 def make_sets(workload: Workload, base: dict[str, int], calls: int, into: list[tuple] | None = None) -> list[tuple]:
@@ -110,10 +116,23 @@ def timed_burst(workload: Workload, sets: list[tuple], clock, epoch: int, marks_
                 mark()
     host_s = JUDGE.clock() - issued
     last = stage(outputs[-1])  # in stream order, right after the last call
+    last_inputs = _with_updated(sets[-1], workload) if workload.inplace and count else None
     clock.stop()
     times = clock.finish()
     times.seen_at, times.host_s = seen_at, host_s
-    return HeldBurst(outputs, sets, last, workload), times
+    return HeldBurst(outputs, sets, last, workload, last_inputs), times
+
+
+def _with_updated(args: tuple, workload: Workload) -> tuple:
+    """`args` with its in-place results replaced by copies made now, in stream order: an update deferred past
+    the end of the last call (to a side stream, a thread) is missing from them, as from `last`."""
+    results = updated(args, workload.inplace)
+    return tuple(results.get(name, arg) for name, arg in zip(_names(args, workload.inplace), args))
+
+
+def _names(args: tuple, inplace: dict[str, int]) -> list[str | None]:
+    at = {index: name for name, index in inplace.items()}
+    return [at.get(i) for i in range(len(args))]
 
 
 def fingerprints(held: HeldBurst, seed: int, rules: dict[str, list], sample: list[int],
@@ -123,11 +142,12 @@ def fingerprints(held: HeldBurst, seed: int, rules: dict[str, list], sample: lis
     `rules`: the step's comparison checks (sketch.sketch_calls); `bound`: the reference's side.
     """
     for out in held.outputs:
-        check_size(out)
+        held.workload.check(out)
     problems = reuse_problems(held.outputs, held.inputs)  # while every output is alive
     outputs = [*held.outputs[:-1], held.last]
+    inputs = held.inputs if held.last_inputs is None else [*held.inputs[:-1], held.last_inputs]
     return {"outputs": sketch_calls(outputs, seed, rules, bound),
-            "inputs": sketch_calls(held.inputs, seed + 1, None, root="argument"),
+            "inputs": sketch_calls(inputs, seed + 1, rules, bound, root="argument", strict=False),
             "problems": [[call, message] for call, message in problems],
             "samples": {str(i): export(outputs[i]) for i in sample if 0 <= i < len(outputs)}}
 

@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from pkb_env.contract.results import row_order
 from pkb_env.ranks.outputs import skeleton, tensors
 from pkb_env.ranks.tripwire import watch
 from pkb_env.task import derive_seed
@@ -59,20 +60,21 @@ def layout(n: int) -> tuple[int, int]:
 
 
 def sketch_calls(values: list[Any], seed: int, rules: dict[str, list] | None, bound: bool = False,
-                 root: str = "output") -> dict[str, Any]:
+                 root: str = "output", strict: bool | None = None) -> dict[str, Any]:
     """{"forms": the distinct skeletons, "form": per call the index of its skeleton (int64 tensor),
     "groups": fingerprints of tensors sharing (path, dtype, shape), each with its "calls" (int64 tensor)}.
 
-    `rules`: path -> [atol, rtol, rows form a set] (the step's comparison checks; the longest declared
-    path a tensor lies under applies); None: everything exact and in order, and objects that are not
-    tensors or plain values (a process group) described by type (inputs). A floating tensor
-    whose tolerance is zero is compared bit-exactly. `bound`: also compute the bound terms (the
-    reference's side). `root` names the values in paths.
+    `rules`: path -> [atol, rtol, order] (the step's comparison checks; the longest declared path a tensor
+    lies under applies; order: False, True for rows as a set, or the path of the ids whose row order both
+    sides take); None: everything exact and in order. A floating tensor whose tolerance is zero is compared
+    bit-exactly. `strict` (default: rules given): refuse objects that are not tensors or plain values;
+    otherwise (inputs, which hold process groups) describe them by type. `bound`: also compute the bound
+    terms (the reference's side). `root` names the values in paths.
     """
     forms: dict[str, int] = {}
     distinct, form = [], []
     for v in values:
-        structure = skeleton(v, root, strict=rules is not None)
+        structure = skeleton(v, root, strict=rules is not None if strict is None else strict)
         key = repr(structure)
         if key not in forms:
             forms[key] = len(distinct)
@@ -80,12 +82,14 @@ def sketch_calls(values: list[Any], seed: int, rules: dict[str, list] | None, bo
         form.append(forms[key])
     by_kind: dict[tuple, list[tuple[int, torch.Tensor]]] = defaultdict(list)
     for call, value in enumerate(values):
-        for path, t in tensors(value, root):
+        found = dict(tensors(value, root))
+        for path, t in found.items():
+            t = _ordered(t, _rule(path, rules)[2], found)
             by_kind[(path, t.dtype, tuple(t.shape))].append((call, t))
     groups = []
     for (path, dtype, shape), members in by_kind.items():
-        atol, rtol, unordered = _rule(path, rules)
-        flat = [_flat(_sorted_rows(t) if unordered else t) for _, t in members]
+        atol, rtol, _ = _rule(path, rules)
+        flat = [_flat(t) for _, t in members]
         entry: dict[str, Any] = {"path": path, "dtype": str(dtype).removeprefix("torch."), "shape": list(shape),
                                  "calls": torch.tensor([c for c, _ in members], dtype=torch.int64)}
         floating = dtype.is_floating_point or dtype.is_complex
@@ -97,24 +101,25 @@ def sketch_calls(values: list[Any], seed: int, rules: dict[str, list] | None, bo
     return {"forms": distinct, "form": torch.tensor(form, dtype=torch.int64), "groups": groups}
 
 
-def _rule(path: str, rules: dict[str, list] | None) -> tuple[float, float, bool]:
+def _rule(path: str, rules: dict[str, list] | None) -> tuple[float, float, bool | str]:
     for key in sorted(rules or {}, key=len, reverse=True):
         if path == key or path.startswith(key + "["):
-            atol, rtol, unordered = rules[key]
-            return float(atol), float(rtol), bool(unordered)
+            atol, rtol, order = rules[key]
+            return float(atol), float(rtol), order if isinstance(order, str) else bool(order)
     return 0.0, 0.0, False
 
 
-def _sorted_rows(t: torch.Tensor) -> torch.Tensor:
-    """`t` with its rows (dim 0) in lexicographic order: two orderings of one set give one fingerprint."""
-    if t.dim() == 0 or t.shape[0] < 2:
-        return t
-    rows = t.detach().reshape(t.shape[0], -1)
-    rows = rows.to(torch.int64) if rows.dtype == torch.bool else rows
-    order = torch.arange(rows.shape[0], device=rows.device)
-    for column in reversed(range(rows.shape[1])):  # stable sorts from the last key to the first
-        order = order[torch.sort(rows[order, column], stable=True).indices]
-    return t.detach()[order]
+def _ordered(t: torch.Tensor, order: bool | str, found: dict[str, torch.Tensor]) -> torch.Tensor:
+    """`t` with its rows in the order the rule asks: sorted (a set), or in the order of the ids at the
+    path `order` (rows keyed by an integer output; the judge's compare does the same, judge/compare.py).
+    Ids that are missing or of another length leave `t` as it is (its structure differs anyway)."""
+    if order is True:
+        return t.detach()[row_order(t)] if t.dim() else t
+    if isinstance(order, str):
+        ids = found.get(order)
+        if ids is not None and ids.dim() and t.dim() and ids.shape[0] == t.shape[0]:
+            return t.detach()[row_order(ids).to(t.device)]
+    return t
 
 
 def _flat(t: torch.Tensor) -> torch.Tensor:
@@ -241,5 +246,5 @@ def _positions(n: int, seed: int, device: torch.device) -> torch.Tensor:
     return torch.randint(n, (PICKS,), generator=_generator(device, derive_seed(seed, "picks")), device=device)
 
 
-watch(sys.modules[__name__], "sketch_calls", "_exact", "_projected", "_words", "_stack", "_rule", "_sorted_rows",
-      "_work_rows", "_positions")
+watch(sys.modules[__name__], "sketch_calls", "_exact", "_projected", "_words", "_stack", "_rule", "_ordered",
+      "row_order", "_work_rows", "_positions")

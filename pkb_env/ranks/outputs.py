@@ -155,11 +155,19 @@ def clone_args(args: tuple) -> list[tuple[str, torch.Tensor]]:
     return [(p, JUDGE.clone(JUDGE.detach(t))) for p, t in tensors(args, "argument")]
 
 
-def mutated(args: tuple, pristine: list[tuple[str, torch.Tensor]]) -> list[str]:
+def mutated(args: tuple, pristine: list[tuple[str, torch.Tensor]], inplace: tuple[int, ...] = ()) -> list[str]:
+    """Argument paths the call changed, but for the arguments the task updates in place (`inplace`: their
+    positions), whose final values are compared as results instead."""
     current = dict(tensors(args, "argument"))
-    return [p for p, before in pristine
-            if current[p].shape != before.shape or not JUDGE.equal(JUDGE.detach(current[p]), before)]
+    return [p for p, before in pristine if not any(p == f"argument[{i}]" or p.startswith(f"argument[{i}][")
+                                                   for i in inplace)
+            and (current[p].shape != before.shape or not JUDGE.equal(JUDGE.detach(current[p]), before))]
+
+
+def updated(args: tuple, inplace: dict[str, int]) -> dict[str, Any]:
+    """The in-place results of a call ({input name: its argument}), copied in stream order (`stage`)."""
+    return {name: stage(args[index]) for name, index in inplace.items()}
 
 
 watch(sys.modules[__name__], "skeleton", "export", "check_size", "stage", "aliases", "reuse_problems", "clone_args",
-      "mutated", "tensors", "nbytes", "shared_with")
+      "mutated", "updated", "tensors", "nbytes", "shared_with")

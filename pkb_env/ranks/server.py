@@ -38,7 +38,8 @@ import torch.distributed as dist
 from pkb_env.contract import GroupCache
 from pkb_env.ranks import bursts, fingerprints, host_staged, probes
 from pkb_env.ranks.clocks import make_clock
-from pkb_env.ranks.outputs import aliases, check_size, clone_args, export, mutated, nbytes, shared_with, stage
+from pkb_env.ranks.outputs import (OutputError, aliases, check_size, clone_args, export, mutated, nbytes, shared_with,
+                                  stage, updated)
 from pkb_env.ranks.tripwire import JUDGE, tampered, watch
 from pkb_env.runtime import link
 from pkb_env.task import load_reference, load_task
@@ -186,16 +187,17 @@ class RankServer:
             pristine = clone_args(args)
             start = JUDGE.clock()
             out = workload.call(*args)
-            check_size(out)
+            workload.check(out)
             # Copied on the current stream before any synchronisation, as a caller would use the result:
             # work left running on a side stream the candidate never joined races this copy.
-            staged = stage(out)
+            staged, results = stage(out), updated(args, workload.inplace)
             self.clock.sync()
             seconds = JUDGE.clock() - start
             self.check_tools()
-            self.send("trial", JUDGE.pack({"output": export(staged)}), index=index, seconds=seconds,
-                      aliases=aliases(out, args), mutated=mutated(args, pristine), shares=shared_with(out, held),
-                      input_bytes=nbytes(args), output_bytes=nbytes(out))
+            payload = {"output": export(staged), "updated": export(results)}
+            self.send("trial", JUDGE.pack(payload), index=index, seconds=seconds, aliases=aliases(out, args),
+                      mutated=mutated(args, pristine, tuple(workload.inplace.values())),
+                      shares=shared_with(out, held), input_bytes=nbytes(args), output_bytes=nbytes(out))
             held.append(out)
 
     def burst(self, request: Burst) -> None:
@@ -266,7 +268,15 @@ class RankServer:
                     return task.make_inputs(task.input_context(rank, world, preset, dtype, device, seeds, rng_device,
                                                                groups))
 
-                self._workloads[key] = bursts.Workload(self.solution, make)
+                dims, world = task.preset(preset).dims, self.world_size
+
+                def check(out: Any) -> None:
+                    check_size(out)
+                    problems = task.bound_problems(out, dims, world)
+                    if problems:
+                        raise OutputError("; ".join(problems[:3]))
+
+                self._workloads[key] = bursts.Workload(self.solution, make, task.inplace_positions, check)
         return self._workloads[key]
 
 

@@ -37,7 +37,8 @@ MAX_RULES = 256         # output paths with a comparison rule
 MAX_SOURCE_CHARS = 1 << 20
 
 Seeds = dict[str, int]                      # a rank's seeds for one call: scope -> seed (contract/inputs.py)
-Rule = tuple[float, float, bool]            # how an output path is fingerprinted: atol, rtol, rows form a set
+Rule = tuple[float, float, Union[bool, str]]  # how a path is fingerprinted: atol, rtol, and the order of its rows
+                                              # (False: as returned; True: a set; a path: in its ids' order)
 Rules = dict[str, Rule]
 
 
@@ -312,9 +313,9 @@ def _check_seeds(seeds: Seeds) -> None:
 
 def _check_rules(rules: Rules) -> None:
     _require(isinstance(rules, dict) and len(rules) <= MAX_RULES, f"at most {MAX_RULES} rules")
-    for path, (atol, rtol, unordered) in rules.items():
-        _require(type(path) is str and atol >= 0 and rtol >= 0 and type(unordered) is bool,
-                 f"rule {path!r}: atol and rtol must be >= 0 and the set flag a bool")
+    for path, (atol, rtol, order) in rules.items():
+        _require(type(path) is str and atol >= 0 and rtol >= 0 and type(order) in (bool, str),
+                 f"rule {path!r}: atol and rtol must be >= 0 and the order a bool or the path of the ids")
 
 
 def _require(condition: bool, problem: str) -> None:

@@ -1,6 +1,16 @@
-"""Example specs of contract v3's input side, judged end to end on CPU ranks by tests/test_contract_v3.py.
+"""Example specs of contract v3, judged end to end on CPU ranks (docs/task_contract.md, "Contract v3: ...").
 
-Not part of the suite (no task uses these features yet): each is addressed by its dotted import path,
-`contract_v3_tasks.<name>` (pkb_env/task.py), with this folder's parent on the judge's PYTHONPATH.
-docs/task_contract.md's "Contract v3" sections show them as worked examples.
+Not part of the suite (no suite task used these features when they were written): each is addressed by its
+dotted import path, `contract_v3_tasks.<name>` (pkb_env/task.py), with this folder's parent on the judge's
+PYTHONPATH (tests/conftest.py, `examples_importable`). `pkb-env tasks`, `docs/tasks.md` and the suite's
+golden test never see them.
+
+| spec | proves | tests |
+|---|---|---|
+| expert_groups | a mesh sized by a preset dim; groups over one and over two of its dimensions | test_contract_v3.py |
+| routed_dispatch | top-k routing drawn jointly over an expert group; the cost of the realised routing | test_contract_v3.py |
+| sparse_gather_matmul | a sparse input, in float32 or float64 | test_contract_v3.py |
+| adam_step | InPlace state (Adam's param and moments), identical replicas, a Python float, a tuple slot that is always None, a dict output on a set of ranks (OnRanks) with an integer count | test_contract_outputs.py |
+| rfft | a complex output of the task dtype compared on both parts at the Fft rule | test_contract_outputs.py |
+| dispatch | variable-length outputs with a bound (max_shape), float rows in any order keyed by an id output (order_by), integer indices with a stated tie rule | test_contract_outputs.py |
 """
