@@ -95,6 +95,7 @@ class SharedJudge:
         self.service = JudgeService(config)   # starts nothing: the first session starts the rank processes
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pkb-judge")
         self._sessions: dict[tuple, TaskSession] = {}
+        self._closed = False
 
     def session(self, task: str, preset: str | None = None, dtype: str | None = None) -> TaskSession:
         """The open session on `task` (TaskError naming the fix when it cannot be judged here)."""
@@ -128,12 +129,15 @@ class SharedJudge:
             return EvaluationRecord.unjudged(session.name, service.world_size, session.preset, session.dtype,
                                              service.info.name, service.info.hardware, str(exc))
 
-    def process_ids(self) -> list[int]:
-        """Every live process of the judge (for leak checks)."""
-        return self._thread.submit(self.service.process_ids).result()
+    def prestart(self) -> None:
+        """Start the rank processes now, in the background (a server's first step then need not wait)."""
+        self._thread.submit(self.service.prestart)
 
     def close(self) -> None:
-        """Stop the rank processes (after the step in progress, if any) and the judge's thread."""
+        """Stop the rank processes (after the step in progress, if any) and the judge's thread; again: nothing."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             self._thread.submit(self._close).result()
         finally:
