@@ -29,6 +29,7 @@ from openenv.core import EnvClient  # noqa: E402
 from openenv.core.client_types import StepResult  # noqa: E402
 from openenv.core.env_server.types import Action, Observation, State  # noqa: E402
 from pydantic import Field, field_validator  # noqa: E402
+from pydantic_core import PydanticCustomError  # noqa: E402
 
 ENV_NAME = "pkb_env"
 
@@ -42,8 +43,8 @@ class PkbAction(Action):
     @field_validator("code")
     @classmethod
     def _not_blank(cls, code: str) -> str:
-        if not code.strip():
-            raise ValueError("code is empty: send the model's completion (a ```python block defining solution, or "
+        if not code.strip():   # a PydanticCustomError: OpenEnv sends the errors as JSON, a ValueError in them won't go
+            raise PydanticCustomError("empty_code", "code is empty: send the model's completion (a ```python block defining solution, or "
                              "the bare module); the judge scores a completion without code as unparsable")
         return code
 
