@@ -216,6 +216,33 @@ def test_bad_requests_get_errors_and_the_server_keeps_serving(server):
         assert env.step(PkbAction(code=WRONG)).observation.verdict == "wrong"
 
 
+@pytest.mark.timeout(300)
+def test_trl_grpo_trainer_takes_its_reward_from_the_server(server, tmp_path):
+    """Two GRPO steps of a tiny random model (as tests/test_training.py's), each completion judged by the server."""
+    datasets = pytest.importorskip("datasets")
+    trl = pytest.importorskip("trl")
+    from pkb_env.agents.train_grpo import make_tiny_model, make_tiny_tokenizer
+    from pkb_env.integrations.openenv import server_reward
+
+    proc, base = server
+    tokenizer = make_tiny_tokenizer()
+    model = make_tiny_model(tokenizer, seed=0)
+    rows = [{"prompt": [{"role": "user", "content": f"Write {t} for 2 ranks."}], "task": t}
+            for t in ("all_reduce", "all_gather", "all_reduce", "all_gather")]
+    config = trl.GRPOConfig(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=2, num_generations=2,
+                            max_completion_length=8, use_cpu=True, report_to=[], logging_steps=1,
+                            save_strategy="no", seed=0)
+    trainer = trl.GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[server_reward(base)],
+                              train_dataset=datasets.Dataset.from_list(rows), args=config)
+    result = trainer.train()
+    logged = [h for h in trainer.state.log_history if "rewards/pkb_server/mean" in h]
+    print([(h["step"], h["rewards/pkb_server/mean"]) for h in logged])
+    assert result.global_step == 2 and len(logged) == 2
+    # a random model writes no solution: the server's judge says unparsable (-0.8), through the whole path
+    assert all(h["rewards/pkb_server/mean"] == pytest.approx(-0.8) for h in logged)
+    assert proc.poll() is None
+
+
 @pytest.mark.timeout(120)
 def test_sigterm_stops_the_server_and_every_rank_process(server):
     proc, base = server

@@ -101,3 +101,25 @@ class PkbEnvClient(EnvClient[PkbAction, PkbObservation, PkbState]):
 
     def _parse_state(self, payload: dict[str, Any]) -> PkbState:
         return PkbState(**payload)
+
+
+def server_reward(base_url: str):
+    """A TRL `GRPOTrainer` reward function whose rewards come from a `pkb-env serve` server at `base_url`: each
+    completion is one episode's first turn on its row's `task` (reset, then step), over one session per call.
+    A completion with no text at all gets None (TRL leaves that sample out of this reward) rather than the
+    server's refusal of empty code."""
+    from pkb_env.trl_reward import completion_text
+
+    def pkb_server(prompts: list, completions: list, task: list[str], **kwargs: Any) -> list[float | None]:
+        rewards: list[float | None] = []
+        with PkbEnvClient(base_url=base_url).sync() as env:
+            for completion, name in zip(completions, task):
+                text = completion_text(completion)
+                if not text.strip():
+                    rewards.append(None)
+                    continue
+                env.reset(task=name)
+                rewards.append(env.step(PkbAction(code=text)).reward)
+        return rewards
+
+    return pkb_server
