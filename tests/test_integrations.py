@@ -294,3 +294,56 @@ def test_verl_reward_on_a_judge_pool():
     finally:
         shared.close_all()      # the pool's actors stop before the cluster does
         ray.shutdown()
+
+
+# ---- (d) verifiers -----------------------------------------------------------------------------------------
+@pytest.mark.timeout(300)
+def test_vf_eval_runs_a_multi_turn_episode_with_a_replayed_model(tmp_path):
+    """verifiers' own `vf-eval` on the pkb_env_vf environment (environments/pkb_env_vf on PYTHONPATH, as an
+    install would put it), its null harness talking to examples/verifiers/replay_model.py on loopback: three
+    replies (unparsable, wrong, the reference), the judge's feedback between them, the rubric's reward last."""
+    pytest.importorskip("verifiers.v1")
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import sys
+
+    if shutil.which("uv") is None:
+        pytest.skip("verifiers' null harness runs its chat program with uv (the verifiers extra installs it)")
+    replies = tmp_path / "replies.json"
+    replies.write_text(json.dumps(["I would use a ring.", fenced(WRONG), fenced(REFERENCE)]))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    model_log = open(tmp_path / "model.log", "w+")
+    model = subprocess.Popen([sys.executable, str(ROOT / "examples" / "verifiers" / "replay_model.py"), "--port",
+                              str(port), str(replies)], stdout=model_log, stderr=subprocess.STDOUT)
+    env = {**os.environ, "OPENAI_API_KEY": "replay",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "environments" / "pkb_env_vf"), os.environ.get("PYTHONPATH", "")])}
+    judge = ["--env.taskset.task.judge-settings", json.dumps({k: v for k, v in JUDGE.items()
+                                                               if k not in ("executor", "world_size")})]
+    try:
+        run = subprocess.run([str(Path(sys.executable).parent / "vf-eval"), "pkb_env_vf", "-m", "replay",
+                              "--client.base-url", f"http://127.0.0.1:{port}/v1", "--client.api-key-var",
+                              "OPENAI_API_KEY", "--env.taskset.tasks", '["all_reduce"]', "--env.taskset.task.executor",
+                              "cpu", "--env.taskset.task.world-size", "2", "--env.taskset.task.target-speedup", "0",
+                              *judge, "--env.agent.harness.id", "null", "--env.agent.runtime.type", "subprocess",
+                              "--no-push", "--no-rich", "-n", "1", "-o", str(tmp_path / "out")],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280)
+    finally:
+        model.terminate()
+        model.wait(10)
+    model_log.seek(0)
+    seen = model_log.read()
+    done = [line for line in run.stdout.splitlines() + run.stderr.splitlines() if "rollout done" in line]
+    print(seen[-900:], *done, sep="\n")
+    assert run.returncode == 0, run.stderr[-3000:]
+    (trace_file,) = (tmp_path / "out").glob("*/traces.jsonl")
+    (episode,) = [json.loads(line) for line in trace_file.read_text().splitlines()]
+    (trace,) = episode["traces"]
+    score = trace["rewards"]["pkb_reward"]["score"]
+    assert score >= SHAPED["correct_base"] and "turns=3" in done[0]
+    # the model saw the task, then the judge's feedback on each wrong reply as the next user message
+    assert "# Task: All-reduce" in seen and "Result of your previous attempt (turn 1)" in seen
+    assert "Result of your previous attempt (turn 2)" in seen and "WRONG" in seen

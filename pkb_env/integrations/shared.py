@@ -140,6 +140,8 @@ class SharedJudge:
         self._closed = True
         try:
             self._thread.submit(self._close).result()
+        except RuntimeError:   # at the interpreter's exit its threads are joined before atexit runs: close here
+            self._close()
         finally:
             self._thread.shutdown(wait=True)
 
