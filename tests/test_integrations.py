@@ -347,3 +347,17 @@ def test_vf_eval_runs_a_multi_turn_episode_with_a_replayed_model(tmp_path):
     # the model saw the task, then the judge's feedback on each wrong reply as the next user message
     assert "# Task: All-reduce" in seen and "Result of your previous attempt (turn 1)" in seen
     assert "Result of your previous attempt (turn 2)" in seen and "WRONG" in seen
+
+
+@pytest.mark.parametrize("module, package, extra", [("pkb_env.integrations.openenv", "openenv", "openenv"),
+                                                    ("pkb_env.integrations.verifiers", "verifiers", "verifiers")])
+def test_openenv_and_verifiers_without_their_package_name_the_extra(monkeypatch, module, package, extra):
+    import importlib
+    import sys
+
+    from pkb_env.extras import MissingExtra
+
+    monkeypatch.setitem(sys.modules, package, None)
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    with pytest.raises(MissingExtra, match=rf"needs the '{package}' package.*pkb-env\[{extra}\]"):
+        importlib.import_module(module)
