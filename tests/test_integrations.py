@@ -300,7 +300,7 @@ def test_verl_reward_on_a_judge_pool():
 @pytest.mark.timeout(300)
 def test_vf_eval_runs_a_multi_turn_episode_with_a_replayed_model(tmp_path):
     """verifiers' own `vf-eval` on the pkb_env_vf environment (environments/pkb_env_vf on PYTHONPATH, as an
-    install would put it), its null harness talking to examples/verifiers/replay_model.py on loopback: three
+    install would put it), its default harness (PkbChat: verifiers' plain chat, run as a local process) talking to examples/verifiers/replay_model.py on loopback: three
     replies (unparsable, wrong, the reference), the judge's feedback between them, the rubric's reward last."""
     pytest.importorskip("verifiers.v1")
     import os
@@ -328,8 +328,7 @@ def test_vf_eval_runs_a_multi_turn_episode_with_a_replayed_model(tmp_path):
                               "--client.base-url", f"http://127.0.0.1:{port}/v1", "--client.api-key-var",
                               "OPENAI_API_KEY", "--env.taskset.tasks", '["all_reduce"]', "--env.taskset.task.executor",
                               "cpu", "--env.taskset.task.world-size", "2", "--env.taskset.task.target-speedup", "0",
-                              *judge, "--env.agent.harness.id", "null", "--env.agent.runtime.type", "subprocess",
-                              "--no-push", "--no-rich", "-n", "1", "-o", str(tmp_path / "out")],
+                              *judge, "--no-push", "--no-rich", "-n", "1", "-o", str(tmp_path / "out")],
                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280)
     finally:
         model.terminate()
@@ -349,6 +348,21 @@ def test_vf_eval_runs_a_multi_turn_episode_with_a_replayed_model(tmp_path):
     assert "Result of your previous attempt (turn 2)" in seen and "WRONG" in seen
 
 
+def test_verifiers_load_environment_takes_the_settings_as_keywords(monkeypatch):
+    pytest.importorskip("verifiers.v1")
+    monkeypatch.syspath_prepend(str(ROOT / "environments" / "pkb_env_vf"))
+    from pkb_env.integrations.verifiers import PkbEnv, load_environment
+
+    settings = {k: v for k, v in JUDGE.items() if k not in ("executor", "world_size")}
+    env = load_environment(task=["all_reduce", "all_gather"], world_size=2, executor="cpu", max_turns=3, **settings)
+    assert isinstance(env, PkbEnv) and env.config.agent.runtime.type == "subprocess"
+    tasks = list(env.taskset.load())
+    assert [t.data.task for t in tasks] == ["all_reduce", "all_gather"] and "# Task: All-reduce" in tasks[0].data.prompt
+    assert tasks[0].config.judge_config() == FAST.replace(executor="cpu", world_size=2)   # the module's one judge
+    with pytest.raises(TaskError, match="did you mean 'all_reduce'"):
+        list(load_environment(task="all_reduse", world_size=2, executor="cpu", **settings).taskset.load())
+
+
 @pytest.mark.parametrize("module, package, extra", [("pkb_env.integrations.openenv", "openenv", "openenv"),
                                                     ("pkb_env.integrations.verifiers", "verifiers", "verifiers")])
 def test_openenv_and_verifiers_without_their_package_name_the_extra(monkeypatch, module, package, extra):
@@ -357,7 +371,8 @@ def test_openenv_and_verifiers_without_their_package_name_the_extra(monkeypatch,
 
     from pkb_env.extras import MissingExtra
 
-    monkeypatch.setitem(sys.modules, package, None)
+    for name in [package] + [m for m in sys.modules if m.startswith(package + ".")]:   # imported by earlier tests
+        monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.delitem(sys.modules, module, raising=False)
     with pytest.raises(MissingExtra, match=rf"needs the '{package}' package.*pkb-env\[{extra}\]"):
         importlib.import_module(module)

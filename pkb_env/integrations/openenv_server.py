@@ -22,6 +22,7 @@ import functools
 import os
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pkb_env.config import JudgeConfig
@@ -191,7 +192,7 @@ def app_from_environment():
     import yaml
 
     path = os.environ.get("PKB_ENV_SERVE_CONFIG")
-    values = dict(yaml.safe_load(open(path)) or {}) if path else {}
+    values = dict(yaml.safe_load(Path(path).read_text()) or {}) if path else {}
     serve_values = values.pop("serve", None) or {}
     judge = SharedJudge(JudgeConfig.from_mapping(values))
     judge.prestart()

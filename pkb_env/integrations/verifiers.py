@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+from pydantic import Field
+
 from pkb_env.extras import require
 
 vf = require("verifiers.v1", "verifiers", "pkb_env.integrations.verifiers (the verifiers environment)")
@@ -33,8 +35,10 @@ vf = require("verifiers.v1", "verifiers", "pkb_env.integrations.verifiers (the v
 from pkb_env.config import JudgeConfig  # noqa: E402
 from pkb_env.integrations.shared import Episode, SharedJudge, reward_function, shared_judge  # noqa: E402
 from pkb_env.record import EvaluationRecord  # noqa: E402
+from verifiers.v1.harnesses.null import NullHarness  # noqa: E402
 
-__all__ = ["PkbTaskset", "PkbEnv"]
+__all__ = ["PkbChat", "PkbEnv", "PkbTaskset"]
+TASKSET_ID = "pkb_env_vf"   # the installed module verifiers imports by this id (environments/pkb_env_vf)
 
 
 class PkbTaskConfig(vf.TaskConfig):
@@ -44,7 +48,7 @@ class PkbTaskConfig(vf.TaskConfig):
     world_size: int = 4
     preset: str = "tiny"
     dtype: str | None = None
-    judge_settings: dict[str, Any] = {}
+    judge_settings: dict[str, Any] = Field(default_factory=dict)
     """Any other JudgeConfig setting (pkb_env/config.py), e.g. {"trials": 5}."""
     max_turns: int = 4
     target_speedup: float = 1.0
@@ -92,7 +96,19 @@ class PkbTaskset(vf.Taskset[PkbTask, PkbTasksetConfig]):
         return tasks
 
 
-class PkbEnv(vf.SingleAgentEnv):
+class PkbChat(NullHarness):
+    """The agent's program: verifiers' plain chat (no tools), this environment's default harness. The model
+    only writes code; the judge runs it, in its own sandbox (docs/containment.md)."""
+
+
+class PkbEnvConfig(vf.SingleAgentEnvConfig):
+    """One agent seat whose chat program runs as a local process: it holds no candidate code, so it needs no
+    sandbox of verifiers' (whose default, a Prime sandbox, wants a login and a tunnel)."""
+
+    agent: vf.AgentConfig = vf.AgentConfig(runtime=vf.SubprocessConfig())
+
+
+class PkbEnv(vf.Env[PkbEnvConfig]):
     """The multi-turn episode (the module docstring): the judge's feedback is the next user message."""
 
     async def run(self, task: PkbTask, agents: Any) -> None:
@@ -121,3 +137,17 @@ def _remember(key: tuple[str, str], record: EvaluationRecord, keep: int = 1024) 
     _judged[key] = record
     while len(_judged) > keep:
         _judged.popitem(last=False)
+
+
+def load_environment(task: str | list[str] | None = None, world_size: int = 4, executor: str = "auto",
+                     preset: str = "tiny", max_turns: int = 4, target_speedup: float = 1.0, reward: str = "default",
+                     **judge_settings: Any) -> PkbEnv:
+    """The environment built as `vf-eval pkb_env_vf` builds it (verifiers' own loader over this taskset's id),
+    from keyword settings as verifiers 0.3's `load_environment` took them: `task` a name or a list (None: the
+    suite at that world size and preset), `judge_settings` any other JudgeConfig field. Needs the
+    `pkb_env_vf` package installed (`pip install -e environments/pkb_env_vf`)."""
+    tasks = [task] if isinstance(task, str) else task
+    task_config = {"executor": executor, "world_size": world_size, "preset": preset, "max_turns": max_turns,
+                   "target_speedup": target_speedup, "reward": reward, "judge_settings": judge_settings}
+    config = vf.resolve_env_config({"taskset": {"id": TASKSET_ID, "tasks": tasks, "task": task_config}})
+    return vf.load_environment(config)
