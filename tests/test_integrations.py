@@ -294,3 +294,85 @@ def test_verl_reward_on_a_judge_pool():
     finally:
         shared.close_all()      # the pool's actors stop before the cluster does
         ray.shutdown()
+
+
+# ---- (d) verifiers -----------------------------------------------------------------------------------------
+@pytest.mark.timeout(300)
+def test_vf_eval_runs_a_multi_turn_episode_with_a_replayed_model(tmp_path):
+    """verifiers' own `vf-eval` on the pkb_env_vf environment (environments/pkb_env_vf on PYTHONPATH, as an
+    install would put it), its default harness (PkbChat: verifiers' plain chat, run as a local process) talking to examples/verifiers/replay_model.py on loopback: three
+    replies (unparsable, wrong, the reference), the judge's feedback between them, the rubric's reward last."""
+    pytest.importorskip("verifiers.v1")
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import sys
+
+    if shutil.which("uv") is None:
+        pytest.skip("verifiers' null harness runs its chat program with uv (the verifiers extra installs it)")
+    replies = tmp_path / "replies.json"
+    replies.write_text(json.dumps(["I would use a ring.", fenced(WRONG), fenced(REFERENCE)]))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    model_log = open(tmp_path / "model.log", "w+")
+    model = subprocess.Popen([sys.executable, str(ROOT / "examples" / "verifiers" / "replay_model.py"), "--port",
+                              str(port), str(replies)], stdout=model_log, stderr=subprocess.STDOUT)
+    env = {**os.environ, "OPENAI_API_KEY": "replay",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "environments" / "pkb_env_vf"), os.environ.get("PYTHONPATH", "")])}
+    judge = ["--env.taskset.task.judge-settings", json.dumps({k: v for k, v in JUDGE.items()
+                                                               if k not in ("executor", "world_size")})]
+    try:
+        run = subprocess.run([str(Path(sys.executable).parent / "vf-eval"), "pkb_env_vf", "-m", "replay",
+                              "--client.base-url", f"http://127.0.0.1:{port}/v1", "--client.api-key-var",
+                              "OPENAI_API_KEY", "--env.taskset.tasks", '["all_reduce"]', "--env.taskset.task.executor",
+                              "cpu", "--env.taskset.task.world-size", "2", "--env.taskset.task.target-speedup", "0",
+                              *judge, "--no-push", "--no-rich", "-n", "1", "-o", str(tmp_path / "out")],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280)
+    finally:
+        model.terminate()
+        model.wait(10)
+    model_log.seek(0)
+    seen = model_log.read()
+    done = [line for line in run.stdout.splitlines() + run.stderr.splitlines() if "rollout done" in line]
+    print(seen[-900:], *done, sep="\n")
+    assert run.returncode == 0, run.stderr[-3000:]
+    (trace_file,) = (tmp_path / "out").glob("*/traces.jsonl")
+    (episode,) = [json.loads(line) for line in trace_file.read_text().splitlines()]
+    (trace,) = episode["traces"]
+    score = trace["rewards"]["pkb_reward"]["score"]
+    assert score >= SHAPED["correct_base"] and "turns=3" in done[0]
+    # the model saw the task, then the judge's feedback on each wrong reply as the next user message
+    assert "# Task: All-reduce" in seen and "Result of your previous attempt (turn 1)" in seen
+    assert "Result of your previous attempt (turn 2)" in seen and "WRONG" in seen
+
+
+def test_verifiers_load_environment_takes_the_settings_as_keywords(monkeypatch):
+    pytest.importorskip("verifiers.v1")
+    monkeypatch.syspath_prepend(str(ROOT / "environments" / "pkb_env_vf"))
+    from pkb_env.integrations.verifiers import PkbEnv, load_environment
+
+    settings = {k: v for k, v in JUDGE.items() if k not in ("executor", "world_size")}
+    env = load_environment(task=["all_reduce", "all_gather"], world_size=2, executor="cpu", max_turns=3, **settings)
+    assert isinstance(env, PkbEnv) and env.config.agent.runtime.type == "subprocess"
+    tasks = list(env.taskset.load())
+    assert [t.data.task for t in tasks] == ["all_reduce", "all_gather"] and "# Task: All-reduce" in tasks[0].data.prompt
+    assert tasks[0].config.judge_config() == FAST.replace(executor="cpu", world_size=2)   # the module's one judge
+    with pytest.raises(TaskError, match="did you mean 'all_reduce'"):
+        list(load_environment(task="all_reduse", world_size=2, executor="cpu", **settings).taskset.load())
+
+
+@pytest.mark.parametrize("module, package, extra", [("pkb_env.integrations.openenv", "openenv", "openenv"),
+                                                    ("pkb_env.integrations.verifiers", "verifiers", "verifiers")])
+def test_openenv_and_verifiers_without_their_package_name_the_extra(monkeypatch, module, package, extra):
+    import importlib
+    import sys
+
+    from pkb_env.extras import MissingExtra
+
+    for name in [package] + [m for m in sys.modules if m.startswith(package + ".")]:   # imported by earlier tests
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    with pytest.raises(MissingExtra, match=rf"needs the '{package}' package.*pkb-env\[{extra}\]"):
+        importlib.import_module(module)

@@ -11,11 +11,12 @@ from pkb_env import __version__
 from pkb_env.cli.commands import (cmd_calibrate, cmd_demo, cmd_eval, cmd_evaluate, cmd_show, cmd_tasks,
                                   cmd_topology)
 from pkb_env.cli.data import add_data_command
+from pkb_env.cli.serve import SERVE_HELP, add_serve_arguments, cmd_serve
 from pkb_env.cli.exits import EVALUATE_EXIT_HELP, EXIT_CODES_HELP
 from pkb_env.config import EXECUTORS, JudgeConfig
 
 DESCRIPTION = ("list tasks, show a prompt, judge files, evaluate an agent, run the demo episode, calibrate, "
-               "turn recorded episodes into training data")
+               "turn recorded episodes into training data, serve the judge as an OpenEnv environment")
 
 CONFIG_HELP = """config file (--config FILE): a YAML mapping of this command's options, by their long names
 (dashes or underscores), and of judge settings (pkb_env.JudgeConfig's fields), e.g.
@@ -85,6 +86,11 @@ def parser() -> argparse.ArgumentParser:
     _judging(p)
 
     add_data_command(command)
+
+    p = command("serve", SERVE_HELP, cmd_serve, epilog=CONFIG_HELP, judges=True)
+    add_serve_arguments(p)
+    _placement(p)
+    _judging(p)
 
     command("topology", "show the GPUs, their links, the topology config that applies, and the containment "
                         "candidates get here", cmd_topology)

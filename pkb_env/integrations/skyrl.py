@@ -24,7 +24,6 @@ shares one JudgeService (pkb_env/integrations/shared.py), one step at a time.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Dict, List, Tuple
 
 from pkb_env.extras import require
@@ -35,10 +34,7 @@ from skyrl_gym.envs import register  # noqa: E402
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType  # noqa: E402
 from skyrl_gym.envs.registration import registry  # noqa: E402
 
-from pkb_env.env import reached, step_info  # noqa: E402
-from pkb_env.integrations.shared import plain, read_settings, reward_function, shared_judge  # noqa: E402
-from pkb_env.record import EvaluationRecord  # noqa: E402
-from pkb_env.service import TaskSession  # noqa: E402
+from pkb_env.integrations.shared import Episode, plain, read_settings, reward_function, shared_judge  # noqa: E402
 
 ENV_ID = "pkb_env"
 OPTIONS = {"max_turns": 4, "target_speedup": 1.0, "reward": "default"}
@@ -53,63 +49,38 @@ class PkbTextEnv(BaseTextEnv):
         extras = plain(extras or {})
         extras = extras if isinstance(extras, dict) else {}
         max_turns = extras.get("max_turns", settings.options["max_turns"])   # skyrl-train's generator.max_turns
-        target = settings.options["target_speedup"]
-        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
-            raise ValueError(f"max_turns (env_config's, or the extras' that skyrl-train's generator sets) must be a "
-                             f"positive integer, got {max_turns!r}")
-        if isinstance(target, bool) or not isinstance(target, (int, float)) or not math.isfinite(target):
-            raise ValueError(f"env_config: target_speedup must be a number (1.0: as fast as the reference), "
-                             f"got {target!r}")
         info = extras.get("extra_info") if isinstance(extras.get("extra_info"), dict) else {}
         task = extras.get("task") or info.get("task")
         if not task:
             raise ValueError("no task for this env: SkyRL passes a dataset row's columns as extras, so give every "
                              "row a 'task' column (or extra_info.task) with the task's name (`pkb-env tasks` lists "
                              "them; examples/skyrl/README.md shows a row)")
-        self.max_turns, self.target_speedup = max_turns, float(target)
-        self.reward_fn = reward_function(settings.options["reward"], "env_config")
+        reward_fn = reward_function(settings.options["reward"], "env_config")
+        self.episode = Episode(reward_fn, max_turns, settings.options["target_speedup"],
+                               where="env_config's, or the extras' that skyrl-train's generator sets")
+        self.max_turns = self.episode.max_turns
         self.judge = shared_judge(settings.config)
-        self.session: TaskSession = self.judge.session(str(task))   # TaskError naming the fix: at make time
-        self.rewards: list[float] = []
-        self.best_speedup: float | None = None
-        self.solved = False
-        self.judge_errors = 0
+        self.episode.session = self.judge.session(str(task))   # TaskError naming the fix: at make time
 
     def init(self, prompt: ConversationType) -> Tuple[ConversationType, Dict[str, Any]]:
         """The row's prompt as it is, or (none given) the task's first-turn prompt as one user message."""
-        chat = list(prompt) if prompt else [{"role": "user", "content": self.session.prompt}]
+        session = self.episode.session
+        chat = list(prompt) if prompt else [{"role": "user", "content": session.prompt}]
         service = self.judge.service
-        return chat, {"task": self.session.name, "world_size": service.world_size, "executor": service.info.name}
+        return chat, {"task": session.name, "world_size": service.world_size, "executor": service.info.name}
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
-        if self.turns >= self.max_turns:
-            raise RuntimeError(f"the episode is over ({self.max_turns} turns taken, done was returned); SkyRL makes "
-                               f"a new env per trajectory")
-        record = self.judge.judge(self.session, action)
-        result = self.reward_fn(record)
-        self.turns += 1
-        self.rewards.append(float(result.value))
-        self.judge_errors += not record.judged
-        if record.correct and record.speedup is not None:
-            self.best_speedup = max(self.best_speedup or 0.0, record.speedup)
-        solved = record.correct and (not record.performance_available or reached(record, self.target_speedup))
-        self.solved = self.solved or solved
-        done = solved or self.turns >= self.max_turns
-        metadata = {k: v for k, v in step_info(record, result).items() if k != "record"}
-        metadata["turn"] = self.turns
-        observations = [] if done else [{"role": "user", "content": self.feedback_message(record)}]
+        episode = self.episode
+        episode.check_open()     # SkyRL makes a new env per trajectory
+        record = self.judge.judge(episode.session, action)
+        result, done = episode.take(record)
+        self.turns = episode.turns
+        observations = [] if done else [{"role": "user", "content": episode.feedback_message(record)}]
         return BaseTextEnvStepOutput(observations=observations, reward=float(result.value), done=done,
-                                     metadata=metadata)
-
-    def feedback_message(self, record: EvaluationRecord) -> str:
-        """The judge's feedback as the prompt of the next turn words it, without the first prompt again."""
-        head = self.session.prompt.rstrip("\n")
-        after = self.session.prompt_after(record.feedback, self.turns)
-        return after[len(head):].strip() if after.startswith(head) else after
+                                     metadata=episode.info(record, result))
 
     def get_metrics(self) -> Dict[str, Any]:
-        return {"turns": self.turns, "solved": float(self.solved), "best_reward": max(self.rewards, default=0.0),
-                "best_speedup": self.best_speedup, "judge_errors": self.judge_errors}
+        return self.episode.metrics()
 
     @staticmethod
     def aggregate_metrics(metrics: List[Dict[str, Any]]) -> Dict[str, Any]:
