@@ -230,3 +230,24 @@ def test_a_candidate_that_builds_its_own_groups_in_every_call_is_correct(env4):
     assert info["correct"], info["feedback"]
     timing = info["record"].timing  # timed like any candidate: at least the protocol's bursts, a call or more each
     assert timing.bursts >= 3 and timing.calls >= timing.bursts
+
+
+# Halo exchanges and sharded convolutions (PKB 71, 76, 87): the halo's rows, width and side, and the
+# reductions the partial results need.
+WRONG_SPATIAL = {
+    "conv2d_halo_exchange": {
+        "forgets the boundary (zero rows instead of the neighbours')": [
+            ("            halo[side] = incoming\n", "")],
+        "attaches each neighbour's rows on the wrong side": [
+            ("halo[side] = incoming", "halo[\"below\" if side == \"above\" else \"above\"] = incoming")],
+        "a halo of the wrong width (two rows sent, the farther one attached)": [
+            ("x[:, :, :padding]), (\"below\", me + 1, x[:, :, -padding:])",
+             "x[:, :, :padding + 1]), (\"below\", me + 1, x[:, :, -padding - 1:])"),
+            ("halo[side] = incoming", "halo[side] = incoming[:, :, :padding]")],
+    },
+}
+
+
+@pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_SPATIAL.items() for n in wrongs])
+def test_wrong_halo_exchanges_and_sharded_convolutions_are_judged_wrong(env4, task, name):
+    assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_SPATIAL[task][name])))
