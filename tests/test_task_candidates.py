@@ -245,6 +245,16 @@ WRONG_SPATIAL = {
              "x[:, :, :padding + 1]), (\"below\", me + 1, x[:, :, -padding - 1:])"),
             ("halo[side] = incoming", "halo[side] = incoming[:, :, :padding]")],
     },
+    "hyena_conv1d_boundary_exchange": {
+        "forgets the boundary (no halo from the neighbours)": [
+            ("            if tail is first:\n                before_first = incoming\n"
+             "            else:\n                before_second = incoming\n", "")],
+        "takes the second chunk's halo from the previous rank instead of the next": [
+            ("(second, me - 1, me + 1)", "(second, me + 1, me - 1)")],
+        "a halo of the wrong width (K-2 positions after a zero)": [
+            ("outgoing = tail[..., -width:].contiguous()",
+             "outgoing = F.pad(tail[..., -width + 1:], (1, 0)).contiguous()")],
+    },
 }
 
 
