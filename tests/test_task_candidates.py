@@ -255,6 +255,13 @@ WRONG_SPATIAL = {
             ("outgoing = tail[..., -width:].contiguous()",
              "outgoing = F.pad(tail[..., -width + 1:], (1, 0)).contiguous()")],
     },
+    "opensora_conv3d_allreduce": {
+        "skips the all-reduce (its own channels' partial only)": [
+            ("    dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group)\n", "")],
+        "adds the bias before the all-reduce (W times over)": [
+            ("F.conv3d(x, weight, None,", "F.conv3d(x, weight, bias,"),
+            ("    return out + bias.view(1, -1, 1, 1, 1)", "    return out")],
+    },
 }
 
 
