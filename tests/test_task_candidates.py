@@ -232,8 +232,8 @@ def test_a_candidate_that_builds_its_own_groups_in_every_call_is_correct(env4):
     assert timing.bursts >= 3 and timing.calls >= timing.bursts
 
 
-# Halo exchanges and sharded convolutions (PKB 71, 76, 87): the halo's rows, width and side, and the
-# reductions the partial results need.
+# Halo exchanges, sharded convolutions and Sinkhorn-Knopp (PKB 71, 76, 80, 87): the halo's rows, width and
+# side, and the reductions the partial results need.
 WRONG_SPATIAL = {
     "conv2d_halo_exchange": {
         "forgets the boundary (zero rows instead of the neighbours')": [
@@ -261,6 +261,11 @@ WRONG_SPATIAL = {
         "adds the bias before the all-reduce (W times over)": [
             ("F.conv3d(x, weight, None,", "F.conv3d(x, weight, bias,"),
             ("    return out + bias.view(1, -1, 1, 1, 1)", "    return out")],
+    },
+    "dinov2_sinkhorn_knopp": {
+        "skips the all-reduce of the column sums (its own samples only)": [
+            ("        dist.all_reduce(per_prototype, group=group)\n", "")],
+        "one iteration too few": [("range(n_iterations)", "range(n_iterations - 1)")],
     },
 }
 
