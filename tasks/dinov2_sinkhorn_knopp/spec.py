@@ -11,13 +11,8 @@ overlapping the small all-reduces with them.
 """
 import torch
 
-from pkb_env.contract import (Comm, Compute, Const, Cost, FromInputs, Group, Length, Normal, Output, PerRank,
+from pkb_env.contract import (Comm, Compute, Const, Cost, Group, Length, Normal, Output, PerRank,
                               Preset, Relative, TaskSpec, Tensor)
-
-
-def _own_rows(values, shape, dtype, env):
-    rows = values["teacher_output"]
-    return torch.full(shape, rows.shape[0], dtype=dtype, device=rows.device)
 
 
 def golden(inputs, world):
@@ -63,8 +58,8 @@ TOLERANCE = Relative("sqrt(W * M) + sqrt(K) + 20", "float32",
 SPEC = TaskSpec(
     name="dinov2_sinkhorn_knopp",
     title="DINOv2 Sinkhorn-Knopp centering over samples split across ranks",
-    description="Every rank holds teacher_output (rows, K) float32, the scores of its own samples (rows differ "
-                "by rank) over K prototypes, and n_masked_patches_tensor (1,) = rows. With B the number of "
+    description="Every rank holds teacher_output (rows, K), the scores of its own samples (rows differ by rank) "
+                "over K prototypes. Computing in float32, with B the number of "
                 "samples over all ranks and Q = exp(scores / teacher_temp) over all of them, scaled to total 1, "
                 "repeat n_iterations times: divide each column of Q by its sum over all samples and by K; "
                 "divide each row by its sum and by B. Every rank must return its rows of B * Q, (rows, K) "
@@ -74,12 +69,9 @@ SPEC = TaskSpec(
     pkb_id=80,
     origin="DINOv2 SinkhornKnoppTeacher.sinkhorn_knopp_teacher (and its iBOT masked-patch variant)",
     inputs=(
-        Tensor("teacher_output", ("rows", "K"), dtype="float32", dist=Normal(std=0.1),
+        Tensor("teacher_output", ("rows", "K"), dist=Normal(std=0.1),
                doc="the teacher's scores of this rank's samples"),
         Const("teacher_temp", 0.07),
-        Tensor("n_masked_patches_tensor", (1,), dtype="int64",
-               dist=FromInputs(_own_rows, ("teacher_output",), "this rank's number of samples (rows)"),
-               doc="this rank's number of samples"),
         Const("n_iterations", 3),
         Group("group", "world", doc="the data-parallel ranks"),
     ),
@@ -91,11 +83,11 @@ SPEC = TaskSpec(
     tolerance_rule=TOLERANCE,
     presets={
         "tiny": Preset({"M": 8, "K": 32}, "float32", "CPU ranks, milliseconds"),
-        "bench": Preset({"M": 1024, "K": 16384}, "float32",
-                        "PKB's shapes: 768 to 1280 samples (PKB: 1024) of 16384 prototypes per rank, 64 MiB "
-                        "of float32 scores on average; HBM-bound"),
+        "bench": Preset({"M": 1024, "K": 16384}, "bfloat16",
+                        "PKB's shapes: 768 to 1280 samples (PKB: 1024) of 16384 prototypes per rank, 32 MiB "
+                        "of bf16 scores on average, a float32 output; HBM-bound"),
     },
-    dtypes=("float32",),
+    dtypes=("float32", "bfloat16", "float16"),
     departures=(
         "inputs come from secret per-trial, per-rank seeds (PKB seeds with 42 + rank + trial, which a "
         "candidate can reproduce to make its peers' scores without communicating)",
@@ -105,7 +97,11 @@ SPEC = TaskSpec(
         "trained teacher's peaked scores do; at PKB's 0.01 Q is uniform within 15%, Sinkhorn converges in one "
         "iteration, and at bench a candidate running 2 of the 3 iterations differs by 0.001 ulp (here "
         "~1700 ulps)",
-        "float32 is the only dtype, as in PKB (whose reference casts to float32 whatever the dtype); the "
-        "process group is an input the judge builds",
+        "the scores come in the task's dtype (bf16 at bench, as a teacher head under mixed precision emits "
+        "them) and the output is float32; PKB's scores are always float32 (its reference casts to float32 "
+        "anyway, as this one does)",
+        "no n_masked_patches_tensor argument: it always equals the rank's rows (PKB passes it beside them), "
+        "so the sample count comes from teacher_output's shape; the process group is an input the judge "
+        "builds",
     ),
 )
