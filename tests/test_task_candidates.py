@@ -232,8 +232,8 @@ def test_a_candidate_that_builds_its_own_groups_in_every_call_is_correct(env4):
     assert timing.bursts >= 3 and timing.calls >= timing.bursts
 
 
-# Halo exchanges, sharded convolutions and Sinkhorn-Knopp (PKB 71, 76, 80, 87): the halo's rows, width and
-# side, and the reductions the partial results need.
+# Halo exchanges, sharded convolutions, Sinkhorn-Knopp and a GNN feature exchange (PKB 65, 71, 76, 80, 87):
+# the halo's rows, width and side, the reductions the partial results need, and the exchange's chunk order.
 WRONG_SPATIAL = {
     "conv2d_halo_exchange": {
         "forgets the boundary (zero rows instead of the neighbours')": [
@@ -266,6 +266,13 @@ WRONG_SPATIAL = {
         "skips the all-reduce of the column sums (its own samples only)": [
             ("        dist.all_reduce(per_prototype, group=group)\n", "")],
         "one iteration too few": [("range(n_iterations)", "range(n_iterations - 1)")],
+    },
+    "gnn_feature_exchange_all2all": {
+        "a plain all-to-all (chunks not rotated by the rank)": [
+            ("torch.cat([chunks[(j - me) % world] for j in range(world)])", "torch.cat(chunks)"),
+            ("    return torch.cat([arrived[(me + i) % world] for i in range(world)])", "    return incoming")],
+        "skips the index gather (right only for PKB's identity ids)": [
+            ("local_features[seed_inverse_ids].chunk(world)", "local_features.chunk(world)")],
     },
 }
 
