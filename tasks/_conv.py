@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from pkb_env.contract import Custom, Expr
+from pkb_env.contract import Custom, Expr, Rounded
 
 
 def fan_in_normal(fan_in: str) -> Custom:
@@ -24,3 +24,7 @@ def fan_in_normal(fan_in: str) -> Custom:
         return out.mul_(size.real(env) ** -0.5).to(dtype)
 
     return Custom(draw, f"normal, std 1/sqrt({fan_in}) (the fan-in)", kinds=frozenset({"float"}))
+
+
+BIAS_ROUNDING = Rounded(1, 1, what="the convolution rounded to the dtype before the bias is added")
+"""A convolution may round its unit-RMS result to the dtype before a separate bias add: one more rounding."""

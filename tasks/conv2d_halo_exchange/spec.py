@@ -10,9 +10,9 @@ needs no halo) and fusing the concatenation away.
 """
 import torch.nn.functional as F
 
-from pkb_env.contract import (Comm, Compute, Const, Cost, Group, Normal, Output, Preset, Replicated, Rounded,
-                              Sharded, Sum, TaskSpec, Tensor)
-from pkb_env.tasks._conv import fan_in_normal
+from pkb_env.contract import (Comm, Compute, Const, Cost, Group, Normal, Output, Preset, Replicated, Sharded,
+                              Sum, TaskSpec, Tensor)
+from pkb_env.tasks._conv import BIAS_ROUNDING, fan_in_normal
 
 
 def golden(inputs, world):
@@ -40,7 +40,7 @@ def cost(c):
 # the bias is added (a separate add), once more at RMS 1; the final rounding is the rtol's.
 TOLERANCE = (Sum("9 * C", "1 / sqrt(9 * C)", "float32", what="the 9C products of a 3x3 convolution, "
                                                                "accumulated in fp32")
-             + Rounded(1, 1, what="the convolution rounded to the dtype before the bias is added"))
+             + BIAS_ROUNDING)
 
 SPEC = TaskSpec(
     name="conv2d_halo_exchange",

@@ -10,9 +10,9 @@ the reduction's last step.
 """
 import torch.nn.functional as F
 
-from pkb_env.contract import (Comm, Compute, Const, Cost, Group, Normal, Output, Preset, Replicated, Rounded,
-                              Sharded, TaskSpec, Tensor)
-from pkb_env.tasks._conv import fan_in_normal
+from pkb_env.contract import (Comm, Compute, Const, Cost, Group, Normal, Output, Preset, Replicated, Sharded,
+                              TaskSpec, Tensor)
+from pkb_env.tasks._conv import BIAS_ROUNDING, fan_in_normal
 from pkb_env.tasks._gemm import split_k_tolerance
 
 
@@ -44,7 +44,7 @@ def cost(c):
 # adds in the dtype; a candidate may cut it otherwise (split_k_tolerance). The bias is added to the
 # rounded sum: once more a rounding at RMS 1.
 TOLERANCE = (split_k_tolerance("27 * C", "W", magnitude="1 / sqrt(27 * C)")
-             + Rounded(1, 1, what="the summed convolution rounded before the bias is added"))
+             + BIAS_ROUNDING)
 
 SPEC = TaskSpec(
     name="opensora_conv3d_allreduce",
