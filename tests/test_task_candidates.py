@@ -230,3 +230,53 @@ def test_a_candidate_that_builds_its_own_groups_in_every_call_is_correct(env4):
     assert info["correct"], info["feedback"]
     timing = info["record"].timing  # timed like any candidate: at least the protocol's bursts, a call or more each
     assert timing.bursts >= 3 and timing.calls >= timing.bursts
+
+
+# Halo exchanges, sharded convolutions, Sinkhorn-Knopp and a GNN feature exchange (PKB 65, 71, 76, 80, 87):
+# the halo's rows, width and side, the reductions the partial results need, and the exchange's chunk order.
+WRONG_SPATIAL = {
+    "conv2d_halo_exchange": {
+        "forgets the boundary (zero rows instead of the neighbours')": [
+            ("            halo[side] = incoming\n", "")],
+        "attaches each neighbour's rows on the wrong side": [
+            ("halo[side] = incoming", "halo[\"below\" if side == \"above\" else \"above\"] = incoming")],
+        "a halo of the wrong width (two rows sent, the farther one attached)": [
+            ("x[:, :, :padding]), (\"below\", me + 1, x[:, :, -padding:])",
+             "x[:, :, :padding + 1]), (\"below\", me + 1, x[:, :, -padding - 1:])"),
+            ("halo[side] = incoming", "halo[side] = incoming[:, :, :padding]")],
+    },
+    "hyena_conv1d_boundary_exchange": {
+        "forgets the boundary (no halo from the neighbours)": [
+            ("            if tail is first:\n                before_first = incoming\n"
+             "            else:\n                before_second = incoming\n", "")],
+        "takes the second chunk's halo from the previous rank instead of the next": [
+            ("(second, me - 1, me + 1)", "(second, me + 1, me - 1)")],
+        "a halo of the wrong width (K-2 positions after a zero)": [
+            ("outgoing = tail[..., -width:].contiguous()",
+             "outgoing = F.pad(tail[..., -width + 1:], (1, 0)).contiguous()")],
+    },
+    "opensora_conv3d_allreduce": {
+        "skips the all-reduce (its own channels' partial only)": [
+            ("    dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group)\n", "")],
+        "adds the bias before the all-reduce (W times over)": [
+            ("F.conv3d(x, weight, None,", "F.conv3d(x, weight, bias,"),
+            ("    return out + bias.view(1, -1, 1, 1, 1)", "    return out")],
+    },
+    "dinov2_sinkhorn_knopp": {
+        "skips the all-reduce of the column sums (its own samples only)": [
+            ("        dist.all_reduce(per_prototype, group=group)\n", "")],
+        "one iteration too few": [("range(n_iterations)", "range(n_iterations - 1)")],
+    },
+    "gnn_feature_exchange_all2all": {
+        "a plain all-to-all (chunks not rotated by the rank)": [
+            ("torch.cat([chunks[(j - me) % world] for j in range(world)])", "torch.cat(chunks)"),
+            ("    return torch.cat([arrived[(me + i) % world] for i in range(world)])", "    return incoming")],
+        "skips the index gather (right only for PKB's identity ids)": [
+            ("local_features[seed_inverse_ids].chunk(world)", "local_features.chunk(world)")],
+    },
+}
+
+
+@pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_SPATIAL.items() for n in wrongs])
+def test_wrong_halo_exchanges_and_sharded_convolutions_are_judged_wrong(env4, task, name):
+    assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_SPATIAL[task][name])))
