@@ -76,7 +76,7 @@ SPEC = TaskSpec(
         Group("group", "world", doc="the data-parallel ranks"),
     ),
     lengths=(Length("rows", "3 * M / 4", "5 * M / 4 + 1", doc="this rank's samples: M on average"),),
-    outputs=(Output("out", None, dtype="float32", layout=PerRank(),
+    outputs=(Output("out", None, dtype="float32", layout=PerRank(), max_shape=("5 * M / 4", "K"),
                     doc="(rows, K): this rank's rows of the centred assignments"),),
     golden=golden,
     cost=cost,
