@@ -184,6 +184,24 @@ def test_wrong_vocab_parallel_candidates_are_judged_wrong(env4, task, name):
     assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_VOCAB[task][name])))
 
 
+# Training systems (PKB 43, 44, 52, 53): (task, edits) per wrong candidate.
+WRONG_TRAINING = {
+    "quantised all-reduce: sums the int8 codes without their scales": (
+        "quantized_grad_allreduce", [("total = (codes.float() * scale).flatten()", "total = codes.float().flatten()")]),
+    "quantised all-reduce: averages the raw gradients (skips the quantisation)": (
+        "quantized_grad_allreduce", [("total = (codes.float() * scale).flatten()", "total = blocks.flatten().clone()")]),
+    "FP8 reduce-scatter: skips the amax history update (scales by the old history)": (
+        "fp8_reduce_scatter_grads", [("    history = amax_history.roll(-1)\n    history[-1] = flat_grads.abs().max()\n",
+                                      "    history = amax_history.clone()\n")]),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_TRAINING)
+def test_wrong_training_systems_candidates_are_judged_wrong(env4, name):
+    task, edits = WRONG_TRAINING[name]
+    assert_wrong_with_a_location(judge(env4, task, variant(task, *edits)))
+
+
 @pytest.fixture(scope="module")
 def muon_bf16():
     env = make_env(task="tp_muon_orthogonalization", world_size=2, dtype="bfloat16")
