@@ -193,6 +193,14 @@ WRONG_TRAINING = {
     "FP8 reduce-scatter: skips the amax history update (scales by the old history)": (
         "fp8_reduce_scatter_grads", [("    history = amax_history.roll(-1)\n    history[-1] = flat_grads.abs().max()\n",
                                       "    history = amax_history.clone()\n")]),
+    "FP8 all-gather: dequantises every block with its own scale (skips gathering the scales)": (
+        "fp8_allgather_params", [("* all_scales.unsqueeze(1)", "* scale")]),
+    "sharded Adam: forgets the bias correction": (
+        "fused_adam_grad_unshard_allgather", [("m_hat = m / (1 - beta1 ** step)", "m_hat = m"),
+                                              ("v_hat = v / (1 - beta2 ** step)", "v_hat = v")]),
+    "sharded Adam: all-gathers the shard before its update": (
+        "fused_adam_grad_unshard_allgather", [("dist.all_gather_into_tensor(gathered, updated)",
+                                               "dist.all_gather_into_tensor(gathered, master_shard)")]),
 }
 
 
