@@ -12,8 +12,9 @@ the result is dequantised with its own rank's scale.
 """
 import torch
 
-from pkb_env.contract import Comm, Compute, Cost, Output, Preset, Replicated, Sharded, TaskSpec, Tensor, Ulps
+from pkb_env.contract import Comm, Compute, Cost, Output, Replicated, Sharded, TaskSpec, Tensor, Ulps
 from pkb_env.tasks._delayed_fp8 import DEPARTURES, HISTORY_OUTPUT, STATEMENT, delayed_scaling, history_input
+from pkb_env.tasks._training import DTYPES, shard_presets
 
 
 def golden(inputs, world):
@@ -62,13 +63,9 @@ SPEC = TaskSpec(
     # steps (the reference met none in 40 trials at W = 2, 4, 8). An fp8 step is 16 bf16 steps: a
     # candidate that skips the cast is far outside.
     tolerance_rule=Ulps(2, what="q * s rounded to the dtype (through fp32 or not)"),
-    presets={
-        "tiny": Preset({"P": 256}, "float32", "CPU ranks, milliseconds"),
-        "bench": Preset({"P": 4096}, "bfloat16", "PKB's size: 4096 parameters a shard"),
-        "large": Preset({"P": 1 << 22}, "bfloat16",
-                        "4M parameters a shard (4 MiB of fp8 codes a rank to gather): bandwidth-bound"),
-    },
-    dtypes=("float32", "bfloat16", "float16"),
+    presets=shard_presets("4096 parameters a shard", 1 << 22,
+                          "4M parameters a shard (4 MiB of fp8 codes a rank to gather): bandwidth-bound"),
+    dtypes=DTYPES,
     departures=DEPARTURES + (
         "the reference ships the fp8 codes (as bytes: gloo has no fp8) and one fp32 scale per rank and "
         "dequantises after the gather, as FSDP's float8 all-gather does; PKB dequantises first and gathers "

@@ -9,8 +9,9 @@ sum the dequantised blocks locally, and fuse the amax, the cast and the sum.
 Each rank keeps its own history and scale (as PKB: no amax reduction across ranks), so a receiver needs
 every sender's scale with its codes.
 """
-from pkb_env.contract import Comm, Compute, Cost, Output, Preset, Rounded, Sharded, Sum, TaskSpec, Tensor
+from pkb_env.contract import Comm, Compute, Cost, Output, Rounded, Sharded, Sum, TaskSpec, Tensor
 from pkb_env.tasks._delayed_fp8 import DEPARTURES, HISTORY_OUTPUT, STATEMENT, delayed_scaling, history_input
+from pkb_env.tasks._training import DTYPES, shard_presets
 
 
 def golden(inputs, world):
@@ -61,12 +62,8 @@ SPEC = TaskSpec(
     # roundings of the dtype: an fp8 step is ~16 bf16 steps, so skipping the cast stays outside it.
     tolerance_rule=(Rounded("W", "1 / W", what="each rank's q * s rounded to the dtype, then averaged")
                     + Sum("W", "1 / W", "dtype", what="the reduce-scatter's sum in the dtype, divided by W")),
-    presets={
-        "tiny": Preset({"P": 256}, "float32", "CPU ranks, milliseconds"),
-        "bench": Preset({"P": 4096}, "bfloat16", "PKB's size: 4096 values a shard, W * 4096 a rank"),
-        "large": Preset({"P": 1 << 20}, "bfloat16",
-                        "1M values a shard (2 MiB of bf16), W * 2 MiB of gradient a rank: bandwidth-bound"),
-    },
-    dtypes=("float32", "bfloat16", "float16"),
+    presets=shard_presets("4096 values a shard, W * 4096 a rank", 1 << 20,
+                          "1M values a shard (2 MiB of bf16), W * 2 MiB of gradient a rank: bandwidth-bound"),
+    dtypes=DTYPES,
     departures=DEPARTURES,
 )

@@ -10,8 +10,9 @@ buffers).
 """
 import math
 
-from pkb_env.contract import (Comm, Compute, Const, Cost, Integers, Normal, Output, Positive, Preset, Relative,
+from pkb_env.contract import (Comm, Compute, Const, Cost, Integers, Normal, Output, Positive, Relative,
                               Replicated, Scalar, Sharded, Sum, TaskSpec, Tensor)
+from pkb_env.tasks._training import DTYPES, shard_presets
 
 LR, BETA1, BETA2, EPS = 1e-3, 0.9, 0.999, 1e-8
 
@@ -78,13 +79,9 @@ SPEC = TaskSpec(
     # correction moves the update by a tenth of itself or more, ~1e-5 to 1e-4: far outside.
     tolerance_rule=(Sum(8, "0.01", "float32", what="the Adam update's fp32 roundings")
                     + Relative(1, "float32", what="the weights minus the update, rounded once more")),
-    presets={
-        "tiny": Preset({"P": 256}, "float32", "CPU ranks, milliseconds"),
-        "bench": Preset({"P": 4096}, "bfloat16", "PKB's size: 4096 parameters a shard, bf16 gradients"),
-        "large": Preset({"P": 1 << 22}, "bfloat16",
-                        "4M parameters a shard (16 MiB of fp32 weights a rank to gather): bandwidth-bound"),
-    },
-    dtypes=("float32", "bfloat16", "float16"),
+    presets=shard_presets("4096 parameters a shard, bf16 gradients", 1 << 22,
+                          "4M parameters a shard (16 MiB of fp32 weights a rank to gather): bandwidth-bound"),
+    dtypes=DTYPES,
     departures=(
         "every rank holds its own shard of random gradients, weights and moments from secret per-trial seeds "
         "(PKB seeds every rank as rank 0 and slices, so any rank can make every shard without communicating, "
