@@ -201,6 +201,13 @@ WRONG_TRAINING = {
     "sharded Adam: all-gathers the shard before its update": (
         "fused_adam_grad_unshard_allgather", [("dist.all_gather_into_tensor(gathered, updated)",
                                                "dist.all_gather_into_tensor(gathered, master_shard)")]),
+    "load-balancing loss: returns the local loss (skips the all-reduce)": (
+        "load_balancing_loss", [("    dist.all_reduce(loss)\n    return loss / dist.get_world_size()\n",
+                                 "    return loss\n")]),
+    "load-balancing loss: breaks top-k ties toward the higher expert index": (
+        "load_balancing_loss", [("logits.sort(dim=-1, descending=True, stable=True).indices[:, :top_k]",
+                                 "logits.flip(-1).sort(dim=-1, descending=True, stable=True).indices[:, :top_k]"),
+                                ("torch.bincount(chosen.flatten()", "torch.bincount(num_experts - 1 - chosen.flatten()")]),
 }
 
 
