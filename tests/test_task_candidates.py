@@ -184,6 +184,39 @@ def test_wrong_vocab_parallel_candidates_are_judged_wrong(env4, task, name):
     assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_VOCAB[task][name])))
 
 
+# Training systems (PKB 43, 44, 52, 53): (task, edits) per wrong candidate.
+WRONG_TRAINING = {
+    "quantised all-reduce: sums the int8 codes without their scales": (
+        "quantized_grad_allreduce", [("total = (codes.float() * scale).flatten()", "total = codes.float().flatten()")]),
+    "quantised all-reduce: averages the raw gradients (skips the quantisation)": (
+        "quantized_grad_allreduce", [("total = (codes.float() * scale).flatten()", "total = blocks.flatten().clone()")]),
+    "FP8 reduce-scatter: skips the amax history update (scales by the old history)": (
+        "fp8_reduce_scatter_grads", [("    history = amax_history.roll(-1)\n    history[-1] = flat_grads.abs().max()\n",
+                                      "    history = amax_history.clone()\n")]),
+    "FP8 all-gather: dequantises every block with its own scale (skips gathering the scales)": (
+        "fp8_allgather_params", [("* all_scales.unsqueeze(1)", "* scale")]),
+    "sharded Adam: forgets the bias correction": (
+        "fused_adam_grad_unshard_allgather", [("m_hat = m / (1 - beta1 ** step)", "m_hat = m"),
+                                              ("v_hat = v / (1 - beta2 ** step)", "v_hat = v")]),
+    "sharded Adam: all-gathers the shard before its update": (
+        "fused_adam_grad_unshard_allgather", [("dist.all_gather_into_tensor(gathered, updated)",
+                                               "dist.all_gather_into_tensor(gathered, master_shard)")]),
+    "load-balancing loss: returns the local loss (skips the all-reduce)": (
+        "load_balancing_loss", [("    dist.all_reduce(loss)\n    return loss / dist.get_world_size()\n",
+                                 "    return loss\n")]),
+    "load-balancing loss: breaks top-k ties toward the higher expert index": (
+        "load_balancing_loss", [("logits.sort(dim=-1, descending=True, stable=True).indices[:, :top_k]",
+                                 "logits.flip(-1).sort(dim=-1, descending=True, stable=True).indices[:, :top_k]"),
+                                ("torch.bincount(chosen.flatten()", "torch.bincount(num_experts - 1 - chosen.flatten()")]),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_TRAINING)
+def test_wrong_training_systems_candidates_are_judged_wrong(env4, name):
+    task, edits = WRONG_TRAINING[name]
+    assert_wrong_with_a_location(judge(env4, task, variant(task, *edits)))
+
+
 @pytest.fixture(scope="module")
 def muon_bf16():
     env = make_env(task="tp_muon_orthogonalization", world_size=2, dtype="bfloat16")
