@@ -93,6 +93,11 @@ class RankServer:
         if self.gpu:
             torch.cuda.set_device(self.device)
             torch.cuda.current_stream(self.device).synchronize()  # the context exists once this returns
+            # float32 means float32 on every rank, as on CPU ranks: cuDNN's convolutions default to TF32 (10-bit
+            # mantissas), which puts a plain fp32 conv outside an fp32 tolerance (opensora_conv3d_allreduce's
+            # reference failed on emulated ranks). Candidate code may turn it on; its results then answer for it.
+            torch.backends.cudnn.allow_tf32 = False
+            torch.backends.cuda.matmul.allow_tf32 = False
         self.facts: dict[str, Any] = {"context_s": JUDGE.clock() - started}
         # Kernel compiles are requested from the judge (pkb_env.runtime); the link never sees the channel module.
         send, recv = channel.send, channel.recv
