@@ -25,6 +25,7 @@ done after its first minutes); what is reported is then the batch alone:
 from __future__ import annotations
 
 import argparse
+import ast
 import collections
 import json
 import os
@@ -52,8 +53,6 @@ ALTERNATIVES = {
 
 def signature(task: str) -> tuple[str, str]:
     """The reference's parameter list and its first parameter, for the generated wrong candidates."""
-    import ast
-
     tree = ast.parse(load_task(task).reference_source)
     (fn,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "solution"]
     names = [a.arg for a in fn.args.args]
