@@ -20,7 +20,6 @@ gone after it.
 from __future__ import annotations
 
 import argparse
-import ast
 import collections
 import json
 import os
@@ -38,9 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def parameters(task: str) -> str:
-    tree = ast.parse(load_task(task).reference_source)
-    (fn,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "solution"]
-    return ", ".join(a.arg for a in fn.args.args)
+    return ", ".join(load_task(task).parameters)   # the reference's signature (load_task checks they agree)
 
 
 def candidates(task: str, experts: bool) -> list[tuple[str, str]]:

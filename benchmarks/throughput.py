@@ -25,7 +25,6 @@ done after its first minutes); what is reported is then the batch alone:
 from __future__ import annotations
 
 import argparse
-import ast
 import collections
 import json
 import os
@@ -51,17 +50,10 @@ ALTERNATIVES = {
 }
 
 
-def signature(task: str) -> tuple[str, str]:
-    """The reference's parameter list and its first parameter, for the generated wrong candidates."""
-    tree = ast.parse(load_task(task).reference_source)
-    (fn,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "solution"]
-    names = [a.arg for a in fn.args.args]
-    return ", ".join(names), names[0]
-
-
 def kinds(task: str, cuda: bool) -> list[tuple[str, str]]:
     """The candidates judged for `task`, as (kind, source)."""
-    params, first = signature(task)
+    names = load_task(task).parameters   # the reference's signature (load_task checks they agree)
+    params, first = ", ".join(names), names[0]
     reference = load_task(task).reference_source
     fast = [("expert", (EXPERTS / f"{task}.py").read_text())] if cuda and (EXPERTS / f"{task}.py").exists() else []
     other = [("alternative", ALTERNATIVES[task].read_text())] if not fast and task in ALTERNATIVES else []
