@@ -46,6 +46,16 @@ def examples_importable():
         yield
 
 
+def variant(task: str, old: str, new: str) -> str:
+    """The task's reference with `old` replaced by `new`; `old` must be there, so that the test breaks with the
+    reference rather than quietly testing the reference itself."""
+    from pkb_env.task import load_task
+
+    source = load_task(task).reference_source
+    assert old in source, f"{task}'s reference no longer contains {old!r}"
+    return source.replace(old, new)
+
+
 def make_env(task="all_reduce", world_size=4, **kwargs):
     kwargs.setdefault("config", FAST)
     kwargs.setdefault("max_turns", 1000)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import EXAMPLES, examples_importable, make_env
+from conftest import examples_importable, make_env, variant
 from test_tasks_golden import check_golden, launch
 
 from pkb_env.contract import (Check, Comm, Cost, Fft, InPlace, OnRanks, Output, PerRank, Preset, Replicated, Sum,
@@ -23,6 +23,7 @@ from pkb_env.contract import (Check, Comm, Cost, Fft, InPlace, OnRanks, Output, 
 from pkb_env.judge.compare import compare_outputs
 from pkb_env.judge.fingerprints import compare_burst
 from pkb_env.ranks.fingerprints import sketch_calls
+from pkb_env.task import load_task
 
 ADAM, RFFT, DISPATCH = "contract_v3_tasks.adam_step", "contract_v3_tasks.rfft", "contract_v3_tasks.dispatch"
 TASKS = (ADAM, RFFT, DISPATCH)
@@ -44,19 +45,13 @@ def judge(env, task: str, source: str) -> dict:
 
 def assert_correct(env, task: str, *sources: str) -> None:
     """The task's reference and each other correct arrangement are judged correct."""
-    for source in (reference(task), *sources):
+    for source in (load_task(task).reference_source, *sources):
         info = judge(env, task, source)
         assert info["verdict"] == "correct", info["feedback"]
 
 
-def reference(task: str) -> str:
-    return Path(EXAMPLES, *task.split("."), "reference.py").read_text()
 
 
-def variant(task: str, old: str, new: str) -> str:
-    source = reference(task)
-    assert old in source, f"{task}'s reference no longer contains {old!r}"
-    return source.replace(old, new)
 
 
 def test_the_references_equal_their_goldens():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import FAST, examples_importable
+from conftest import FAST, examples_importable, variant
 
 from pkb_env import JudgeService
 from pkb_env.contract import GroupInfo, Mesh, rank_seeds
@@ -28,10 +28,6 @@ def judge():
         yield service
 
 
-def variant(task: str, old: str, new: str) -> str:
-    source = load_task(task).reference_source
-    assert old in source, f"{task}'s reference no longer contains {old!r}"
-    return source.replace(old, new)
 
 
 def inputs(task: str, world_size: int, trial: int = 0, preset: str = "tiny", dtype: str = "float32") -> list[dict]:

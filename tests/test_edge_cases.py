@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import make_env
+from conftest import make_env, variant
 
 from pkb_env.contract import Edge, Normal, Output, Preset, Sharded, Sum, TaskSpec, Tensor, TaskError
 from pkb_env.contract.edges import edge_of
@@ -23,10 +23,6 @@ FP8 = "blocked_fp8_quantize"
 TOPK = "vocab_parallel_log_prob_topk"
 
 
-def variant(task: str, old: str, new: str) -> str:
-    source = load_task(task).reference_source
-    assert old in source, f"{task}'s reference no longer contains {old!r}"
-    return source.replace(old, new)
 
 
 NO_ZERO_GUARD = variant(FP8, "divisor = torch.where(scale == 0, torch.ones_like(scale), scale)", "divisor = scale")
