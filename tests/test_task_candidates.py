@@ -313,3 +313,28 @@ WRONG_SPATIAL = {
 @pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_SPATIAL.items() for n in wrongs])
 def test_wrong_halo_exchanges_and_sharded_convolutions_are_judged_wrong(env4, task, name):
     assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_SPATIAL[task][name])))
+
+
+# Science and systems beyond LLMs (PKB 79, 81, 85, 61): exact balance of a sort's slices, a kNN's stated tie
+# rule, the IoU comparison of a suppression (its edge case puts pairs at IoU exactly 0.7).
+WRONG_SCIENCE = {
+    "distributed_sample_sort": {
+        "globally sorted but unbalanced (each rank returns its splitter bucket)": [
+            ("    sizes = torch.empty(world, dtype=torch.int64, device=device)\n",
+             "    return bucket\n    sizes = torch.empty(world, dtype=torch.int64, device=device)\n")],
+    },
+}
+
+
+@pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_SCIENCE.items() for n in wrongs])
+def test_wrong_sorts_knn_ties_and_suppressions_are_judged_wrong(env4, task, name):
+    """Wrong with the rank, trial (and edge case) and output; an unbalanced sort may instead exceed the output's
+    declared bound on some rank, which the rank refuses before the output travels (a runtime error naming it)."""
+    info = judge(env4, task, variant(task, *WRONG_SCIENCE[task][name]))
+    first = info["feedback"].splitlines()[1]
+    if info["verdict"] == "runtime_error" and task == "distributed_sample_sort":
+        assert re.match(r"rank \d raised during trials: OutputError: output has shape \[\d+\], beyond its declared "
+                        r"bound \[\d+\]", first), first
+        return
+    assert info["verdict"] == "wrong", info["feedback"]
+    assert re.match(r"rank \d, trial \d( \([^()]*\))?, output(\[\d+\])?: ", first), first
