@@ -327,6 +327,12 @@ WRONG_SCIENCE = {
         "breaks ties across ranks by the higher rank first": [
             (".view(world, queries_here, max_k).transpose(0, 1)", ".view(world, queries_here, max_k).flip(0).transpose(0, 1)")],
     },
+    "sam3_allgather_iou_suppression": {
+        "suppresses at IoU > threshold instead of >=": [
+            ("intersection / union >= iou_threshold", "intersection / union > iou_threshold")],
+        "IoU over the sum of the areas (the intersection not subtracted)": [
+            ("(area[:, None] + area[None, :] - intersection)", "(area[:, None] + area[None, :])")],
+    },
 }
 
 
