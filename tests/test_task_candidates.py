@@ -316,7 +316,8 @@ def test_wrong_halo_exchanges_and_sharded_convolutions_are_judged_wrong(env4, ta
 
 
 # Science and systems beyond LLMs (PKB 79, 81, 85, 61): exact balance of a sort's slices, a kNN's stated tie
-# rule, the IoU comparison of a suppression (its edge case puts pairs at IoU exactly 0.7).
+# rule, the IoU comparison of a suppression (its edge case puts pairs at IoU exactly 0.7), a splatting exchange's
+# global ids.
 WRONG_SCIENCE = {
     "distributed_sample_sort": {
         "globally sorted but unbalanced (each rank returns its splitter bucket)": [
@@ -332,6 +333,10 @@ WRONG_SCIENCE = {
             ("intersection / union >= iou_threshold", "intersection / union > iou_threshold")],
         "IoU over the sum of the areas (the intersection not subtracted)": [
             ("(area[:, None] + area[None, :] - intersection)", "(area[:, None] + area[None, :])")],
+    },
+    "gsplat_3d_gaussian_splatting": {
+        "global ids offset by the destination rank (gsplat's and PKB's offsets) instead of the source": [
+            ("gaussian + me * n", "gaussian + camera * n")],
     },
 }
 
