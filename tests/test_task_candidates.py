@@ -326,7 +326,8 @@ WRONG_SCIENCE = {
     },
     "dinov2_distributed_knn": {
         "breaks ties across ranks by the higher rank first": [
-            (".view(world, queries_here, max_k).transpose(0, 1)", ".view(world, queries_here, max_k).flip(0).transpose(0, 1)")],
+            (".view(world, queries_here, max_k).transpose(0, 1)",
+             ".view(world, queries_here, max_k).flip(0).transpose(0, 1)")],
     },
     "sam3_allgather_iou_suppression": {
         "suppresses at IoU > threshold instead of >=": [
@@ -348,8 +349,8 @@ def test_wrong_sorts_knn_ties_and_suppressions_are_judged_wrong(env4, task, name
     info = judge(env4, task, variant(task, *WRONG_SCIENCE[task][name]))
     first = info["feedback"].splitlines()[1]
     if info["verdict"] == "runtime_error" and task == "distributed_sample_sort":
-        assert re.match(r"ranks? [\d, ]+ raised during trials: OutputError: output has shape \[\d+\], beyond its declared "
-                        r"bound \[\d+\]", first), first
+        assert re.match(r"ranks? [\d, ]+ raised during trials: OutputError: output has shape \[\d+\], beyond its "
+                        r"declared bound \[\d+\]", first), first
         return
     assert info["verdict"] == "wrong", info["feedback"]
     assert re.match(r"rank \d, trial \d( \([^()]*\))?, output(\[\d+\])?: ", first), first

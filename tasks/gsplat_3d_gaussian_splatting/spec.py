@@ -38,10 +38,13 @@ def pose(gen, shape, dtype, env):
 
 
 def pinhole(gen, shape, dtype, env):
-    """PKB's intrinsics: focal 0.8 min(width, height), principal point at the image centre."""
+    """PKB's intrinsics (focal 0.8 min(width, height), principal point at the image centre), each camera's own:
+    the focal lengths within 10% of it, the principal point within 2% of the image's size of the centre."""
+    u = (torch.rand(4, generator=gen, device=gen.device, dtype=torch.float64) * 2 - 1).tolist()
     focal = 0.8 * min(env["IW"], env["IH"])
-    K = torch.tensor([[focal, 0, env["IW"] / 2], [0, focal, env["IH"] / 2], [0, 0, 1]], dtype=torch.float64,
-                     device=gen.device)
+    fx, fy = focal * (1 + 0.1 * u[0]), focal * (1 + 0.1 * u[1])
+    cx, cy = env["IW"] * (0.5 + 0.02 * u[2]), env["IH"] * (0.5 + 0.02 * u[3])
+    K = torch.tensor([[fx, 0, cx], [0, fy, cy], [0, 0, 1]], dtype=torch.float64, device=gen.device)
     return K.reshape(shape).to(dtype)
 
 
@@ -110,20 +113,20 @@ def cost(c):
 
 # The reference projects in float64 and rounds once, so it sits within half an ulp of the golden. The rules are
 # sized for a float32 projection of the same inputs (every step in float32), measured against float64 by
-# running the reference's _project in both precisions (W = 4 and 8, bench and tiny, 5-50 calls): means2d err
+# running the reference's _project in both precisions (W = 2, 4 and 8, bench and tiny, 5-50 calls): means2d err
 # by up to 6e-5 px (|means2d| < 600; the principal point's 256 sets the rounding near 0), depths by about one
 # ulp (7e-8 relative), conics by up to 7.5e-8 absolute (entries up to 1 / eps2d = 3.3; off-diagonals can be
 # far smaller than the diagonal, so the term is absolute). At these rules such a float32 projection reaches
-# 0.21 / 0.10 / 0.11 of the allowance (means2d / depths / conics) at bench and 0.03 / 0.10 / 0.37 at tiny; its
-# visibility and radii agreed with float64's on all of 250,000 pairs but one (W = 8, bench), which is why the
-# statement fixes them in float64.
+# 0.19 / 0.10 / 0.06 of the allowance (means2d / depths / conics) at bench (W = 4 and 8) and 0.04 / 0.10 / 0.30
+# at tiny; its visibility and radii agreed with float64's on all but one of about 370,000 pairs measured (the
+# one at W = 8, bench), which is why the statement fixes them in float64.
 def _fixed(atol, rtol, what):
     return Fixed({dtype: Tolerance(atol, rtol, what) for dtype in ("float32", "bfloat16", "float16")})
 
 
 MEANS2D = _fixed(2e-4, 1e-6, "a float32 projection: a few ulps of the principal point's 256 px")
 DEPTHS = _fixed(1e-6, 1e-6, "a float32 camera transform: about 8 ulps")
-CONICS = _fixed(1e-6, 1e-6, "a float32 projection and 2 x 2 inverse: about 13x the measured 7.5e-8 absolute")
+CONICS = _fixed(2e-6, 1e-6, "a float32 projection and 2 x 2 inverse: about 25x the measured 7.5e-8 absolute")
 
 SPEC = TaskSpec(
     name="gsplat_3d_gaussian_splatting",
@@ -153,7 +156,8 @@ SPEC = TaskSpec(
         Tensor("colors", ("N", 3), dist=Uniform(0.0, 1.0), doc="their colours"),
         Tensor("viewmats", (1, 4, 4), dist=Custom(pose, "a camera turned up to 0.5 rad, moved up to 1.2"),
                doc="this rank's camera, world to camera"),
-        Tensor("Ks", (1, 3, 3), dist=Custom(pinhole, "focal 0.8 min(IW, IH), centre (IW / 2, IH / 2)"),
+        Tensor("Ks", (1, 3, 3),
+               dist=Custom(pinhole, "focal 0.8 min(IW, IH) within 10%, centre (IW / 2, IH / 2) within 2%"),
                doc="its intrinsics"),
         Const("image_width", dim="IW"),
         Const("image_height", dim="IH"),
@@ -192,8 +196,9 @@ SPEC = TaskSpec(
         "(a candidate computing in float32 could change the number of visible Gaussians and fail on shape); "
         "here visibility and radii are defined by float64 arithmetic, and float32 projections are within "
         "the tolerance of the projected values",
-        "every rank's camera has its own pose (PKB gives every rank the identity view, so every Gaussian is "
-        "visible in every camera and the exchange is a plain all-gather in disguise)",
+        "every rank's camera has its own pose and intrinsics (PKB gives every rank the identity view and the "
+        "same intrinsics, so every Gaussian is visible in every camera and the exchange is a plain all-gather "
+        "in disguise)",
         "gaussian_ids are global ids, source rank * N + index: PKB (following gsplat) adds the destination "
         "rank's offset instead, which equals the source's only at rank 0",
         "the inputs take the task dtype (PKB: bf16 always); the process group is an input the judge builds",
