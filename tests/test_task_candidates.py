@@ -313,3 +313,44 @@ WRONG_SPATIAL = {
 @pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_SPATIAL.items() for n in wrongs])
 def test_wrong_halo_exchanges_and_sharded_convolutions_are_judged_wrong(env4, task, name):
     assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_SPATIAL[task][name])))
+
+
+# Science and systems beyond LLMs (PKB 79, 81, 85, 61): exact balance of a sort's slices, a kNN's stated tie
+# rule, the IoU comparison of a suppression (its edge case puts pairs at IoU exactly 0.7), a splatting exchange's
+# global ids.
+WRONG_SCIENCE = {
+    "distributed_sample_sort": {
+        "globally sorted but unbalanced (each rank returns its splitter bucket)": [
+            ("    sizes = torch.empty(world, dtype=torch.int64, device=device)\n",
+             "    return bucket\n    sizes = torch.empty(world, dtype=torch.int64, device=device)\n")],
+    },
+    "dinov2_distributed_knn": {
+        "breaks ties across ranks by the higher rank first": [
+            (".view(world, queries_here, max_k).transpose(0, 1)",
+             ".view(world, queries_here, max_k).flip(0).transpose(0, 1)")],
+    },
+    "sam3_allgather_iou_suppression": {
+        "suppresses at IoU > threshold instead of >=": [
+            ("intersection / union >= iou_threshold", "intersection / union > iou_threshold")],
+        "IoU over the sum of the areas (the intersection not subtracted)": [
+            ("(area[:, None] + area[None, :] - intersection)", "(area[:, None] + area[None, :])")],
+    },
+    "gsplat_3d_gaussian_splatting": {
+        "global ids offset by the destination rank (gsplat's and PKB's offsets) instead of the source": [
+            ("gaussian + me * n", "gaussian + camera * n")],
+    },
+}
+
+
+@pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_SCIENCE.items() for n in wrongs])
+def test_wrong_sorts_knn_ties_and_suppressions_are_judged_wrong(env4, task, name):
+    """Wrong with the rank, trial (and edge case) and output; an unbalanced sort may instead exceed the output's
+    declared bound on some rank, which the rank refuses before the output travels (a runtime error naming it)."""
+    info = judge(env4, task, variant(task, *WRONG_SCIENCE[task][name]))
+    first = info["feedback"].splitlines()[1]
+    if info["verdict"] == "runtime_error" and task == "distributed_sample_sort":
+        assert re.match(r"ranks? [\d, ]+ raised during trials: OutputError: output has shape \[\d+\], beyond its "
+                        r"declared bound \[\d+\]", first), first
+        return
+    assert info["verdict"] == "wrong", info["feedback"]
+    assert re.match(r"rank \d, trial \d( \([^()]*\))?, output(\[\d+\])?: ", first), first

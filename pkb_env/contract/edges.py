@@ -12,7 +12,7 @@ every declared case is among a step's trials, at secret positions (judge/seeds.p
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 import torch
@@ -29,6 +29,7 @@ class EdgeDraw:
     gen: torch.Generator
     here: bool
     env: Mapping[str, float]
+    coords: Mapping[str, int] = field(default_factory=dict)  # this rank's mesh coordinates ({"world": rank})
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,8 @@ class Edge:
     """An edge case of the task's statement, as a rewrite of one input right after it is drawn.
 
     `apply(value, draw) -> value` returns the input's new value (same shape and dtype; the judge checks).
+    `input` may also name a `Length`: `apply(size, draw) -> int >= 0` rewrites the call's drawn size before any
+    input is made (the ranks with no data at all: `0 if draw.coords["world"] % 2 else size`).
     Inputs that read `input` (FromInputs, Custom with reads) are made after it, so they see the edge case.
     `everywhere`: the rewrite applies on every rank (ties in every rank's logits); otherwise only the
     holder's block (and its replicas) is rewritten and `draw.here` says whether this rank holds it.

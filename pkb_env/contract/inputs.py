@@ -87,9 +87,14 @@ def make_inputs(declared: Sequence[Input], ctx: InputContext, lengths: Sequence[
     Where the call's shared seed picks one of the task's `edges`, its input is rewritten as it is drawn.
     A routing's inputs (`Routed`) are this rank's part of its group's routing for the call (routing.py)."""
     env = dict(ctx.env)
+    edge = edge_of(ctx.seeds[SHARED], edges) if edges else None
     for length in lengths:
         env[length.name] = length.dist.scalar(ctx.generator(length.layout.scope(ctx.layout), length.name), env)
-    edge = edge_of(ctx.seeds[SHARED], edges) if edges else None
+        if edge is not None and edge.input == length.name:
+            value = edge.apply(env[length.name], _edge_draw(length, ctx, env, edge))
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"length {length.name}: edge case {edge.name!r} made {value!r}, not an int >= 0")
+            env[length.name] = value
     calls = {}
     for routing in routings:
         fields = {d.dist.field for d in declared if isinstance(getattr(d, "dist", None), Routed)
@@ -170,13 +175,14 @@ def _sparse(layout: torch.layout) -> str:
     return "" if layout == torch.strided else f" {layout}"
 
 
-def _edge_draw(decl: Tensor, ctx: InputContext, env: Mapping[str, float], edge: Edge) -> EdgeDraw:
-    """The edge's shared generator, and whether this rank holds the block of the rank it lands on."""
+def _edge_draw(decl: Tensor | Length, ctx: InputContext, env: Mapping[str, float], edge: Edge) -> EdgeDraw:
+    """The edge's shared generator, and whether this rank holds the block (or the length) of the rank it
+    lands on."""
     shared = ctx.seeds[SHARED]
     scope = decl.layout.scope(ctx.layout)
     chosen = holder(shared, ctx.world_size)
     here = edge.everywhere or ctx.layout.scope_key(scope, ctx.rank) == ctx.layout.scope_key(scope, chosen)
-    return EdgeDraw(edge_generator(shared, ctx.rng_device), here, env)
+    return EdgeDraw(edge_generator(shared, ctx.rng_device), here, env, ctx.layout.coords(ctx.rank))
 
 
 def _offsets(decl: Tensor, shape: tuple[int, ...], ctx: InputContext) -> tuple[int, ...]:

@@ -171,13 +171,13 @@ class TaskSpec:
                                     f"{', '.join(self.mesh.names)}")
         self._check_reads(where)
         self._check_routings(where)
-        tensors = {d.name for d in self.inputs if isinstance(d, Tensor)}
+        tensors = {d.name for d in self.inputs if isinstance(d, Tensor)} | {n.name for n in self.lengths}
         if len({e.name for e in self.edges}) != len(self.edges):
             raise TaskError(f"{where}: edge case names must be unique")
         for edge in self.edges:
             if edge.input not in tensors:
                 raise TaskError(f"{where}: edge case {edge.name!r} rewrites {edge.input!r}, which is not a tensor "
-                                f"input")
+                                f"input or a length")
 
     def _check_reads(self, where: str) -> None:
         """An input that reads others (FromInputs, Custom with reads) reads tensor inputs that read nothing
