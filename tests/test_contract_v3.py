@@ -133,6 +133,21 @@ def test_a_routing_agrees_across_its_group_and_differs_per_call_and_per_group():
     assert not torch.equal(first[0]["topk_idx"], second[0]["topk_idx"]), "two calls drew the same routing"
 
 
+def test_a_routings_expert_mask_is_its_picks_one_hot():
+    """`expert_mask` (E, K, T) is Hugging Face Mixtral's one_hot(topk_idx, E).permute(2, 1, 0), contiguous."""
+    from pkb_env.contract.routing import draw_call
+
+    spec = load_task(ROUTED)
+    layout = spec.layout(4, spec.preset("tiny").dims)
+    call = draw_call(spec.routings[0], 7, spec.env(spec.preset("tiny").dims, 4), layout)
+    mask = call.field("expert_mask", 1)
+    assert mask.shape == (4, 2, 8) and mask.is_contiguous()
+    for t, picks in enumerate(call.topk_idx[1].tolist()):
+        for k, e in enumerate(picks):
+            assert mask[:, k, t].tolist() == [int(i == e) for i in range(4)]
+    assert torch.equal(mask.sum(dim=(1, 2)), call.expert_counts(1))
+
+
 def test_skew_makes_some_experts_hot_per_call():
     from dataclasses import replace
 

@@ -354,3 +354,36 @@ def test_wrong_sorts_knn_ties_and_suppressions_are_judged_wrong(env4, task, name
         return
     assert info["verdict"] == "wrong", info["feedback"]
     assert re.match(r"rank \d, trial \d( \([^()]*\))?, output(\[\d+\])?: ", first), first
+
+
+# MoE dispatch and combine (PKB 26-29), on a top-2-of-8 routing drawn per call: routing that drops or duplicates
+# (token, expert) pairs. A wrong split changes how many rows a rank receives, so the feedback may name a shape
+# instead of elements; either way it says which rank, trial and output.
+WRONG_MOE_DISPATCH = {
+    "all-to-all primitive: assumes even splits (PKB's equal split lists): the hot ranks drop pairs": (
+        "moe_all2all_primitive", [("    send, recv = sizes[:world], sizes[world:]\n",
+                                   "    send = recv = [local_tensor.shape[0] // world] * world\n")]),
+    "pre-dispatch: sends the pairs in token order (not sorted by expert): tokens miss their experts and "
+    "reach others twice": (
+        "moe_pre_all2all", [("permuted = hidden_states.index_select(0, permutation)",
+                             "permuted = hidden_states.repeat_interleave(expert_mask.shape[1], dim=0)")]),
+    "pre-dispatch: regroups every local expert from the first one's chunk (duplicates its tokens, drops the "
+    "other's)": (
+        "moe_pre_all2all", [("chunks[s * local_experts + expert]", "chunks[s * local_experts]")]),
+    "post-combine: overwrites instead of adding (each token keeps one expert's output, its other pick dropped)": (
+        "moe_post_all2all", [("combined.index_add_(", "combined.index_copy_(")]),
+    "preprocess: counts tokens, not pairs, per destination rank (a token's two picks on one rank counted once)": (
+        "moe_token_preprocess", [("input_splits = per_expert.view(world, local_experts).sum(dim=1)",
+                                  "input_splits = expert_mask.sum(dim=1).view(world, local_experts, -1)"
+                                  ".amax(dim=1).sum(dim=1)")]),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_MOE_DISPATCH)
+def test_moe_routing_that_drops_or_duplicates_pairs_is_judged_wrong(env4, name):
+    task, edits = WRONG_MOE_DISPATCH[name]
+    info = judge(env4, task, variant(task, *edits))
+    assert info["verdict"] == "wrong", info["feedback"]
+    first = info["feedback"].splitlines()[1]
+    assert re.match(r"rank \d, trial \d( \([^()]*\))?, output(\[\d+\])?: (\d+/\d+ elements differ|shape \[)", first), \
+        first

@@ -16,7 +16,9 @@ across ranks (rank r's `send_counts[s]` is rank s's `recv_counts[r]`), are uneve
 The fields (`FIELDS`), per rank: its tokens' `logits` (T, E), `topk_idx` (T, K) and `topk_weights` (T, K); the
 (token, expert) pairs it sends to each rank of its group, `send_counts` (G,), receives from each,
 `recv_counts` (G,), sends to each expert, `expert_counts` (E,), and receives from each source per local expert,
-`recv_expert_counts` (G, E / G). The tokens themselves (hidden states) stay ordinary per-rank inputs, secret
+`recv_expert_counts` (G, E / G), and its picks as a one-hot mask, `expert_mask` (E, K, T) (Hugging Face
+Mixtral's `one_hot(topk_idx, E).permute(2, 1, 0)`, contiguous: what Megatron's and PKB's MoE preprocessing
+read; 1 where token t's k-th pick is expert e). The tokens themselves (hidden states) stay ordinary per-rank inputs, secret
 from peers; the routing is drawn fresh per call from the step's secret, and a rank holds only its group's.
 
 The cost model sees the realised imbalance: `c.routing("route")` gives the busiest rank's pairs to or from
@@ -37,7 +39,7 @@ from pkb_env.contract.mesh import GroupDims, MeshLayout, group_name
 from pkb_env.contract.seeding import derive_seed
 
 FIELDS = ("logits", "topk_idx", "topk_weights", "send_counts", "recv_counts", "expert_counts",
-          "recv_expert_counts")
+          "recv_expert_counts", "expert_mask")
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,8 @@ class RoutedCall:
             return self.expert_counts(member)
         if name == "recv_counts":
             return torch.stack([self.send_counts(s)[member] for s in range(self.ranks)])
+        if name == "expert_mask":
+            return torch.nn.functional.one_hot(self.topk_idx[member], self.experts).permute(2, 1, 0).contiguous()
         if name == "recv_expert_counts":
             per = self.experts // self.ranks
             return torch.stack([self.expert_counts(s)[member * per:(member + 1) * per] for s in range(self.ranks)])
