@@ -313,3 +313,20 @@ WRONG_SPATIAL = {
 @pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_SPATIAL.items() for n in wrongs])
 def test_wrong_halo_exchanges_and_sharded_convolutions_are_judged_wrong(env4, task, name):
     assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_SPATIAL[task][name])))
+
+
+# Expert-parallel fused MoE forward (PKB 31, 32, 49, 50): routing that drops or duplicates tokens, a combine
+# without the gate weights, experts on the wrong rank, an adapter left out. (task, edits) per wrong candidate.
+WRONG_MOE_FUSED = {
+    "fused MoE: combines the picks without their gate weights": (
+        "fused_moe_fwd", [("back.float() * topk_weights.flatten()[order, None]", "back.float()")]),
+    "fused MoE: drops every token's second pick (routes its top-1 only)": (
+        "fused_moe_fwd", [("    k = topk_idx.shape[1]\n",
+                           "    topk_idx, topk_weights = topk_idx[:, :1], topk_weights[:, :1]\n    k = 1\n")]),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_MOE_FUSED)
+def test_wrong_fused_moe_candidates_are_judged_wrong(env4, name):
+    task, edits = WRONG_MOE_FUSED[name]
+    assert_wrong_with_a_location(judge(env4, task, variant(task, *edits)))
