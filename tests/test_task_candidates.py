@@ -323,6 +323,8 @@ WRONG_MOE_FUSED = {
     "fused MoE: drops every token's second pick (routes its top-1 only)": (
         "fused_moe_fwd", [("    k = topk_idx.shape[1]\n",
                            "    topk_idx, topk_weights = topk_idx[:, :1], topk_weights[:, :1]\n    k = 1\n")]),
+    "MoE, E = W: takes the pairs pick-major (duplicates some tokens, drops others)": (
+        "moe_ep_balanced", [("token = order // k", "token = order % len(hidden_states)")]),
 }
 
 
