@@ -325,6 +325,9 @@ WRONG_MOE_FUSED = {
                            "    topk_idx, topk_weights = topk_idx[:, :1], topk_weights[:, :1]\n    k = 1\n")]),
     "MoE, E = W: takes the pairs pick-major (duplicates some tokens, drops others)": (
         "moe_ep_balanced", [("token = order // k", "token = order % len(hidden_states)")]),
+    "MoE, E = 2W: places the experts round-robin (expert e on rank e % W)": (
+        "moe_ep_wide", [("expert = topk_idx.flatten()",
+                         "expert = ((topk_idx % ranks) * local + topk_idx // ranks).flatten()")]),
 }
 
 
