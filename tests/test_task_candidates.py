@@ -328,6 +328,9 @@ WRONG_MOE_FUSED = {
     "MoE, E = 2W: places the experts round-robin (expert e on rank e % W)": (
         "moe_ep_wide", [("expert = topk_idx.flatten()",
                          "expert = ((topk_idx % ranks) * local + topk_idx // ranks).flatten()")]),
+    "fused MoE with LoRA: leaves out the down projection's adapter": (
+        "fused_moe_fwd_lora", [("_lora_linear(F.silu(gate) * up, w_down[j], b_down[j], lora_down_A[j], lora_down_B[j])",
+                                "F.linear(F.silu(gate) * up, w_down[j], b_down[j])")]),
 }
 
 
