@@ -387,3 +387,28 @@ def test_moe_routing_that_drops_or_duplicates_pairs_is_judged_wrong(env4, name):
     first = info["feedback"].splitlines()[1]
     assert re.match(r"rank \d, trial \d( \([^()]*\))?, output(\[\d+\])?: (\d+/\d+ elements differ|shape \[)", first), \
         first
+
+
+# Expert-parallel fused MoE forward (PKB 31, 32, 49, 50): routing that drops or duplicates tokens, a combine
+# without the gate weights, experts on the wrong rank, an adapter left out. (task, edits) per wrong candidate.
+WRONG_MOE_FUSED = {
+    "fused MoE: combines the picks without their gate weights": (
+        "fused_moe_fwd", [("back.float() * topk_weights.flatten()[order, None]", "back.float()")]),
+    "fused MoE: drops every token's second pick (routes its top-1 only)": (
+        "fused_moe_fwd", [("    k = topk_idx.shape[1]\n",
+                           "    topk_idx, topk_weights = topk_idx[:, :1], topk_weights[:, :1]\n    k = 1\n")]),
+    "MoE, E = W: takes the pairs pick-major (duplicates some tokens, drops others)": (
+        "moe_ep_balanced", [("token = order // k", "token = order % len(hidden_states)")]),
+    "MoE, E = 2W: places the experts round-robin (expert e on rank e % W)": (
+        "moe_ep_wide", [("expert = topk_idx.flatten()",
+                         "expert = ((topk_idx % ranks) * local + topk_idx // ranks).flatten()")]),
+    "fused MoE with LoRA: leaves out the down projection's adapter": (
+        "fused_moe_fwd_lora", [("_lora_linear(F.silu(gate) * up, w_down[j], b_down[j], lora_down_A[j], lora_down_B[j])",
+                                "F.linear(F.silu(gate) * up, w_down[j], b_down[j])")]),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_MOE_FUSED)
+def test_wrong_fused_moe_candidates_are_judged_wrong(env4, name):
+    task, edits = WRONG_MOE_FUSED[name]
+    assert_wrong_with_a_location(judge(env4, task, variant(task, *edits)))
