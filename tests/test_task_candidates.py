@@ -227,12 +227,13 @@ WRONG_STEPS = {
     "ZeRO-1: averages the gradients over its own rows only (skips the all-reduce)": (
         "zero1_optimizer_shard", [("    dist.all_reduce(grad)\n", "")], "output: "),
     "ZeRO-2: forgets Adam's bias correction": (
-        "zero2_optimizer_shard_grad", [("m_hat = exp_avg_part / (1 - beta1 ** step)", "m_hat = exp_avg_part"),
-                                       ("v_hat = exp_avg_sq_part / (1 - beta2 ** step)", "v_hat = exp_avg_sq_part")],
+        "zero2_optimizer_shard_grad",
+        [("m_hat = exp_avg_part / (1 - beta1 ** step)", "m_hat = exp_avg_part"),
+         ("v_hat = exp_avg_sq_part / (1 - beta2 ** step)", "v_hat = exp_avg_sq_part")],
         "updated['"),
     "DDP: steps on its own rows' gradient (skips the all-reduce)": (
         "ddp", [("    dist.all_reduce(grad)\n", "")], "updated['"),
-    "FSDP: updates its shard with its own rows' gradient (a local slice instead of the reduce-scatter)": (
+    "FSDP: updates its shard with its own rows' gradient (a local slice, no reduce-scatter)": (
         "fsdp_step_e2e", [("    dist.reduce_scatter_tensor(g, torch.cat([p.grad.reshape(-1) for p in leaves]))\n",
                            "    g.copy_(torch.cat([p.grad.reshape(-1) for p in leaves]).view(world, -1)"
                            "[dist.get_rank()] * world)\n")],

@@ -46,7 +46,7 @@ def _state(name, dist, doc):
 SPEC = TaskSpec(
     name="ddp",
     title="DDP step with Adam: all-reduce of the gradients, the same Adam update on every replica",
-    description="A two-layer MLP out = relu(X W1^T + b1) W2^T + b2, loss the mean squared error against y over "
+    description="A two-layer MLP out = silu(X W1^T + b1) W2^T + b2, loss the mean squared error against y over "
                 "the whole batch. Every rank holds its rows X (N/W, D), y (N/W, O) in the task dtype and the same "
                 "replica of the fp32 parameters W1 (H, D), b1 (H,), W2 (O, H), b2 (O,) and of Adam's fp32 "
                 "moments exp_avg_<p>, exp_avg_sq_<p> of each. Forward and backward in fp32; the gradient "
@@ -92,8 +92,12 @@ SPEC = TaskSpec(
         "the result (PKB's moments are zero and its step is 1 + trial % 7)",
         "parameters, moments and the forward and backward are fp32 whatever the task dtype (the data, X and "
         "y, has it): in bf16 a 1e-3 step is below the weights' resolution, so PKB's bf16 state hides the "
-        "update and any error in it, and a bf16 backward flips relus on rounding, an error of a whole row's "
-        "share of the gradient through which a step that averages locally would pass",
+        "update and any error in it, and Adam's normalisation carries a bf16 gradient's error (measured with "
+        "relu: up to ~1.5x the gradients' RMS at tiny) into the update at the size of the bugs to catch",
+        "SiLU instead of PKB's ReLU: ReLU's kink makes the gradient jump where a pre-activation is within "
+        "rounding of zero, which happens in about one fp32 call in ten at bench and moves a whole row's "
+        "share of a weight's gradient; Adam carries it into the update at up to ~4000x the fp32 tolerance "
+        "(measured), so two correct fp32 steps could disagree",
         "the parameters and moments are updated in place, bit-identical on every rank (the judge compares "
         "them after the call), instead of returned as twelve copies",
         "the flat parameters' sizes follow the preset only (PKB's shapes at bench: 1024 rows, 256 -> 512 -> "

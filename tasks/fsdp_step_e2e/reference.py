@@ -6,7 +6,7 @@ import torch.nn.functional as F
 def solution(X: torch.Tensor, y: torch.Tensor, flat_param_shard: torch.Tensor, exp_avg_shard: torch.Tensor,
              exp_avg_sq_shard: torch.Tensor, hidden: int, lr: float, beta1: float, beta2: float, eps: float,
              weight_decay: float, step: int) -> None:
-    """One FSDP training step with AdamW of the MLP out = relu(X W1^T + b1) W2^T + b2 with the mean squared
+    """One FSDP training step with AdamW of the MLP out = silu(X W1^T + b1) W2^T + b2 with the mean squared
     error against y. Every rank holds its own rows of the batch, X (N/W, D) and y (N/W, O), in the task
     dtype, and only its shard r (P/W values, fp32) of the flat parameters (W1 (hidden, D), b1 (hidden,),
     W2 (O, hidden), b2 (O,) flattened and concatenated in that order: P values) and of Adam's moments. The
@@ -24,7 +24,7 @@ def solution(X: torch.Tensor, y: torch.Tensor, flat_param_shard: torch.Tensor, e
         n = torch.Size(shape).numel()
         leaves.append(flat[offset:offset + n].view(shape).detach().requires_grad_(True))
         offset += n
-    h = F.relu(F.linear(X.float(), leaves[0], leaves[1]))
+    h = F.silu(F.linear(X.float(), leaves[0], leaves[1]))
     F.mse_loss(F.linear(h, leaves[2], leaves[3]), y.float()).backward()
 
     g = torch.empty_like(flat_param_shard)

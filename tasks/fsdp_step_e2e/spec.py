@@ -50,7 +50,7 @@ def cost(c):
 SPEC = TaskSpec(
     name="fsdp_step_e2e",
     title="FSDP step end to end: all-gather the parameters, forward and backward, reduce-scatter, AdamW on the shard",
-    description="A two-layer MLP out = relu(X W1^T + b1) W2^T + b2, loss the mean squared error against y over "
+    description="A two-layer MLP out = silu(X W1^T + b1) W2^T + b2, loss the mean squared error against y over "
                 "the whole batch. Every rank holds its rows X (N/W, D), y (N/W, O) in the task dtype and its "
                 "shard r (P/W values, fp32) of the flat parameters (W1 (hidden, D), b1 (hidden,), W2 (O, hidden), "
                 "b2 (O,) flattened and concatenated, P = H*D + H + O*H + O) and of Adam's moments. Forward and "
@@ -96,7 +96,12 @@ SPEC = TaskSpec(
         "result (PKB's step is 1 + trial % 7)",
         "parameters, moments and the forward and backward are fp32 whatever the task dtype (the data, X and "
         "y, has it): in bf16 a 1e-3 step is below the weights' resolution, so PKB's bf16 state hides the "
-        "update, and a bf16 backward flips relus on rounding, an error of a whole row's share of the gradient",
+        "update and any error in it, and Adam's normalisation carries a bf16 gradient's error (measured with "
+        "relu: up to ~1.5x the gradients' RMS at tiny) into the update at the size of the bugs to catch",
+        "SiLU instead of PKB's ReLU: ReLU's kink makes the gradient jump where a pre-activation is within "
+        "rounding of zero, which happens in about one fp32 call in ten at bench and moves a whole row's "
+        "share of a weight's gradient; Adam carries it into the update at up to ~4000x the fp32 tolerance "
+        "(measured), so two correct fp32 steps could disagree",
         "the shards of the parameters and moments are updated in place (the judge compares them after the "
         "call) instead of returned as copies",
         "the hidden width is passed as an int instead of PKB's tuple of the four parameter shapes (D and O "

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 def solution(X: torch.Tensor, y: torch.Tensor, W1: torch.Tensor, b1: torch.Tensor, W2: torch.Tensor,
              b2: torch.Tensor, exp_avg_part: torch.Tensor, exp_avg_sq_part: torch.Tensor, lr: float, beta1: float,
              beta2: float, eps: float, step: int) -> torch.Tensor:
-    """One ZeRO-1 training step of the MLP out = relu(X W1^T + b1) W2^T + b2 with the mean squared error
+    """One ZeRO-1 training step of the MLP out = silu(X W1^T + b1) W2^T + b2 with the mean squared error
     against y. Every rank holds its own rows of the batch, X (N/W, D) and y (N/W, O), in the task dtype; the
     same fp32 parameters W1 (H, D), b1 (H,), W2 (O, H), b2 (O,); and Adam's fp32 moments of its shard r of
     the flat parameters (W1, b1, W2, b2 flattened and concatenated; P/W values a shard). The forward and
@@ -17,7 +17,7 @@ def solution(X: torch.Tensor, y: torch.Tensor, W1: torch.Tensor, b1: torch.Tenso
     Returns the averaged flat gradient (P,) fp32, which ZeRO-1 leaves on every rank."""
     world, rank = dist.get_world_size(), dist.get_rank()
     leaves = [p.detach().requires_grad_(True) for p in (W1, b1, W2, b2)]
-    h = F.relu(F.linear(X.float(), leaves[0], leaves[1]))
+    h = F.silu(F.linear(X.float(), leaves[0], leaves[1]))
     F.mse_loss(F.linear(h, leaves[2], leaves[3]), y.float()).backward()
 
     grad = torch.cat([p.grad.reshape(-1) for p in leaves])
