@@ -2,7 +2,8 @@
 
 For every task (or --task), dtype and world size, run the distributed reference on fresh random inputs and
 report the largest error as a fraction of the allowed one, max |got - expected| / (atol + rtol*|expected|),
-over every element of every rank and trial, per output (each at its own tolerance). A correct reference must stay well below 1 (the golden test
+over every element of every rank and trial, per output (each at its own tolerance; in-place results, as
+`updated['name']`, against the state the golden leaves). A correct reference must stay well below 1 (the golden test
 fails at 1); a value near 1 means the rule is too tight for the sizes, one far below 0.01 that it may let
 wrong answers through. Task writers: run it at `bench` for the world sizes your task takes.
 
@@ -59,7 +60,9 @@ def _rank(rank: int, world: int, store: str, tasks: list[str], preset: str, dtyp
             for trial in range(trials):
                 seeds = rank_seeds(SECRET, spec.layout(world, spec.preset(preset).dims), rank, task, dtype, trial)
                 args = spec.make_inputs(spec.input_context(rank, world, preset, dtype, device, seeds, groups=groups))
-                results[(task, dtype, trial)] = _to_cpu(solution(*args))
+                out = solution(*args)   # then the arguments it updates in place, as the judge reads them
+                results[(task, dtype, trial)] = (_to_cpu(out), {name: _to_cpu(args[i])
+                                                                for name, i in spec.inplace_positions.items()})
     torch.save(results, Path(out_dir, f"rank{rank}.pt"))
     dist.barrier()
     dist.destroy_process_group()
@@ -97,9 +100,13 @@ def margins(tasks: list[str], preset: str, world: int, dtypes: list[str], trials
                     seeds = rank_seeds(SECRET, spec.layout(world, spec.preset(preset).dims), r, task, dtype, trial)
                     args = spec.make_inputs(spec.input_context(r, world, preset, dtype, device, seeds))
                     inputs.append(dict(zip(spec.parameters, args)))
-                expected = _to_cpu(spec.golden(inputs, spec.world(dims, world, dtype)))
+                expected = _to_cpu(spec.golden(inputs, spec.world(dims, world, dtype)))  # updates InPlace inputs
                 for r in range(world):
-                    for path, (e, g) in _by_output(spec, expected[r], got[r][(task, dtype, trial)]).items():
+                    out, updated = got[r][(task, dtype, trial)]
+                    pairs = _by_output(spec, expected[r], out)
+                    pairs.update({spec.output_path(i): (_to_cpu(inputs[r][o.name]), updated[o.name])
+                                  for i, o in enumerate(spec.outputs) if o.inplace})
+                    for path, (e, g) in pairs.items():
                         worst[path] = max(worst[path], _ratio(e, g, checks[path].tolerance))
             for path, ratio in worst.items():  # one row per output, each at its own tolerance
                 tol = checks[path].tolerance
@@ -109,11 +116,13 @@ def margins(tasks: list[str], preset: str, world: int, dtypes: list[str], trials
 
 
 def _by_output(spec, expected, got) -> dict:
-    """{output path: (expected, got)} for one rank's outputs (a tensor, a tuple or a dict of them)."""
-    if len(spec.outputs) == 1 and spec.returns == "auto":
-        return {spec.output_path(0): (expected, got)}
-    keys = [o.name for o in spec.outputs] if spec.returns == "dict" else range(len(spec.outputs))
-    return {spec.output_path(i): (expected[k], got[k]) for i, k in enumerate(keys)}
+    """{output path: (expected, got)} for one rank's returned outputs (a tensor, a tuple or a dict of them;
+    the in-place results are paired by the caller)."""
+    returned = [i for i, o in enumerate(spec.outputs) if not o.inplace]
+    if len(returned) == 1 and spec.returns == "auto":
+        return {spec.output_path(returned[0]): (expected, got)}
+    keys = [spec.outputs[i].name for i in returned] if spec.returns == "dict" else range(len(returned))
+    return {spec.output_path(i): (expected[k], got[k]) for i, k in zip(returned, keys)}
 
 
 def _ratio(expected, got, tol) -> float:

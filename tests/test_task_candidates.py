@@ -217,6 +217,42 @@ def test_wrong_training_systems_candidates_are_judged_wrong(env4, name):
     assert_wrong_with_a_location(judge(env4, task, variant(task, *edits)))
 
 
+# Training steps with state updated in place (PKB 40-42, 47, 48): (task, edits, where the feedback must point).
+WRONG_STEPS = {
+    "ZeRO-1: updates the next rank's shard of the parameters with its own moments": (
+        "zero1_optimizer_shard",
+        [("w = torch.cat([p.reshape(-1) for p in (W1, b1, W2, b2)])[rank * part:(rank + 1) * part]",
+          "w = torch.cat([p.reshape(-1) for p in (W1, b1, W2, b2)]).roll(-part)[rank * part:(rank + 1) * part]")],
+        "updated['"),
+    "ZeRO-1: averages the gradients over its own rows only (skips the all-reduce)": (
+        "zero1_optimizer_shard", [("    dist.all_reduce(grad)\n", "")], "output: "),
+    "ZeRO-2: forgets Adam's bias correction": (
+        "zero2_optimizer_shard_grad",
+        [("m_hat = exp_avg_part / (1 - beta1 ** step)", "m_hat = exp_avg_part"),
+         ("v_hat = exp_avg_sq_part / (1 - beta2 ** step)", "v_hat = exp_avg_sq_part")],
+        "updated['"),
+    "DDP: steps on its own rows' gradient (skips the all-reduce)": (
+        "ddp", [("    dist.all_reduce(grad)\n", "")], "updated['"),
+    "FSDP: updates its shard with its own rows' gradient (a local slice, no reduce-scatter)": (
+        "fsdp_step_e2e", [("    dist.reduce_scatter_tensor(g, torch.cat([p.grad.reshape(-1) for p in leaves]))\n",
+                           "    g.copy_(torch.cat([p.grad.reshape(-1) for p in leaves]).view(world, -1)"
+                           "[dist.get_rank()] * world)\n")],
+        "updated['"),
+    "FSDP x TP: sums the partial outputs over the FSDP group instead of the TP group": (
+        "fsdp_and_tp", [("dist.all_reduce(y, group=tp_group)", "dist.all_reduce(y, group=fsdp_group)")], "output: "),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_STEPS)
+def test_wrong_training_steps_are_judged_wrong_where(env4, name):
+    task, edits, where = WRONG_STEPS[name]
+    info = judge(env4, task, variant(task, *edits))
+    assert info["verdict"] == "wrong", info["feedback"]
+    first = info["feedback"].splitlines()[1]
+    assert re.match(r"rank \d, trial \d( \([^()]*\))?, ", first) and where in first, first
+    assert "elements differ" in first and "first at [" in first, first
+
+
 @pytest.fixture(scope="module")
 def muon_bf16():
     env = make_env(task="tp_muon_orthogonalization", world_size=2, dtype="bfloat16")
