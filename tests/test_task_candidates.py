@@ -214,6 +214,11 @@ WRONG_TRAINING = {
     "gradient-accumulation loss: normalised by the local count instead of the global one": (
         "grad_acc_loss", [("normalized_loss = weighted / global_valid_tokens",
                            "normalized_loss = weighted / local_valid_tokens")]),
+    "policy loss: normalised by the local count of valid tokens (skips its all-reduce)": (
+        "importance_sampling_loss", [("    dist.all_reduce(n, op=dist.ReduceOp.SUM)\n", "")]),
+    "policy loss: the ratio's minimum and maximum taken locally": (
+        "importance_sampling_loss", [("    dist.all_reduce(ratio_min, op=dist.ReduceOp.MIN)\n", ""),
+                                     ("    dist.all_reduce(ratio_max, op=dist.ReduceOp.MAX)\n", "")]),
 }
 
 
