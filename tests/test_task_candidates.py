@@ -211,6 +211,8 @@ WRONG_TRAINING = {
                                 ("torch.bincount(chosen.flatten()", "torch.bincount(num_experts - 1 - chosen.flatten()")]),
     "clip-grad-norm: the norm of the local shard only (skips the all-reduce)": (
         "clip_grad_norm_no_ep", [("    dist.all_reduce(total, op=dist.ReduceOp.SUM, group=fsdp_group)\n", "")]),
+    "EP clip-grad-norm: sums the expert part over the EP group only (skips the EP-FSDP all-reduce)": (
+        "clip_grad_norm_ep", [("    dist.all_reduce(ep_total, op=dist.ReduceOp.SUM, group=ep_fsdp_group)\n", "")]),
     "gradient-accumulation loss: normalised by the local count instead of the global one": (
         "grad_acc_loss", [("normalized_loss = weighted / global_valid_tokens",
                            "normalized_loss = weighted / local_valid_tokens")]),
