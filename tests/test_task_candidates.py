@@ -221,6 +221,9 @@ WRONG_TRAINING = {
     "policy loss: the ratio's minimum and maximum taken locally": (
         "importance_sampling_loss", [("    dist.all_reduce(ratio_min, op=dist.ReduceOp.MIN)\n", ""),
                                      ("    dist.all_reduce(ratio_max, op=dist.ReduceOp.MAX)\n", "")]),
+    "LoRA gradient reduction: leaves the down projection's B gradient unreduced": (
+        "moe_epgroupgemm_lora_backward", [("    dist.all_reduce(grad_fc2_lora_B, op=dist.ReduceOp.SUM, group=group)\n",
+                                           "")]),
 }
 
 
