@@ -49,7 +49,7 @@ def golden(inputs, world):
     """Every rank's log-probabilities from float64 logits of its inputs; the sums, minimum and maximum over
     every rank's valid tokens in float64; each output rounded once to fp32."""
     weight = world.assemble(inputs, "weight").double()
-    per_rank, valid_all, ratio_all, delta_all, logp_all, pg_all = [], [], [], [], [], []
+    per_rank, every = [], {"valid": [], "ratio": [], "delta": [], "logp": [], "pg": []}
     for args in inputs:
         labels = args["labels"]
         valid = labels != args["ignore_index"]
@@ -60,9 +60,9 @@ def golden(inputs, world):
         ratio = torch.exp(delta)
         pg = torch.where(valid, -ratio * args["advantages"].double(), 0.0)
         per_rank.append((logp, pg))
-        valid_all.append(valid), ratio_all.append(ratio), delta_all.append(delta), logp_all.append(logp)
-        pg_all.append(pg)
-    valid, ratio, delta = torch.cat(valid_all), torch.cat(ratio_all), torch.cat(delta_all)
+        for key, value in (("valid", valid), ("ratio", ratio), ("delta", delta), ("logp", logp), ("pg", pg)):
+            every[key].append(value)
+    valid, ratio, delta = (torch.cat(every[key]) for key in ("valid", "ratio", "delta"))
     n = max(float(valid.sum()), 1.0)
     chosen = ratio[valid]
     metrics = {
@@ -70,10 +70,10 @@ def golden(inputs, world):
         "ratio_min": chosen.min() if chosen.numel() else torch.tensor(math.inf, dtype=torch.float64),
         "ratio_max": chosen.max() if chosen.numel() else torch.tensor(-math.inf, dtype=torch.float64),
         "k3_mean": (chosen - delta[valid] - 1.0).sum() / n,
-        "entropy_mean": -torch.cat(logp_all).sum() / n,
+        "entropy_mean": -torch.cat(every["logp"]).sum() / n,
     }
     metrics = {k: v.float() for k, v in metrics.items()}
-    loss = (torch.cat(pg_all).sum() / n).float()
+    loss = (torch.cat(every["pg"]).sum() / n).float()
     return [(loss.clone(), None, logp.float(), pg.float(), {k: v.clone() for k, v in metrics.items()})
             for logp, pg in per_rank]
 
