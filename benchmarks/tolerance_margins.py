@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import tempfile
 from datetime import timedelta
 from pathlib import Path
@@ -60,9 +61,9 @@ def _rank(rank: int, world: int, store: str, tasks: list[str], preset: str, dtyp
             for trial in range(trials):
                 seeds = rank_seeds(SECRET, spec.layout(world, spec.preset(preset).dims), rank, task, dtype, trial)
                 args = spec.make_inputs(spec.input_context(rank, world, preset, dtype, device, seeds, groups=groups))
-                out = solution(*args)   # then the arguments it updates in place, as the judge reads them
-                results[(task, dtype, trial)] = (_to_cpu(out), {name: _to_cpu(args[i])
-                                                                for name, i in spec.inplace_positions.items()})
+                out = _to_cpu(solution(*args))
+                updated = {name: args[i].detach().cpu().clone() for name, i in spec.inplace_positions.items()}
+                results[(task, dtype, trial)] = {"output": out, "updated": updated}
     torch.save(results, Path(out_dir, f"rank{rank}.pt"))
     dist.barrier()
     dist.destroy_process_group()
@@ -102,11 +103,9 @@ def margins(tasks: list[str], preset: str, world: int, dtypes: list[str], trials
                     inputs.append(dict(zip(spec.parameters, args)))
                 expected = _to_cpu(spec.golden(inputs, spec.world(dims, world, dtype)))  # updates InPlace inputs
                 for r in range(world):
-                    out, updated = got[r][(task, dtype, trial)]
-                    pairs = _by_output(spec, expected[r], out)
-                    pairs.update({spec.output_path(i): (_to_cpu(inputs[r][o.name]), updated[o.name])
-                                  for i, o in enumerate(spec.outputs) if o.inplace})
-                    for path, (e, g) in pairs.items():
+                    mine = {"output": expected[r],
+                            "updated": {name: _to_cpu(inputs[r][name]) for name in spec.inplace_positions}}
+                    for path, (e, g) in _by_output(spec, mine, got[r][(task, dtype, trial)]).items():
                         worst[path] = max(worst[path], _ratio(e, g, checks[path].tolerance))
             for path, ratio in worst.items():  # one row per output, each at its own tolerance
                 tol = checks[path].tolerance
@@ -116,19 +115,32 @@ def margins(tasks: list[str], preset: str, world: int, dtypes: list[str], trials
 
 
 def _by_output(spec, expected, got) -> dict:
-    """{output path: (expected, got)} for one rank's returned outputs (a tensor, a tuple or a dict of them;
-    the in-place results are paired by the caller)."""
-    returned = [i for i, o in enumerate(spec.outputs) if not o.inplace]
-    if len(returned) == 1 and spec.returns == "auto":
-        return {spec.output_path(returned[0]): (expected, got)}
-    keys = [spec.outputs[i].name for i in returned] if spec.returns == "dict" else range(len(returned))
-    return {spec.output_path(i): (expected[k], got[k]) for i, k in zip(returned, keys)}
+    """{output path: (expected, got)} for one rank's compared values: every path of the task's outputs
+    (`output`, `output[2]`, `output[4]['key']`) and in-place results (`updated['name']`), each side given as
+    {"output": the returned value, "updated": {input name: its final value}}."""
+    return {path: (_at(expected, path), _at(got, path)) for path, decl in spec.output_paths.items()
+            if decl.kind not in ("dict", "none")}
+
+
+def _at(value, path: str):
+    """The value at `path` ("output[4]['ratio_min']"); None below a None (an output absent on this rank)."""
+    root, rest = re.match(r"(output|updated)(.*)", path).groups()
+    value = value[root]
+    for index, key in re.findall(r"\[(?:(\d+)|'([^']*)')\]", rest):
+        if value is None:
+            return None
+        value = value[int(index)] if index else value[key]
+    return value
 
 
 def _ratio(expected, got, tol) -> float:
     """max |got - expected| / (atol + rtol |expected|); infinities must match (inf/inf counts 0)."""
     if expected is None:
         return 0.0 if got is None else float("inf")
+    if not isinstance(expected, torch.Tensor):  # a Python scalar output
+        if not isinstance(got, (int, float)):
+            return float("inf")
+        expected, got = torch.tensor(expected), torch.tensor(got)
     if not expected.is_floating_point() or tol.exact:
         return 0.0 if torch.equal(expected, got) else float("inf")
     e, g = expected.double(), got.double()

@@ -28,7 +28,8 @@ def judge(env, task: str, source: str) -> dict:
 def assert_wrong_with_a_location(info: dict) -> None:
     assert info["verdict"] == "wrong", info["feedback"]
     first = info["feedback"].splitlines()[1]
-    assert re.match(r"rank \d, trial \d( \([^()]*\))?, output(\[\d+\])?: \d+/\d+ elements differ \((beyond atol|exact)", first), first
+    assert re.match(r"rank \d, trial \d( \([^()]*\))?, (output(\[\d+\])?|updated)(\['\w+'\])*: \d+/\d+ elements differ "
+                    r"\((beyond atol|exact)", first), first
     assert "first at [" in first and "expected" in first and "got" in first
 
 
@@ -184,7 +185,7 @@ def test_wrong_vocab_parallel_candidates_are_judged_wrong(env4, task, name):
     assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_VOCAB[task][name])))
 
 
-# Training systems (PKB 43, 44, 52, 53): (task, edits) per wrong candidate.
+# Training systems (PKB 21-25, 30, 43, 44, 52, 53): (task, edits) per wrong candidate.
 WRONG_TRAINING = {
     "quantised all-reduce: sums the int8 codes without their scales": (
         "quantized_grad_allreduce", [("total = (codes.float() * scale).flatten()", "total = codes.float().flatten()")]),
@@ -208,6 +209,21 @@ WRONG_TRAINING = {
         "load_balancing_loss", [("logits.sort(dim=-1, descending=True, stable=True).indices[:, :top_k]",
                                  "logits.flip(-1).sort(dim=-1, descending=True, stable=True).indices[:, :top_k]"),
                                 ("torch.bincount(chosen.flatten()", "torch.bincount(num_experts - 1 - chosen.flatten()")]),
+    "clip-grad-norm: the norm of the local shard only (skips the all-reduce)": (
+        "clip_grad_norm_no_ep", [("    dist.all_reduce(total, op=dist.ReduceOp.SUM, group=fsdp_group)\n", "")]),
+    "EP clip-grad-norm: sums the expert part over the EP group only (skips the EP-FSDP all-reduce)": (
+        "clip_grad_norm_ep", [("    dist.all_reduce(ep_total, op=dist.ReduceOp.SUM, group=ep_fsdp_group)\n", "")]),
+    "gradient-accumulation loss: normalised by the local count instead of the global one": (
+        "grad_acc_loss", [("normalized_loss = weighted / global_valid_tokens",
+                           "normalized_loss = weighted / local_valid_tokens")]),
+    "policy loss: normalised by the local count of valid tokens (skips its all-reduce)": (
+        "importance_sampling_loss", [("    dist.all_reduce(n, op=dist.ReduceOp.SUM)\n", "")]),
+    "policy loss: the ratio's minimum and maximum taken locally": (
+        "importance_sampling_loss", [("    dist.all_reduce(ratio_min, op=dist.ReduceOp.MIN)\n", ""),
+                                     ("    dist.all_reduce(ratio_max, op=dist.ReduceOp.MAX)\n", "")]),
+    "LoRA gradient reduction: leaves the down projection's B gradient unreduced": (
+        "moe_epgroupgemm_lora_backward", [("    dist.all_reduce(grad_fc2_lora_B, op=dist.ReduceOp.SUM, group=group)\n",
+                                           "")]),
 }
 
 
