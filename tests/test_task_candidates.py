@@ -310,6 +310,24 @@ WRONG_SPATIAL = {
 }
 
 
+# Distributed FFTs, a Kalman filter step, a Hyena long convolution and a spherical convolution (PKB 59, 60,
+# 62, 63, 72): the transpose's axes, both parts of a spectrum, the normalisation, the mirrored half, float64.
+WRONG_SCIENCE = {
+    "physicsnemo_distributed_rfft": {
+        "an FFT transpose that swaps the wrong axes (column blocks interleaved)": [
+            ("recv.permute(1, 2, 0, 3)", "recv.permute(1, 2, 3, 0)")],
+        "a spectrum missing its imaginary part (PKB compares the real part only)": [
+            ("    return spectrum[..., : world * cols // 2 + 1].contiguous()",
+             "    return torch.complex(spectrum.real, torch.zeros_like(spectrum.real))[..., : world * cols // 2 + 1]")],
+    },
+}
+
+
+@pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_SCIENCE.items() for n in wrongs])
+def test_wrong_science_candidates_are_judged_wrong(env4, task, name):
+    assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_SCIENCE[task][name])))
+
+
 @pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_SPATIAL.items() for n in wrongs])
 def test_wrong_halo_exchanges_and_sharded_convolutions_are_judged_wrong(env4, task, name):
     assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_SPATIAL[task][name])))
