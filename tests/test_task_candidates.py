@@ -320,6 +320,12 @@ WRONG_SCIENCE = {
             ("    return spectrum[..., : world * cols // 2 + 1].contiguous()",
              "    return torch.complex(spectrum.real, torch.zeros_like(spectrum.real))[..., : world * cols // 2 + 1]")],
     },
+    "physicsnemo_distributed_irfft": {
+        "the wrong normalisation (the row inverse unscaled, 'forward')": [
+            ("torch.fft.ifft(field, dim=2, norm=norm)", "torch.fft.ifft(field, dim=2, norm=\"forward\")")],
+        "the mirrored half of the spectrum left out (frequencies 1..X/2-1 not doubled)": [
+            ("    twice[0] = twice[-1] = 1.0", "    twice[:] = 1.0")],
+    },
 }
 
 
