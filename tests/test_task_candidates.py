@@ -326,6 +326,14 @@ WRONG_SCIENCE = {
         "the mirrored half of the spectrum left out (frequencies 1..X/2-1 not doubled)": [
             ("    twice[0] = twice[-1] = 1.0", "    twice[:] = 1.0")],
     },
+    "deepmd_kalman_filter_optimizer": {
+        "a Kalman update in float32": [
+            ("    world = dist.get_world_size(group)\n",
+             "    world = dist.get_world_size(group)\n    H, weights, P = H.float(), weights.float(), P.float()\n"),
+            ("    return everyone, covariance, next_lambda", "    return everyone.double(), covariance.double(), next_lambda")],
+        "skips the all-reduce (a from its own blocks only)": [
+            ("    dist.all_reduce(total, group=group)\n", "")],
+    },
 }
 
 
