@@ -334,6 +334,13 @@ WRONG_SCIENCE = {
         "skips the all-reduce (a from its own blocks only)": [
             ("    dist.all_reduce(total, group=group)\n", "")],
     },
+    "hyena_forward_cp": {
+        "forgets the zigzag order (each rank's two chunks taken as adjacent)": [
+            ("ordered = torch.cat([chunks[:, :, :, 0], chunks.flip(0)[:, :, :, 1]])",
+             "ordered = chunks.permute(0, 3, 1, 2, 4).reshape(2 * world, batch, channels // world, local // 2)")],
+        "a circular convolution (an FFT of length S: the sequence's end wraps onto its start)": [
+            ("n=2 * length", "n=length")],
+    },
 }
 
 
