@@ -341,6 +341,11 @@ WRONG_SCIENCE = {
         "a circular convolution (an FFT of length S: the sequence's end wraps onto its start)": [
             ("n=2 * length", "n=length")],
     },
+    "torchharmonics_spherical_convolution": {
+        "rotates the input the wrong way": [(".roll(-1, dims=1)", ".roll(1, dims=1)")],
+        "skips the polar all-reduce (its own latitudes' partial sums only)": [
+            ("    dist.all_reduce(y, group=polar_group)", "    pass")],
+    },
 }
 
 
