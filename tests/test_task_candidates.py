@@ -310,8 +310,9 @@ WRONG_SPATIAL = {
 }
 
 
-# Distributed FFTs, a Kalman filter step, a Hyena long convolution and a spherical convolution (PKB 59, 60,
-# 62, 63, 72): the transpose's axes, both parts of a spectrum, the normalisation, the mirrored half, float64.
+# Distributed FFTs, a Kalman filter step, a Hyena long convolution, a spherical convolution and a tiled VAE
+# decode (PKB 59, 60, 62, 63, 72, 78): the transpose's axes, both parts of a spectrum, the normalisation, the
+# mirrored half, float64, the fade's direction, the tile order.
 WRONG_SCIENCE = {
     "physicsnemo_distributed_rfft": {
         "an FFT transpose that swaps the wrong axes (column blocks interleaved)": [
@@ -345,6 +346,12 @@ WRONG_SCIENCE = {
         "rotates the input the wrong way": [(".roll(-1, dims=1)", ".roll(1, dims=1)")],
         "skips the polar all-reduce (its own latitudes' partial sums only)": [
             ("    dist.all_reduce(y, group=polar_group)", "    pass")],
+    },
+    "magi1_tile_parallel_vae_decode": {
+        "fades the wrong way (the ramp reversed)": [
+            ("* (1 - ramp) + head * ramp)", "* ramp + head * (1 - ramp))")],
+        "takes each decoded tile from the wrong slot (rank-major, not round-robin)": [
+            ("gathered[(index % world) * slots + index // world]", "gathered[index]")],
     },
 }
 
