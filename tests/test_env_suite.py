@@ -20,7 +20,10 @@ def test_reference_is_correct_about_1x_and_within_its_roofline(env4, task):
     assert 0 < timing.pairs <= timing.bursts and timing.cached_reference_s > 0   # the step's own pairs
     record = info["record"]
     assert record.timing.suspect is None, info["feedback"]
-    assert record.roofline.bound.source == "calibrated" and not record.roofline.bound.missing
+    # CPU ranks calibrate no float64 rate: a float64 task's compute term is left out of the bound (a known hole,
+    # docs/task_contract.md "Contract v3: float64"), which keeps it a lower bound; nothing else may be missing
+    missing = [m for m in record.roofline.bound.missing if "float64" not in m]
+    assert record.roofline.bound.source == "calibrated" and not missing, record.roofline.bound.missing
     assert 0.0 < info["roofline_fraction"] <= 1.0, info["feedback"]
     assert reward > 0.0 and info["reward_terms"]["performance"] == "measured"
     assert record.verify.checked == 2 * 4 and record.timed_check.checked == record.timing.calls * 4  # on 4 ranks

@@ -362,6 +362,57 @@ WRONG_SPATIAL = {
 }
 
 
+# Distributed FFTs, a Kalman filter step, a Hyena long convolution, a spherical convolution and a tiled VAE
+# decode (PKB 59, 60, 62, 63, 72, 78): the transpose's axes, both parts of a spectrum, the normalisation, the
+# mirrored half, float64, the fade's direction, the tile order.
+WRONG_SCIENCE = {
+    "physicsnemo_distributed_rfft": {
+        "an FFT transpose that swaps the wrong axes (column blocks interleaved)": [
+            ("recv.permute(1, 2, 0, 3)", "recv.permute(1, 2, 3, 0)")],
+        "a spectrum missing its imaginary part (PKB compares the real part only)": [
+            ("    return spectrum[..., : world * cols // 2 + 1].contiguous()",
+             "    return torch.complex(spectrum.real, torch.zeros_like(spectrum.real))[..., : world * cols // 2 + 1]")],
+    },
+    "physicsnemo_distributed_irfft": {
+        "the wrong normalisation (the row inverse unscaled, 'forward')": [
+            ("torch.fft.ifft(field, dim=2, norm=norm)", "torch.fft.ifft(field, dim=2, norm=\"forward\")")],
+        "the mirrored half of the spectrum left out (frequencies 1..X/2-1 not doubled)": [
+            ("    twice[0] = twice[-1] = 1.0", "    twice[:] = 1.0")],
+    },
+    "deepmd_kalman_filter_optimizer": {
+        "a Kalman update in float32": [
+            ("    world = dist.get_world_size(group)\n",
+             "    world = dist.get_world_size(group)\n    H, weights, P = H.float(), weights.float(), P.float()\n"),
+            ("    return everyone, covariance, next_lambda", "    return everyone.double(), covariance.double(), next_lambda")],
+        "skips the all-reduce (a from its own blocks only)": [
+            ("    dist.all_reduce(total, group=group)\n", "")],
+    },
+    "hyena_forward_cp": {
+        "forgets the zigzag order (each rank's two chunks taken as adjacent)": [
+            ("ordered = torch.cat([chunks[:, :, :, 0], chunks.flip(0)[:, :, :, 1]])",
+             "ordered = chunks.permute(0, 3, 1, 2, 4).reshape(2 * world, batch, channels // world, local // 2)")],
+        "a circular convolution (an FFT of length S: the sequence's end wraps onto its start)": [
+            ("n=2 * length", "n=length")],
+    },
+    "torchharmonics_spherical_convolution": {
+        "rotates the input the wrong way": [(".roll(-1, dims=1)", ".roll(1, dims=1)")],
+        "skips the polar all-reduce (its own latitudes' partial sums only)": [
+            ("    dist.all_reduce(y, group=polar_group)", "    pass")],
+    },
+    "magi1_tile_parallel_vae_decode": {
+        "fades the wrong way (the ramp reversed)": [
+            ("* (1 - ramp) + head * ramp)", "* ramp + head * (1 - ramp))")],
+        "takes each decoded tile from the wrong slot (rank-major, not round-robin)": [
+            ("gathered[(index % world) * slots + index // world]", "gathered[index]")],
+    },
+}
+
+
+@pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_SCIENCE.items() for n in wrongs])
+def test_wrong_science_candidates_are_judged_wrong(env4, task, name):
+    assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_SCIENCE[task][name])))
+
+
 @pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_SPATIAL.items() for n in wrongs])
 def test_wrong_halo_exchanges_and_sharded_convolutions_are_judged_wrong(env4, task, name):
     assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_SPATIAL[task][name])))
