@@ -313,3 +313,29 @@ WRONG_SPATIAL = {
 @pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_SPATIAL.items() for n in wrongs])
 def test_wrong_halo_exchanges_and_sharded_convolutions_are_judged_wrong(env4, task, name):
     assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_SPATIAL[task][name])))
+
+
+WRONG_GRAPH = {
+    "gnn_feature_exchange_all2all_backward": {
+        "sends the gradient rows to the wrong owners (a plain all-to-all, no rotation)": [
+            ("torch.cat([chunks[(j - me) % world] for j in range(world)])", "torch.cat(chunks)"),
+            ("torch.cat([arrived[(me + i) % world] for i in range(world)])", "incoming")],
+        "a scatter that overwrites instead of accumulating": [
+            ("grad_local.index_add_(0, seed_inverse_ids, returned)",
+             "grad_local.index_copy_(0, seed_inverse_ids, returned)")],
+    },
+}
+
+
+def assert_wrong_at(info: dict, where: str) -> None:
+    """Judged wrong, the first failure naming a rank, a trial and the output `where` points at."""
+    assert info["verdict"] == "wrong", info["feedback"]
+    first = info["feedback"].splitlines()[1]
+    assert re.match(r"rank \d, trial \d( \([^()]*\))?, " + re.escape(where), first), first
+
+
+@pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_GRAPH.items() for n in wrongs])
+def test_wrong_graph_exchanges_are_judged_wrong(env4, task, name):
+    info = judge(env4, task, variant(task, *WRONG_GRAPH[task][name]))
+    assert_wrong_at(info, "output")
+    print(info["feedback"].splitlines()[1])
