@@ -324,6 +324,11 @@ WRONG_GRAPH = {
             ("grad_local.index_add_(0, seed_inverse_ids, returned)",
              "grad_local.index_copy_(0, seed_inverse_ids, returned)")],
     },
+    "gnn_sparse_embedding_all2all": {
+        "sends the pairs to the wrong owners (index % W instead of the index's range block)": [
+            ("owner = idx // per_rank", "owner = idx % world")],
+        "routes the indices but sends the rows unsorted": [("value[order]", "value")],
+    },
 }
 
 
