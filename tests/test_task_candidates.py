@@ -329,6 +329,10 @@ WRONG_GRAPH = {
             ("owner = idx // per_rank", "owner = idx % world")],
         "routes the indices but sends the rows unsorted": [("value[order]", "value")],
     },
+    "gnn_negative_scoring": {
+        "breaks ties the other way (a negative equal to the positive ranks behind it)": [
+            ("(neg_score >= pos_score[:, None])", "(neg_score > pos_score[:, None])")],
+    },
 }
 
 
