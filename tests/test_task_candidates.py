@@ -333,6 +333,14 @@ WRONG_GRAPH = {
         "breaks ties the other way (a negative equal to the positive ranks behind it)": [
             ("(neg_score >= pos_score[:, None])", "(neg_score > pos_score[:, None])")],
     },
+    "torchrec_kjt_all2all": {
+        "skips the recat (returns what arrived source-major)": [
+            ('{"lengths": out_lengths, "values": recv_values[order],',
+             '{"lengths": recv_lengths, "values": recv_values,')],
+        "assumes every rank's batch is its own size (no stride exchange)": [
+            ('"stride": peer_meta[:, 0].sum(), "stride_per_rank": peer_meta[:, 0].clone()}',
+             '"stride": torch.tensor(batch * world), "stride_per_rank": torch.full_like(peer_meta[:, 0], batch)}')],
+    },
 }
 
 
