@@ -341,6 +341,13 @@ WRONG_GRAPH = {
             ('"stride": peer_meta[:, 0].sum(), "stride_per_rank": peer_meta[:, 0].clone()}',
              '"stride": torch.tensor(batch * world), "stride_per_rank": torch.full_like(peer_meta[:, 0], batch)}')],
     },
+    "gnn_neighbor_sampling": {
+        "a sampler that only sees the local partition": [
+            ("    owner = nodes % world\n", "    owner = torch.full_like(nodes, dist.get_rank(group))\n")],
+        "breaks priority ties the other way (the higher edge position first)": [
+            ("by_priority = torch.sort(edge_priority, stable=True).indices",
+             "by_priority = edge_priority.numel() - 1 - torch.sort(edge_priority.flip(0), stable=True).indices")],
+    },
 }
 
 
