@@ -348,6 +348,11 @@ WRONG_GRAPH = {
             ("by_priority = torch.sort(edge_priority, stable=True).indices",
              "by_priority = edge_priority.numel() - 1 - torch.sort(edge_priority.flip(0), stable=True).indices")],
     },
+    "gnn_sparse_feature_fetch_projection": {
+        "fetches rows from the wrong owners (node % W instead of the node's block)": [
+            ("owner = node_ids // shard.shape[0]", "owner = node_ids % world"),
+            ("shard[requests - dist.get_rank(group) * shard.shape[0]]", "shard[requests // world]")],
+    },
 }
 
 
