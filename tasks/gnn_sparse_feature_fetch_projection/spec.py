@@ -52,9 +52,9 @@ SPEC = TaskSpec(
     outputs=(Output("out", ("T", "P"), doc="the projected features of node_ids, row for row"),),
     golden=golden,
     cost=cost,
-    tolerance_rule=(Sum("D", 0.0625, "float32", what="the projection's fp32 accumulation")
-                    + Rounded("D", 0.0625, what="the partial sums of a kernel accumulating in another order "
-                                                "(the reference reached 0.39 of the Sum alone at tiny)")
+    tolerance_rule=(Sum("D", 0.125, "float32", what="the projection's fp32 accumulation, at twice the products' "
+                                                     "RMS: the float32 reference reached 0.39 of the rule with the "
+                                                     "RMS itself at tiny")
                     + Rounded(1, "0.0625 * sqrt(D)", what="the output rounded once")),
     presets={
         "tiny": Preset({"N": 16, "D": 16, "P": 8, "T": 12}, "float32", "CPU ranks, milliseconds"),
