@@ -141,8 +141,6 @@ def _ratio(expected, got, tol) -> float:
         if not isinstance(got, (int, float)):
             return float("inf")
         expected, got = torch.tensor(expected), torch.tensor(got)
-
-
     if expected.is_complex():  # both parts, each at the tolerance (as the judge compares them)
         expected, got = torch.view_as_real(expected), torch.view_as_real(got)
     if not expected.is_floating_point() or tol.exact:

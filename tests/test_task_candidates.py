@@ -421,7 +421,7 @@ def test_wrong_halo_exchanges_and_sharded_convolutions_are_judged_wrong(env4, ta
 # Science and systems beyond LLMs (PKB 79, 81, 85, 61): exact balance of a sort's slices, a kNN's stated tie
 # rule, the IoU comparison of a suppression (its edge case puts pairs at IoU exactly 0.7), a splatting exchange's
 # global ids.
-WRONG_SCIENCE = {
+WRONG_SORT_KNN_NMS = {
     "distributed_sample_sort": {
         "globally sorted but unbalanced (each rank returns its splitter bucket)": [
             ("    sizes = torch.empty(world, dtype=torch.int64, device=device)\n",
@@ -445,11 +445,11 @@ WRONG_SCIENCE = {
 }
 
 
-@pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_SCIENCE.items() for n in wrongs])
+@pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_SORT_KNN_NMS.items() for n in wrongs])
 def test_wrong_sorts_knn_ties_and_suppressions_are_judged_wrong(env4, task, name):
     """Wrong with the rank, trial (and edge case) and output; an unbalanced sort may instead exceed the output's
     declared bound on some rank, which the rank refuses before the output travels (a runtime error naming it)."""
-    info = judge(env4, task, variant(task, *WRONG_SCIENCE[task][name]))
+    info = judge(env4, task, variant(task, *WRONG_SORT_KNN_NMS[task][name]))
     first = info["feedback"].splitlines()[1]
     if info["verdict"] == "runtime_error" and task == "distributed_sample_sort":
         assert re.match(r"ranks? [\d, ]+ raised during trials: OutputError: output has shape \[\d+\], beyond its "
@@ -515,3 +515,57 @@ WRONG_MOE_FUSED = {
 def test_wrong_fused_moe_candidates_are_judged_wrong(env4, name):
     task, edits = WRONG_MOE_FUSED[name]
     assert_wrong_with_a_location(judge(env4, task, variant(task, *edits)))
+
+
+WRONG_GRAPH = {
+    "gnn_feature_exchange_all2all_backward": {
+        "sends the gradient rows to the wrong owners (a plain all-to-all, no rotation)": [
+            ("torch.cat([chunks[(j - me) % world] for j in range(world)])", "torch.cat(chunks)"),
+            ("torch.cat([arrived[(me + i) % world] for i in range(world)])", "incoming")],
+        "a scatter that overwrites instead of accumulating": [
+            ("grad_local.index_add_(0, seed_inverse_ids, returned)",
+             "grad_local.index_copy_(0, seed_inverse_ids, returned)")],
+    },
+    "gnn_sparse_embedding_all2all": {
+        "sends the pairs to the wrong owners (index % W instead of the index's range block)": [
+            ("owner = idx // per_rank", "owner = idx % world")],
+        "routes the indices but sends the rows unsorted": [("value[order]", "value")],
+    },
+    "gnn_negative_scoring": {
+        "breaks ties the other way (a negative equal to the positive ranks behind it)": [
+            ("(neg_score >= pos_score[:, None])", "(neg_score > pos_score[:, None])")],
+    },
+    "torchrec_kjt_all2all": {
+        "skips the recat (returns what arrived source-major)": [
+            ('{"lengths": out_lengths, "values": recv_values[order],',
+             '{"lengths": recv_lengths, "values": recv_values,')],
+        "assumes every rank's batch is its own size (no stride exchange)": [
+            ('"stride": peer_meta[:, 0].sum(), "stride_per_rank": peer_meta[:, 0].clone()}',
+             '"stride": torch.tensor(batch * world), "stride_per_rank": torch.full_like(peer_meta[:, 0], batch)}')],
+    },
+    "gnn_neighbor_sampling": {
+        "a sampler that only sees the local partition": [
+            ("    owner = nodes % world\n", "    owner = torch.full_like(nodes, dist.get_rank(group))\n")],
+        "breaks priority ties the other way (the higher edge position first)": [
+            ("by_priority = torch.sort(edge_priority, stable=True).indices",
+             "by_priority = edge_priority.numel() - 1 - torch.sort(edge_priority.flip(0), stable=True).indices")],
+    },
+    "gnn_sparse_feature_fetch_projection": {
+        "fetches rows from the wrong owners (node % W instead of the node's block)": [
+            ("owner = node_ids // shard.shape[0]", "owner = node_ids % world"),
+            ("shard[requests - dist.get_rank(group) * shard.shape[0]]", "shard[requests // world]")],
+    },
+}
+
+
+def assert_wrong_at(info: dict, where: str) -> None:
+    """Judged wrong, the first failure naming a rank, a trial and the output `where` points at."""
+    assert info["verdict"] == "wrong", info["feedback"]
+    first = info["feedback"].splitlines()[1]
+    assert re.match(r"rank \d, trial \d( \([^()]*\))?, " + re.escape(where), first), first
+
+
+@pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_GRAPH.items() for n in wrongs])
+def test_wrong_graph_exchanges_are_judged_wrong(env4, task, name):
+    info = judge(env4, task, variant(task, *WRONG_GRAPH[task][name]))
+    assert_wrong_at(info, "output")
