@@ -7,7 +7,8 @@ the views of the peers' buffers, which peer is read at which step, the chunk bou
 over several calls back to back on the same buffers with ranks racing each other, against the golden;
 and that every rank takes the same number of barriers per call (a mismatch breaks the threading barrier).
 What it cannot check: ordering between CUDA streams (here there is one order per rank), copy engines,
-FlashAttention, and the CUDA kernels of tp_rms_norm and vocab_parallel_cross_entropy (GPU tests).
+FlashAttention, and the CUDA kernels of tp_rms_norm, vocab_parallel_cross_entropy and
+quantized_grad_allreduce (GPU tests; here their launches are checked against the kernels' signatures).
 """
 from __future__ import annotations
 
@@ -173,6 +174,37 @@ def test_ring_attention_data_movement(dtype, preset, world):
 
 
 
+CONV_NAMES = ("x", "weight", "bias", "stride", "padding", "group")
+
+
+def conv_calls(inputs):
+    """Every trial's calls; a rank's group object is the same in every call, as the judge passes it."""
+    return [[tuple(args[n] for n in CONV_NAMES[:-1]) + (inputs[0][r]["group"],) for r, args in enumerate(trial)]
+            for trial in inputs]
+
+
+@pytest.mark.parametrize("world", [2, 3, 4, 8])
+def test_conv2d_halo_exchange_data_movement(world):
+    """The halo rows come from the right neighbour's slot (the edges keep zeros), over calls back to back."""
+    task = "conv2d_halo_exchange"
+    problem = load_task(task).world_size_problem(world, "tiny")
+    if problem:
+        pytest.skip(problem)
+    inputs = trials(task, world, "float32", "tiny")
+    outputs, barriers = run_ranks(task, world, conv_calls(inputs))
+    for trial, got in zip(inputs, outputs):
+        assert not mismatches(task, world, "float32", "tiny", trial, got)
+    assert barriers == 1
+
+
+def test_conv2d_halo_exchange_wrong_halo_is_caught():
+    """Taking the rank above's top rows instead of its bottom rows: the comparison must see it."""
+    task, world = "conv2d_halo_exchange", 3
+    inputs = trials(task, world, "float32", "tiny", count=2)
+    edit = ('res["peers"][above][slot, 1]', 'res["peers"][above][slot, 0]')
+    outputs, _ = run_ranks(task, world, conv_calls(inputs), edit=edit)
+    assert all(mismatches(task, world, "float32", "tiny", t, g) for t, g in zip(inputs, outputs))
+
 
 def test_two_slots_keep_a_slow_reader_correct_and_one_slot_would_not():
     """Rank 1 reads its peer's block 0.2 s late (after rank 0 has published its next call). With the
@@ -234,6 +266,7 @@ class Launches:
 SINGLE_KERNEL = {
     "tp_rms_norm": ("hidden_states", "weight", "eps"),
     "vocab_parallel_cross_entropy": ("vocab_parallel_logits", "target", "group"),
+    "quantized_grad_allreduce": ("flat_grad", "block_size"),
 }
 
 
