@@ -96,40 +96,36 @@ __device__ __forceinline__ long long first_owned(long long lo, long long warp, l
     return lo + k;
 }
 
-// The mean over the ranks of q_r * s_r for block j, this lane's 4 values, in fp32, rank order.
+// acc[k] += q * scale for the 4 codes packed in `word` (fused multiply-adds: the exact product, one rounding).
+__device__ __forceinline__ void add_codes(float* acc, int word, float scale) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) acc[k] = __fmaf_rn((float)(signed char)((word >> (8 * k)) & 0xff), scale, acc[k]);
+}
+
+// The mean over the ranks of q_r * s_r for block j, this lane's 4 values, in fp32, rank order. W > 0: the
+// world size at compile time (every rank's loads issued before the adds); W == 0: any world size `ws`.
 template <int W>
 __device__ __forceinline__ void mean_of_block(const long long* ptrs, int ws, long long slot_bytes, long long slot,
                                               long long n, long long nb, long long j, int lane, float* acc) {
-    const int R = W > 0 ? W : ws;
     acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
-    int words[W > 0 ? W : 1];
-    float scales[W > 0 ? W : 1];
     if constexpr (W > 0) {
+        int words[W];
+        float scales[W];
 #pragma unroll
-        for (int r = 0; r < W; ++r) {   // every rank's loads issued before the adds
+        for (int r = 0; r < W; ++r) {
             const Slot s = slot_of(ptrs[r], slot_bytes, slot, n, nb);
             words[r] = __ldcg(reinterpret_cast<const int*>(s.codes + j * QBLOCK) + lane);
             scales[r] = __ldcg(s.scales + j);
         }
-    }
-    for (int r = 0; r < R; ++r) {
-        int word;
-        float scale;
-        if constexpr (W > 0) {
-            word = words[r];
-            scale = scales[r];
-        } else {
-            const Slot s = slot_of(ptrs[r], slot_bytes, slot, n, nb);
-            word = __ldcg(reinterpret_cast<const int*>(s.codes + j * QBLOCK) + lane);
-            scale = __ldcg(s.scales + j);
-        }
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const float q = (float)(signed char)((word >> (8 * k)) & 0xff);
-            acc[k] = __fmaf_rn(q, scale, acc[k]);
+        for (int r = 0; r < W; ++r) add_codes(acc, words[r], scales[r]);
+    } else {
+        for (int r = 0; r < ws; ++r) {
+            const Slot s = slot_of(ptrs[r], slot_bytes, slot, n, nb);
+            add_codes(acc, __ldcg(reinterpret_cast<const int*>(s.codes + j * QBLOCK) + lane), __ldcg(s.scales + j));
         }
     }
-    const float count = (float)R;
+    const float count = (float)(W > 0 ? W : ws);
 #pragma unroll
     for (int k = 0; k < 4; ++k) acc[k] = __fdiv_rn(acc[k], count);
 }
