@@ -25,6 +25,7 @@ import torch
 from pkb_env.runtime import compile_cubin
 from pkb_env.runtime.toolchain import nvcc_path
 from pkb_env.task import load_task
+import host_kernel
 from test_expert_math import EXPERTS, expert, mismatches, rank_inputs
 
 BARRIER_TIMEOUT_S = 60
@@ -318,3 +319,60 @@ def test_single_kernel_experts_compile_for_hopper(task):
     """Their CUDA builds for sm_90 with the compiler the judge would use (no GPU needed to compile)."""
     cubin = compile_cubin(expert(task).SRC, arch="90", backend=_backend())
     assert cubin[:4] == b"\x7fELF"
+
+
+# -- the quantised all-reduce's CUDA source itself, on host threads (tests/host_kernel.py) ----------------------
+
+HOST_CASES = [  # world, blocks of the grid, 128-value blocks, dtype, two-shot; the variant is run on the second
+    (2, 2, 7, "float32", False),
+    (3, 2, 11, "bfloat16", True),
+    (8, 2, 5, "float32", True),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(host_kernel.compiler() is None, reason="no g++ to build the host harness")
+def test_quantized_allreduce_kernel_source_on_host_threads(tmp_path):
+    """The kernel's own source, every rank's grid on host threads (two warps a block, so that warps and blocks
+    split the 128-value blocks as on a GPU), two calls on the same buffers (both slots), one all-zero block:
+    every rank returns the same bits, equal to the torch model of the kernel's arithmetic (test_expert_math)
+    and within the golden's tolerance. A variant whose two-shot phase 2 reads its own buffer instead of the
+    peer's is rejected."""
+    from pkb_env.contract import Preset
+    from test_expert_math import quantized_allreduce_kernel_model
+
+    task, calls = "quantized_grad_allreduce", 2
+    source = expert(task).SRC
+    bad_edit = ("slot_of(ptrs[p], slot_bytes, slot, n, nb).mean", "slot_of(ptrs[rank], slot_bytes, slot, n, nb).mean")
+    assert bad_edit[0] in source
+    good = host_kernel.build(source, tmp_path)
+    (tmp_path / "bad").mkdir()
+    bad = host_kernel.build(source.replace(*bad_edit), tmp_path / "bad")
+    for world, blocks, nb, dtype, two_shot in HOST_CASES:
+        preset = Preset({"blocks": nb}, dtype, "host threads")
+        trials = [rank_inputs(task, world, dtype, preset, trial=t) for t in range(calls)]
+        trials[1][world - 1]["flat_grad"][:128] = 0   # the scale's floor
+        elem = 4 if dtype == "float32" else 2
+        raw = b"".join((d["flat_grad"].view(torch.int16) if elem == 2 else d["flat_grad"]).numpy().tobytes()
+                       for trial in trials for d in trial)
+        n = nb * 128
+        for binary, wrong in ((good, False), (bad, True)) if world == 3 else ((good, False),):
+            data = host_kernel.run(binary, world, blocks, 64, nb, "f32" if elem == 4 else "bf16", calls, two_shot, raw,
+                                   tmp_path)
+            caught = False
+            for c, inputs in enumerate(trials):
+                got = []
+                for r in range(world):
+                    chunk = bytearray(data[(c * world + r) * n * elem:(c * world + r + 1) * n * elem])
+                    values = torch.frombuffer(chunk, dtype=torch.float32 if elem == 4 else torch.int16)
+                    got.append(values if elem == 4 else values.view(torch.bfloat16))
+                found = mismatches(task, world, dtype, preset, inputs, got)
+                where = f"W={world} {dtype} two_shot={two_shot} call {c}"
+                if wrong:
+                    caught = caught or bool(found)
+                    continue
+                assert not found, f"{where}: {found}"
+                model = quantized_allreduce_kernel_model([d["flat_grad"] for d in inputs])
+                assert all(torch.equal(g, m) for g, m in zip(got, model)), f"{where}: differs from the model's bits"
+            if wrong:
+                assert caught, f"W={world} {dtype} two_shot={two_shot}: the variant was not caught"
