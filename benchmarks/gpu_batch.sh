@@ -72,6 +72,9 @@ if [ "${1:-timing}" = experts ]; then
     part 120 python benchmarks/multi_gpu.py --tasks allgather_gemm gemm_reducescatter tp_rms_norm ring_attention \
                  vocab_parallel_cross_entropy --presets bench large --steps 1 --skip-reference-step \
                  --json "$OUT/fused_experts.json" --markdown "$OUT/fused_experts.md"
+    part 60 python benchmarks/multi_gpu.py --tasks quantized_grad_allreduce conv2d_halo_exchange --presets bench large \
+                 --steps 1 --skip-reference-step --json "$OUT/data_spatial_experts.json" \
+                 --markdown "$OUT/data_spatial_experts.md"
     part 270 python benchmarks/honest_soak.py --executor cuda --world-size "$GPUS" --presets large --experts \
                  --steps 24 --out "$OUT"
     echo "== done $(date +%T)" >> "$LOG"

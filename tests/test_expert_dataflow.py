@@ -7,7 +7,8 @@ the views of the peers' buffers, which peer is read at which step, the chunk bou
 over several calls back to back on the same buffers with ranks racing each other, against the golden;
 and that every rank takes the same number of barriers per call (a mismatch breaks the threading barrier).
 What it cannot check: ordering between CUDA streams (here there is one order per rank), copy engines,
-FlashAttention, and the CUDA kernels of tp_rms_norm and vocab_parallel_cross_entropy (GPU tests).
+FlashAttention, and the CUDA kernels of tp_rms_norm, vocab_parallel_cross_entropy and
+quantized_grad_allreduce (GPU tests; here their launches are checked against the kernels' signatures).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import torch
 from pkb_env.runtime import compile_cubin
 from pkb_env.runtime.toolchain import nvcc_path
 from pkb_env.task import load_task
+import host_kernel
 from test_expert_math import EXPERTS, expert, mismatches, rank_inputs
 
 BARRIER_TIMEOUT_S = 60
@@ -173,6 +175,37 @@ def test_ring_attention_data_movement(dtype, preset, world):
 
 
 
+CONV_NAMES = ("x", "weight", "bias", "stride", "padding", "group")
+
+
+def conv_calls(inputs):
+    """Every trial's calls; a rank's group object is the same in every call, as the judge passes it."""
+    return [[tuple(args[n] for n in CONV_NAMES[:-1]) + (inputs[0][r]["group"],) for r, args in enumerate(trial)]
+            for trial in inputs]
+
+
+@pytest.mark.parametrize("world", [2, 3, 4, 8])
+def test_conv2d_halo_exchange_data_movement(world):
+    """The halo rows come from the right neighbour's slot (the edges keep zeros), over calls back to back."""
+    task = "conv2d_halo_exchange"
+    problem = load_task(task).world_size_problem(world, "tiny")
+    if problem:
+        pytest.skip(problem)
+    inputs = trials(task, world, "float32", "tiny")
+    outputs, barriers = run_ranks(task, world, conv_calls(inputs))
+    for trial, got in zip(inputs, outputs):
+        assert not mismatches(task, world, "float32", "tiny", trial, got)
+    assert barriers == 1
+
+
+def test_conv2d_halo_exchange_wrong_halo_is_caught():
+    """Taking the rank above's top rows instead of its bottom rows: the comparison must see it."""
+    task, world = "conv2d_halo_exchange", 3
+    inputs = trials(task, world, "float32", "tiny", count=2)
+    edit = ('res["peers"][above][slot, 1]', 'res["peers"][above][slot, 0]')
+    outputs, _ = run_ranks(task, world, conv_calls(inputs), edit=edit)
+    assert all(mismatches(task, world, "float32", "tiny", t, g) for t, g in zip(inputs, outputs))
+
 
 def test_two_slots_keep_a_slow_reader_correct_and_one_slot_would_not():
     """Rank 1 reads its peer's block 0.2 s late (after rank 0 has published its next call). With the
@@ -234,6 +267,7 @@ class Launches:
 SINGLE_KERNEL = {
     "tp_rms_norm": ("hidden_states", "weight", "eps"),
     "vocab_parallel_cross_entropy": ("vocab_parallel_logits", "target", "group"),
+    "quantized_grad_allreduce": ("flat_grad", "block_size"),
 }
 
 
@@ -285,3 +319,60 @@ def test_single_kernel_experts_compile_for_hopper(task):
     """Their CUDA builds for sm_90 with the compiler the judge would use (no GPU needed to compile)."""
     cubin = compile_cubin(expert(task).SRC, arch="90", backend=_backend())
     assert cubin[:4] == b"\x7fELF"
+
+
+# -- the quantised all-reduce's CUDA source itself, on host threads (tests/host_kernel.py) ----------------------
+
+HOST_CASES = [  # world, blocks of the grid, 128-value blocks, dtype, two-shot; the variant is run on the second
+    (2, 2, 7, "float32", False),
+    (3, 2, 11, "bfloat16", True),
+    (8, 2, 5, "float32", True),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(host_kernel.compiler() is None, reason="no g++ to build the host harness")
+def test_quantized_allreduce_kernel_source_on_host_threads(tmp_path):
+    """The kernel's own source, every rank's grid on host threads (two warps a block, so that warps and blocks
+    split the 128-value blocks as on a GPU), two calls on the same buffers (both slots), one all-zero block:
+    every rank returns the same bits, equal to the torch model of the kernel's arithmetic (test_expert_math)
+    and within the golden's tolerance. A variant whose two-shot phase 2 reads its own buffer instead of the
+    peer's is rejected."""
+    from pkb_env.contract import Preset
+    from test_expert_math import quantized_allreduce_kernel_model
+
+    task, calls = "quantized_grad_allreduce", 2
+    source = expert(task).SRC
+    bad_edit = ("slot_of(ptrs[p], slot_bytes, slot, n, nb).mean", "slot_of(ptrs[rank], slot_bytes, slot, n, nb).mean")
+    assert bad_edit[0] in source
+    good = host_kernel.build(source, tmp_path)
+    (tmp_path / "bad").mkdir()
+    bad = host_kernel.build(source.replace(*bad_edit), tmp_path / "bad")
+    for world, blocks, nb, dtype, two_shot in HOST_CASES:
+        preset = Preset({"blocks": nb}, dtype, "host threads")
+        trials = [rank_inputs(task, world, dtype, preset, trial=t) for t in range(calls)]
+        trials[1][world - 1]["flat_grad"][:128] = 0   # the scale's floor
+        elem = 4 if dtype == "float32" else 2
+        raw = b"".join((d["flat_grad"].view(torch.int16) if elem == 2 else d["flat_grad"]).numpy().tobytes()
+                       for trial in trials for d in trial)
+        n = nb * 128
+        for binary, wrong in ((good, False), (bad, True)) if world == 3 else ((good, False),):
+            data = host_kernel.run(binary, world, blocks, 64, nb, "f32" if elem == 4 else "bf16", calls, two_shot, raw,
+                                   tmp_path)
+            caught = False
+            for c, inputs in enumerate(trials):
+                got = []
+                for r in range(world):
+                    chunk = bytearray(data[(c * world + r) * n * elem:(c * world + r + 1) * n * elem])
+                    values = torch.frombuffer(chunk, dtype=torch.float32 if elem == 4 else torch.int16)
+                    got.append(values if elem == 4 else values.view(torch.bfloat16))
+                found = mismatches(task, world, dtype, preset, inputs, got)
+                where = f"W={world} {dtype} two_shot={two_shot} call {c}"
+                if wrong:
+                    caught = caught or bool(found)
+                    continue
+                assert not found, f"{where}: {found}"
+                model = quantized_allreduce_kernel_model([d["flat_grad"] for d in inputs])
+                assert all(torch.equal(g, m) for g, m in zip(got, model)), f"{where}: differs from the model's bits"
+            if wrong:
+                assert caught, f"W={world} {dtype} two_shot={two_shot}: the variant was not caught"

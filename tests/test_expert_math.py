@@ -4,11 +4,12 @@ The experts in agents/experts/ for allgather_gemm, gemm_reducescatter and ring_a
 around symmetric-memory copies: each module exposes the arithmetic its `solution` runs (the order of the
 split-K terms, the row chunks, the blocks a causal rank needs and their log-sum-exp merge), and here that
 arithmetic runs on every rank's inputs, with the data a rank would have pulled from its peers handed to it
-directly. tp_rms_norm and vocab_parallel_cross_entropy are single CUDA kernels; here a torch model of each
-kernel's arithmetic (per-lane sequential accumulation in the kernel's types, the warp's butterfly, the
-cross-rank combine) checks that its precision design passes the task's tolerance. What is NOT verified on
-CPU: the data movement (symmetric buffers, copies, barriers, streams), which the GPU tests
-(tests/gpu/test_fused_experts.py) cover.
+directly. tp_rms_norm, vocab_parallel_cross_entropy and quantized_grad_allreduce are single CUDA kernels;
+here a torch model of each kernel's arithmetic (per-lane sequential accumulation in the kernel's types, the
+warp's butterfly, the cross-rank combine; for the quantised all-reduce the task's exact codes and the rank-order
+fp32 sum of fused multiply-adds) checks that its precision design passes the task's tolerance. What is NOT
+verified on CPU: the data movement (symmetric buffers, copies, barriers, streams), which the GPU tests
+(tests/gpu/test_fused_experts.py, tests/gpu/test_experts.py) cover.
 
 Each check also runs a broken variant, which the same comparison must reject: the tolerance is tight
 enough to see the mistakes these algorithms could make.
@@ -331,3 +332,56 @@ def test_vocab_ce_grid_fits_the_signal_pad_and_the_sms():
         for world in (1, 2, 8):
             blocks = mod.grid_blocks(rows, 132, world)
             assert 1 <= blocks <= 132 and blocks * world <= mod.MAX_PAD_FLAGS
+
+
+# -- quantised gradient all-reduce: a model of the kernel's arithmetic ------------------------------------
+
+def quantized_allreduce_kernel_model(grads: list[torch.Tensor], drop_quantisation: bool = False) -> list[torch.Tensor]:
+    """The kernel's arithmetic: each rank's codes and scales in fp32 (IEEE division, round half to even, as
+    torch computes them on CPU), then sum_r q_r * s_r in rank order with fused multiply-adds (the exact
+    product added to the fp32 running sum, rounded once), an fp32 division by W and one rounding to the
+    dtype. The same bits on every rank."""
+    acc = torch.zeros(grads[0].shape, dtype=torch.float32)
+    for g in grads:
+        blocks = g.float().view(-1, 128)
+        if drop_quantisation:
+            terms = blocks.double()
+        else:
+            scale = blocks.abs().amax(dim=1, keepdim=True).clamp(min=1e-8) / 127.0
+            codes = (blocks / scale).round().clamp(-127, 127)
+            terms = codes.double() * scale.double()          # exact: an 8-bit code times a 24-bit scale
+        acc = (acc.double() + terms.flatten()).float()      # the fma: one rounding of the exact sum
+    mean = (acc / len(grads)).to(grads[0].dtype)
+    return [mean.clone() for _ in grads]
+
+
+FP16_W8 = Preset({"blocks": 64}, "float16", "fp16 at 8 ranks")
+
+
+@pytest.mark.parametrize("dtype,preset,world", CASES + [("float16", FP16_W8, 8)],
+                         ids=lambda v: v.note if isinstance(v, Preset) else str(v))
+def test_quantized_allreduce_kernel_arithmetic_is_within_tolerance(dtype, preset, world):
+    task = "quantized_grad_allreduce"
+    if isinstance(preset, str) and not allowed(task, preset, world):
+        pytest.skip(f"{task} does not take W={world} at {preset}")
+    inputs = rank_inputs(task, world, dtype, preset)
+    grads = [a["flat_grad"] for a in inputs]
+    assert not mismatches(task, world, dtype, preset, inputs, quantized_allreduce_kernel_model(grads))
+    # averaging the gradients without their quantisation must be caught
+    assert mismatches(task, world, dtype, preset, inputs, quantized_allreduce_kernel_model(grads, True))
+
+
+def test_quantized_allreduce_paths_grid_and_slots():
+    mod = expert("quantized_grad_allreduce")
+    bench, large = 8192 * 128, 65536 * 128
+    # two-shot where it moves clearly fewer bytes: 16-bit from W = 3 (at these sizes), fp32 only at W = 8
+    assert not mod.two_shot(bench, 2, 2) and mod.two_shot(bench, 2, 4) and mod.two_shot(large, 2, 8)
+    assert not mod.two_shot(bench, 4, 4) and mod.two_shot(bench, 4, 8)
+    assert not mod.two_shot(16 * 128, 4, 8), "tiny messages stay one-shot"
+    for blocks in (1, 16, 8192, 65536, 10 ** 6):
+        for world in (1, 2, 3, 4, 8):
+            grid = mod.grid_blocks(blocks, 132, world)
+            assert 1 <= grid <= 132 and grid * world <= mod.MAX_PAD_FLAGS
+        for elem in (2, 4):   # every region of a slot starts 16-byte aligned (the kernel's packed accesses)
+            n = blocks * 128
+            assert mod.slot_bytes(n, elem) % 16 == 0 and mod.slot_bytes(n, elem) >= n + 4 * blocks + n * elem
