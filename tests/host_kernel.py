@@ -7,6 +7,11 @@ per thread, `__syncthreads` and `__shfl_xor_sync` on std::barrier, the system-sc
 once (W ranks x G blocks x T threads), over symmetric buffers and signal pads in host memory, call after
 call on the same buffers, and checks that the signal pads return to zero after every call. Small grids
 (T = 64: two warps a block) keep the thread count in the hundreds. Needs g++ with C++20's <barrier>.
+
+`build_library` (at the end) is the simpler case, for kernels without block-level synchronisation (the
+physicsnemo_distributed_rfft expert's transpose): the source becomes a shared library whose launchers run
+a grid's threads one after another on the calling thread, so a test can launch it from Python (ctypes) in
+place of `compile_cuda`, on CPU tensors, one Python thread per rank.
 """
 from __future__ import annotations
 
@@ -151,3 +156,60 @@ def run(binary: Path, world: int, blocks: int, threads: int, nb: int, dtype: str
     subprocess.run([str(binary), str(world), str(blocks), str(threads), str(nb), dtype, str(calls), str(int(two_shot)),
                     str(directory / "in.bin"), str(directory / "out.bin")], check=True, capture_output=True, timeout=300)
     return (directory / "out.bin").read_bytes()
+
+
+# -- a kernel source as a host library, called per launch (kernels without block-level synchronisation) -------
+
+LIBRARY_SHIM = r"""
+// Host shim for kernels without block-level synchronisation (no __syncthreads, shuffles or shared memory):
+// a launch runs every thread of its grid one after another, on the calling host thread.
+#include <cstdint>
+#include <cstddef>
+struct dim3s { unsigned x = 0, y = 0, z = 0; };
+thread_local dim3s threadIdx, blockIdx, gridDim, blockDim;
+struct float2 { float x, y; };
+struct float4 { float x, y, z, w; };
+struct double2 { double x, y; };
+struct uint4 { unsigned x, y, z, w; };
+#define __device__
+#define __forceinline__ inline
+#define __global__
+#define __launch_bounds__(...)
+#define __restrict__
+"""
+
+_CTYPES = {"int": "c_int", "long long": "c_longlong", "unsigned long long": "c_ulonglong", "float": "c_float",
+           "double": "c_double"}
+
+
+def build_library(kernel_source: str, signatures: dict[str, list[str]], directory: Path):
+    """`kernel_source` as a shared library with a launcher `launch_<kernel>(grid_x, grid_y, block_x, <the kernel's
+    parameters>)` per `extern "C"` kernel in `signatures` ({name: parameter declarations}); returns the ctypes
+    library, argument types set (pointers as addresses)."""
+    import ctypes
+
+    launchers = []
+    for name, params in signatures.items():
+        names = [p.split()[-1].lstrip("*") for p in params]
+        launchers.append(
+            f'extern "C" void launch_{name}(unsigned gx, unsigned gy, unsigned bx, {", ".join(params)}) {{\n'
+            f"    gridDim = dim3s{{gx, gy, 1}}; blockDim = dim3s{{bx, 1, 1}};\n"
+            f"    for (unsigned y = 0; y < gy; ++y)\n"
+            f"    for (unsigned b = 0; b < gx; ++b)\n"
+            f"    for (unsigned t = 0; t < bx; ++t) {{\n"
+            f"        blockIdx = dim3s{{b, y, 0}}; threadIdx = dim3s{{t, 0, 0}};\n"
+            f"        {name}({', '.join(names)});\n    }}\n}}\n")
+    source = LIBRARY_SHIM + re.sub(r"#include <[^>]+>\n", "", kernel_source) + "\n".join(launchers)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "kernels.cpp").write_text(source)
+    library = directory / "kernels.so"
+    subprocess.run([compiler(), "-std=c++17", "-O1", "-shared", "-fPIC", "-w", "-o", str(library),
+                    str(directory / "kernels.cpp")], check=True, capture_output=True, timeout=300)
+    lib = ctypes.CDLL(str(library))
+    for name, params in signatures.items():
+        types = []
+        for p in params:
+            ctype = " ".join(p.split()[:-1]).replace("const ", "").strip()
+            types.append(ctypes.c_void_p if "*" in p else getattr(ctypes, _CTYPES[ctype]))
+        getattr(lib, f"launch_{name}").argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_uint] + types
+    return lib

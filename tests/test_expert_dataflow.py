@@ -8,7 +8,10 @@ over several calls back to back on the same buffers with ranks racing each other
 and that every rank takes the same number of barriers per call (a mismatch breaks the threading barrier).
 What it cannot check: ordering between CUDA streams (here there is one order per rank), copy engines,
 FlashAttention, and the CUDA kernels of tp_rms_norm, vocab_parallel_cross_entropy and
-quantized_grad_allreduce (GPU tests; here their launches are checked against the kernels' signatures).
+quantized_grad_allreduce (GPU tests; here their launches are checked against the kernels' signatures, and
+the quantised all-reduce's source runs on host threads). physicsnemo_distributed_rfft's transpose kernel
+has no block-level synchronisation: its own source, built as a host library (tests/host_kernel.py), runs in
+place of the GPU launch, so that expert's `solution` is checked whole.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import numpy as np
 import pytest
 import torch
 
+from pkb_env.contract import Preset
 from pkb_env.runtime import compile_cubin
 from pkb_env.runtime.toolchain import nvcc_path
 from pkb_env.task import load_task
@@ -54,6 +58,8 @@ class FakeBuffers:
 
                 def __init__(self):
                     self.rank = rank
+
+                ptrs = torch.tensor([t.data_ptr() for t in tensors], dtype=torch.int64)   # for host kernels
 
                 def peer(self, r):
                     return tensors[r]
@@ -97,9 +103,9 @@ def load_variant(name: str, edit: tuple[str, str]):
 
 
 def run_ranks(name: str, world: int, calls: list[list[tuple]], chunk_bytes: int | None = None,
-              edit: tuple[str, str] | None = None, slow_rank: int | None = None) -> tuple[list, int]:
-    """Run `name`'s solution on `world` threads, rank r making calls[i][r] for every call i in turn.
-    Returns (outputs[i][r], barriers taken per rank per call)."""
+              edit: tuple[str, str] | None = None, slow_rank: int | None = None, setup=None) -> tuple[list, int]:
+    """Run `name`'s solution on `world` threads, rank r making calls[i][r] for every call i in turn
+    (`setup(module)`, if given, after the fakes are in). Returns (outputs[i][r], barriers taken per rank per call)."""
     buffers = FakeBuffers(world)
     outputs = [[None] * world for _ in calls]
     errors = []
@@ -113,6 +119,8 @@ def run_ranks(name: str, world: int, calls: list[list[tuple]], chunk_bytes: int 
             mod.symmetric_buffer = buffers.factory(rank)
             if chunk_bytes is not None:
                 mod.CHUNK_BYTES = chunk_bytes
+            if setup is not None:
+                setup(mod)
             for i, args in enumerate(calls):
                 outputs[i][rank] = mod.solution(*args[rank])
         except BaseException as exc:  # reported below with the rank
@@ -376,3 +384,98 @@ def test_quantized_allreduce_kernel_source_on_host_threads(tmp_path):
                 assert all(torch.equal(g, m) for g, m in zip(got, model)), f"{where}: differs from the model's bits"
             if wrong:
                 assert caught, f"W={world} {dtype} two_shot={two_shot}: the variant was not caught"
+
+
+# -- the distributed real FFT: `solution` whole, its transpose kernel's source run on the host ------------------
+
+RFFT = "physicsnemo_distributed_rfft"
+RFFT_ODD = Preset({"B": 3, "H": 9, "X": 15}, "float32", "odd sizes: 5 columns a rank (single complex64 units)")
+# world, dtype, preset: 16-byte units of two complex64 (tiny: 8 and 4 columns a rank, then 2 at W = 8 with one
+# row a rank), single complex64 (5 columns), complex128; the grid (2 blocks) is shorter than the rows
+RFFT_CASES = [(2, "float32", "tiny"), (4, "float32", "tiny"), (8, "float32", "tiny"), (3, "float32", RFFT_ODD),
+              (4, "float64", "tiny")]
+
+
+class HostKernels:
+    """A fake `compile_cuda`: the source built once as a host library; a launch checks its arguments against
+    the kernel's CUDA signature and runs the grid on the calling (rank) thread over CPU tensors."""
+
+    def __init__(self, directory):
+        self.directory, self.built, self.launched, self.lock = directory, {}, set(), threading.Lock()
+
+    def __call__(self, source, options=(), backend="nvrtc"):
+        with self.lock:   # the rank threads ask at once: one build per source
+            if source not in self.built:
+                signatures = kernel_signatures(source)
+                lib = host_kernel.build_library(source, signatures, self.directory / str(len(self.built)))
+                self.built[source] = (signatures, lib)
+            signatures, lib = self.built[source]
+        owner = self
+
+        class Module:
+            def function(self, name):
+                params, launcher = signatures[name], getattr(lib, f"launch_{name}")
+                owner.launched.add(name)
+
+                def launch(grid, block, *args):
+                    assert len(args) == len(params), f"{name}: {len(args)} arguments for {len(params)} parameters"
+                    values = []
+                    for value, param in zip(args, params):
+                        assert isinstance(value, kind(param)), f"{name}: {param} gets a {type(value).__name__}"
+                        if isinstance(value, torch.Tensor):
+                            assert value.is_contiguous()
+                        values.append(value.data_ptr() if isinstance(value, torch.Tensor) else value.item())
+                    grid = tuple(grid) + (1,) * (2 - len(grid))
+                    launcher(grid[0], grid[1], block[0], *values)
+                return launch
+        return Module()
+
+
+def rfft_calls(inputs):
+    return [[(args["x"], args["norm"], inputs[0][r]["group"]) for r, args in enumerate(trial)] for trial in inputs]
+
+
+def rfft_setup(kernels):
+    def setup(mod):
+        mod.compile_cuda = kernels
+        mod._sm_count = lambda device: 1
+    return setup
+
+
+@pytest.fixture(scope="module")
+def rfft_kernels(tmp_path_factory):
+    if host_kernel.compiler() is None:
+        pytest.skip("no g++ to build the host library")
+    return HostKernels(tmp_path_factory.mktemp("rfft"))
+
+
+@pytest.mark.parametrize("world,dtype,preset", RFFT_CASES,
+                         ids=lambda v: v.note.split(":")[0] if isinstance(v, Preset) else str(v))
+def test_physicsnemo_rfft_data_movement(rfft_kernels, world, dtype, preset):
+    """rfft into the slot, barrier, the transpose kernel pulling every peer's sub-block (the conjugate of the
+    mirrored rows), the column FFT: every rank's rows against the golden, three calls back to back (both
+    slots), one barrier a call."""
+    inputs = trials(RFFT, world, dtype, preset)
+    rfft_kernels.launched = set()
+    outputs, barriers = run_ranks(RFFT, world, rfft_calls(inputs), setup=rfft_setup(rfft_kernels))
+    for trial, got in zip(inputs, outputs):
+        assert not mismatches(RFFT, world, dtype, preset, trial, got)
+    assert barriers == 1
+    x = inputs[0][0]["x"]
+    assert rfft_kernels.launched == {expert(RFFT).copy_unit(x.dtype, x.shape[2])[0]}
+
+
+def test_physicsnemo_rfft_wrong_axes_is_caught(rfft_kernels):
+    """A transpose that swaps the wrong axes (each peer's columns interleaved with the others', not kept as a
+    block): the comparison must see it."""
+    world = 4
+    inputs = trials(RFFT, world, "float32", "tiny", count=1)
+    edit = ("(long long)j * cols + k;", "(long long)k * ws + j;")
+    outputs, _ = run_ranks(RFFT, world, rfft_calls(inputs), edit=edit, setup=rfft_setup(rfft_kernels))
+    assert mismatches(RFFT, world, "float32", "tiny", inputs[0], outputs[0])
+
+
+@pytest.mark.skipif(_backend() is None, reason="neither NVRTC (CuPy) nor nvcc is installed")
+def test_physicsnemo_rfft_compiles_for_hopper():
+    cubin = compile_cubin(expert(RFFT).SRC, arch="90", backend=_backend())
+    assert cubin[:4] == b"\x7fELF"
