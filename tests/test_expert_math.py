@@ -448,18 +448,25 @@ def zero2_adam_model(flats, w, ms, vs, grad_scale, lr, beta1, beta2, eps, step):
     return g, new, moments
 
 
-def zero2_mismatches(world: int, dtype: str, preset: str, inputs: list[dict], got: tuple[list, list[dict]]) -> str:
-    """'' when every rank's gradient shard and state after the step are within tolerance of the golden's."""
+def zero2_golden(world: int, dtype: str, preset: str, inputs: list[dict]) -> tuple[list, list[dict]]:
+    """The golden's (gradient shards, state after the step), on copies of the inputs."""
     spec = load_task(ZERO2)
-    dims = spec.preset(preset).dims
     golden_inputs = [{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in a.items()} for a in inputs]
-    expected = spec.golden(golden_inputs, spec.world(dims, world, dtype))   # updates golden_inputs in place
-    checks = spec.output_checks(dtype, dims, world)
+    expected = spec.golden(golden_inputs, spec.world(spec.preset(preset).dims, world, dtype))  # updates the copies
+    return expected, [{n: a[n] for n in ZERO2_STATE} for a in golden_inputs]
+
+
+def zero2_mismatches(world: int, dtype: str, preset: str, inputs: list[dict], got: tuple[list, list[dict]],
+                     golden: tuple[list, list[dict]] | None = None) -> str:
+    """'' when every rank's gradient shard and state after the step are within tolerance of the golden's
+    (`golden`: zero2_golden's, computed here unless given)."""
+    spec = load_task(ZERO2)
+    expected, state = golden or zero2_golden(world, dtype, preset, inputs)
+    checks = spec.output_checks(dtype, spec.preset(preset).dims, world)
     found = []
     for r in range(world):
         found += compare_outputs(expected[r], got[0][r], checks, f"{dtype} W={world}", r)
-        found += compare_outputs({n: golden_inputs[r][n] for n in ZERO2_STATE}, got[1][r], checks,
-                                 f"{dtype} W={world}", r, root="updated")
+        found += compare_outputs(state[r], got[1][r], checks, f"{dtype} W={world}", r, root="updated")
     return summarize_mismatches(found) if found else ""
 
 
@@ -469,11 +476,14 @@ def zero2_mismatches(world: int, dtype: str, preset: str, inputs: list[dict], go
 def test_zero2_kernel_arithmetic_is_within_tolerance(dtype, preset, world):
     assert allowed(ZERO2, preset, world)
     inputs = rank_inputs(ZERO2, world, dtype, preset)
-    assert not zero2_mismatches(world, dtype, preset, inputs, zero2_kernel_model(inputs))
+    golden = zero2_golden(world, dtype, preset, inputs)
+    assert not zero2_mismatches(world, dtype, preset, inputs, zero2_kernel_model(inputs), golden)
     # Adam without its bias correction, or the gradients summed over the ranks instead of averaged, is caught
-    assert "updated" in zero2_mismatches(world, dtype, preset, inputs, zero2_kernel_model(inputs, no_bias_correction=True))
+    assert "updated" in zero2_mismatches(world, dtype, preset, inputs, zero2_kernel_model(inputs, no_bias_correction=True),
+                                         golden)
     if world > 1:
-        assert zero2_mismatches(world, dtype, preset, inputs, zero2_kernel_model(inputs, summed_not_averaged=True))
+        assert zero2_mismatches(world, dtype, preset, inputs, zero2_kernel_model(inputs, summed_not_averaged=True),
+                                golden)
 
 
 def test_zero2_grid_and_buffer_layout():
