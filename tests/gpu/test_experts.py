@@ -426,11 +426,12 @@ def _zero2_worker(rank: int, world: int, store_path: str, cache: str) -> None:
         for dtype in DIRECT_DTYPES:
             for dims in ZERO2_DIMS:
                 preset = Preset(dims, dtype, "odd size")
+                sizes = [f"{k}={v}" for k, v in sorted(dims.items())]
                 for call in range(2):  # back to back on the same buffers
                     def make_args(r, dev):
-                        seeds = rank_seeds(call, layout, r, ZERO2, dtype, *(f"{k}={v}" for k, v in sorted(dims.items())))
-                        return dict(zip(spec.parameters, spec.make_inputs(spec.input_context(r, world, preset, dtype,
-                                                                                             dev, seeds))))
+                        seeds = rank_seeds(call, layout, r, ZERO2, dtype, *sizes)
+                        context = spec.input_context(r, world, preset, dtype, dev, seeds)
+                        return dict(zip(spec.parameters, spec.make_inputs(context)))
                     everyone = [make_args(r, torch.device("cpu")) for r in range(world)]
                     args = make_args(rank, device)
                     got = module["solution"](*args.values())
