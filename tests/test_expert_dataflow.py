@@ -16,6 +16,7 @@ place of the GPU launch, so that expert's `solution` is checked whole.
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import threading
 import time
@@ -180,7 +181,6 @@ def test_ring_attention_data_movement(dtype, preset, world):
     for trial, got in zip(inputs, outputs):
         assert not mismatches("ring_attention", world, dtype, preset, trial, got)
     assert barriers == 1
-
 
 
 CONV_NAMES = ("x", "weight", "bias", "stride", "padding", "group")
@@ -479,3 +479,187 @@ def test_physicsnemo_rfft_wrong_axes_is_caught(rfft_kernels):
 def test_physicsnemo_rfft_compiles_for_hopper():
     cubin = compile_cubin(expert(RFFT).SRC, arch="90", backend=_backend())
     assert cubin[:4] == b"\x7fELF"
+
+
+# -- zero2_optimizer_shard_grad: the solution on threads, its kernel emulated by parameter name -------------
+
+ZERO2 = "zero2_optimizer_shard_grad"
+
+
+def zero2_emulated_kernel(params: list[str], tensors: list[torch.Tensor], barrier: threading.Barrier, rank: int):
+    """A launch of `zero2_adam_step` in torch on CPU tensors, its arguments bound by the names of the CUDA
+    signature (`params`), so that an argument passed in the wrong place is caught: the same two barriers
+    (the kernel's `pkb_block_barrier`s), the same arithmetic as the model (test_expert_math), no barrier
+    after the all-gather (one buffer slot, as the kernel)."""
+    names = [p.split()[-1].lstrip("*") for p in params]
+
+    def launch(grid, block, *args):
+        assert len(args) == len(params), f"{len(args)} arguments for {len(params)} parameters"
+        for value, param in zip(args, params):
+            assert isinstance(value, kind(param)), f"{param} gets a {type(value).__name__}"
+        a = dict(zip(names, args))
+        ws, S, poff = int(a["ws"]), int(a["S"]), int(a["poff"])
+        assert int(a["rank"]) == rank and ws == len(tensors)
+        bufs = [tensors[int(i)] for i in a["bufs"]]
+        starts = [0, int(a["o1"]), int(a["o2"]), int(a["o3"])]
+        flats = [a[n].view(-1) for n in ("w1", "b1", "w2", "b2")]
+
+        def spans(k0, n):   # (tensor, its range, the range in [k0, k0 + n)) for every tensor the span meets
+            for t, lo in zip(flats, starts):
+                a0, a1 = max(k0, lo), min(k0 + n, lo + t.numel())
+                if a0 < a1:
+                    yield t, slice(a0 - lo, a1 - lo), slice(a0 - k0, a1 - k0)
+
+        barrier.wait()   # every rank's backward is done
+        k0 = rank * S
+        acc = bufs[0][k0:k0 + S].clone()
+        for b in bufs[1:]:
+            acc += b[k0:k0 + S]
+        g = (acc.double() * float(a["grad_scale"])).float()
+        lr, b1, b2, eps, bc1, bc2 = (float(a[n]) for n in ("lr", "beta1", "beta2", "eps", "bc1", "bc2"))
+        gd = g.double()
+        m = b1 * a["exp_avg"].double() + (1 - b1) * gd
+        v = b2 * a["exp_avg_sq"].double() + (1 - b2) * gd * gd
+        w = torch.empty(S)
+        for t, own, part in spans(k0, S):
+            w[part] = t[own]
+        new = (w.double() - lr * (m / bc1) / ((v / bc2).sqrt() + eps)).float()
+        a["grad_out"].copy_(g)
+        a["exp_avg"].copy_(m.float())
+        a["exp_avg_sq"].copy_(v.float())
+        for t, own, part in spans(k0, S):
+            t[own] = new[part]
+        bufs[rank][poff:poff + S] = new
+        barrier.wait()   # every shard is updated
+        for j in range(1, ws):
+            p = (rank + j) % ws
+            theirs = bufs[p][poff:poff + S].clone()
+            for t, own, part in spans(p * S, S):
+                t[own] = theirs[part]
+    return launch
+
+
+def zero2_run_ranks(world: int, calls: list[list[dict]], edit: tuple[str, str] | None = None) -> list[list]:
+    """`solution` on `world` threads, call after call on the same (one-slot) buffers; every rank's inputs
+    are updated in place as on a GPU. Returns outputs[call][rank]."""
+    tensors, made, lock = [], {}, threading.Lock()
+    barrier = threading.Barrier(world, timeout=BARRIER_TIMEOUT_S)
+    outputs = [[None] * world for _ in calls]
+    errors = []
+    signature = kernel_signatures(expert(ZERO2).SRC)["zero2_adam_step"]
+
+    def rank_main(rank):
+        try:
+            mod = load_variant(ZERO2, edit) if edit else expert(ZERO2)
+
+            def symmetric_buffer(shape, dtype, tag="default", group=None):
+                with lock:
+                    if "buffers" not in made:   # garbage, like fresh device memory
+                        made["buffers"] = [torch.full(tuple(shape), float("nan"), dtype=dtype) for _ in range(world)]
+                        tensors.extend(made["buffers"])
+                return types.SimpleNamespace(local=made["buffers"][rank], ptrs=torch.arange(world),
+                                             signal_pad_ptrs=torch.zeros(world, dtype=torch.int64), rank=rank,
+                                             world_size=world)
+
+            class Module:
+                def function(self, name):
+                    assert name == "zero2_adam_step"
+                    return zero2_emulated_kernel(signature, tensors, barrier, rank)
+
+            mod.symmetric_buffer, mod.compile_cuda, mod._sm_count = symmetric_buffer, lambda *a, **k: Module(), \
+                lambda device: 132
+            for i, inputs in enumerate(calls):
+                args = inputs[rank]
+                outputs[i][rank] = mod.solution(*(args[n] for n in load_task(ZERO2).parameters))
+        except BaseException as exc:  # reported below with the rank
+            errors.append(f"rank {rank}: {type(exc).__name__}: {exc}")
+            barrier.abort()
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, "\n".join(errors)
+    return outputs
+
+
+@pytest.mark.parametrize("world", [1, 2, 4, 8])
+def test_zero2_data_movement(world):
+    """Three calls back to back: the gradient shard returned and the parameters and moments updated in place
+    are within tolerance of the golden on every rank, the parameters bit-identical across ranks."""
+    from test_expert_math import ZERO2_STATE, zero2_mismatches
+
+    calls = trials(ZERO2, world, "float32", "tiny")
+    pristine = [[{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in a.items()} for a in c] for c in calls]
+    outputs = zero2_run_ranks(world, calls)
+    for i, (before, after) in enumerate(zip(pristine, calls)):
+        got = (outputs[i], [{n: a[n] for n in ZERO2_STATE} for a in after])
+        assert not zero2_mismatches(world, "float32", "tiny", before, got), f"call {i}"
+        for name in ZERO2_STATE[:4]:
+            assert all(torch.equal(a[name], after[0][name]) for a in after), f"call {i}: {name} differs across ranks"
+
+
+def test_zero2_arguments_out_of_place_are_caught():
+    """The parameter boundaries o1, o2 swapped in the launch: b1's gradients land in W1's updates."""
+    from test_expert_math import ZERO2_STATE, zero2_mismatches
+
+    calls = trials(ZERO2, 2, "float32", "tiny", count=1)
+    pristine = [{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in a.items()} for a in calls[0]]
+    outputs = zero2_run_ranks(2, calls, edit=("i64(H * D), i64(H * D + H),", "i64(H * D + H), i64(H * D),"))
+    got = (outputs[0], [{n: a[n] for n in ZERO2_STATE} for a in calls[0]])
+    assert zero2_mismatches(2, "float32", "tiny", pristine, got)
+
+
+def test_zero2_experts_compile_for_hopper():
+    if _backend() is None:
+        pytest.skip("neither NVRTC (CuPy) nor nvcc is installed")
+    cubin = compile_cubin(expert(ZERO2).SRC, arch="90", backend=_backend())
+    assert cubin[:4] == b"\x7fELF"
+
+
+# the kernel's own source on host threads: world, blocks, threads a block, P (S = P / world), o1, o2, o3
+ZERO2_HOST_CASES = [(2, 2, 64, 280, 128, 144, 272),    # 140 a shard: two grid-stride rounds for some threads
+                    (3, 2, 32, 111, 40, 47, 101),      # the run-time world-size path, shards across every boundary
+                    (8, 2, 32, 280, 128, 144, 272)]    # 35 a shard
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(host_kernel.compiler() is None, reason="no g++ to build the host harness")
+def test_zero2_kernel_source_on_host_threads(tmp_path):
+    """zero2_adam_step's source, every rank's grid on host threads, three calls per rank in stream order with
+    the ranks racing each other on the one-slot buffers: every output bit-equal to the torch model of the
+    kernel's arithmetic (test_expert_math), the pads back to zero. A variant whose all-gather reads its own
+    buffer instead of the peer's is rejected."""
+    from test_expert_math import zero2_adam_model
+
+    source = expert(ZERO2).SRC
+    bad_edit = ("bufs[(rank + j) % W]) + poff", "bufs[rank]) + poff")
+    assert bad_edit[0] in source
+    good = host_kernel.build(source, tmp_path, host_kernel.ZERO2_HARNESS)
+    (tmp_path / "bad").mkdir()
+    bad = host_kernel.build(source.replace(*bad_edit), tmp_path / "bad", host_kernel.ZERO2_HARNESS)
+    gen, calls = torch.Generator().manual_seed(7), 3
+    for world, blocks, threads, P, o1, o2, o3 in ZERO2_HOST_CASES:
+        S = P // world
+        raw, expected = b"", []
+        for c in range(calls):
+            step = int(torch.randint(1, 1001, (1,), generator=gen))
+            hyper = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, step=step)
+            scale = 2.0 / (32 * 8)
+            flats = [torch.randn(P, generator=gen) for _ in range(world)]
+            w = torch.randn(P, generator=gen) * 0.3
+            ms = [torch.randn(S, generator=gen) * 0.01 for _ in range(world)]
+            vs = [torch.rand(S, generator=gen) * 1e-4 for _ in range(world)]
+            bc = (1.0 - math.pow(0.9, step), 1.0 - math.pow(0.999, step))
+            raw += np.array([scale, 1e-3, 0.9, 0.999, 1e-8, *bc], dtype=np.float64).tobytes()
+            raw += np.array([o1, o2, o3], dtype=np.int64).tobytes()
+            for r in range(world):
+                raw += b"".join(t.numpy().tobytes() for t in (flats[r], w, ms[r], vs[r]))
+            g, new, moments = zero2_adam_model(flats, w, ms, vs, scale, **hyper)
+            expected.append([torch.cat([g[r * S:(r + 1) * S], new, *moments[r]]) for r in range(world)])
+        for binary, wrong in ((good, False), (bad, True)) if world == 2 else ((good, False),):
+            data = host_kernel.run_zero2(binary, world, blocks, threads, P, calls, raw, tmp_path)
+            got = torch.frombuffer(bytearray(data), dtype=torch.float32).view(calls, world, -1)
+            same = all(torch.equal(got[c, r], expected[c][r]) for c in range(calls) for r in range(world))
+            assert same != wrong, f"W={world}: " + ("the variant was not caught" if wrong else "differs from the model")
