@@ -185,7 +185,7 @@ def test_wrong_vocab_parallel_candidates_are_judged_wrong(env4, task, name):
     assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_VOCAB[task][name])))
 
 
-# Training systems (PKB 21-25, 30, 43, 44, 52, 53): (task, edits) per wrong candidate.
+# Training systems (PKB 21-25, 30, 43, 44, 52, 53, 58): (task, edits) per wrong candidate.
 WRONG_TRAINING = {
     "quantised all-reduce: sums the int8 codes without their scales": (
         "quantized_grad_allreduce", [("total = (codes.float() * scale).flatten()", "total = codes.float().flatten()")]),
@@ -216,6 +216,12 @@ WRONG_TRAINING = {
     "gradient-accumulation loss: normalised by the local count instead of the global one": (
         "grad_acc_loss", [("normalized_loss = weighted / global_valid_tokens",
                            "normalized_loss = weighted / local_valid_tokens")]),
+    "SigLIP loss: skips the one-way last ring step at even W (the opposite rank's texts never seen)": (
+        "openclip_contrastive_loss", [("bidirectional, one_way = divmod(world - 1, 2)",
+                                       "bidirectional, one_way = (world - 1) // 2, 0")]),
+    "SigLIP loss: takes the diagonal of every rank's text block as positive pairs": (
+        "openclip_contrastive_loss", [("at_hand = [(block, False) for block in received]",
+                                       "at_hand = [(block, True) for block in received]")]),
     "policy loss: normalised by the local count of valid tokens (skips its all-reduce)": (
         "importance_sampling_loss", [("    dist.all_reduce(n, op=dist.ReduceOp.SUM)\n", "")]),
     "policy loss: the ratio's minimum and maximum taken locally": (
