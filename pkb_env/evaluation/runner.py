@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from pkb_env import spaces
 from pkb_env.config import JudgeConfig
+from pkb_env.errors import JudgeError
 from pkb_env.evaluation.report import EvaluationReport, SampleResult
 from pkb_env.record import EvaluationRecord
 from pkb_env.task import TaskError, load_task, task_names
@@ -95,7 +96,11 @@ def _judge_here(agent, names: list[str] | None, config: JudgeConfig, samples: in
                 session = judge.open(name)
                 observation = spaces.observation(session)
                 action = agent.act(observation)
-                done(session.judge(action), i, observation, action, judge.info.topology)
+                try:
+                    record = session.judge(action)
+                except JudgeError as exc:  # many tasks in one run: say which one the judge failed on
+                    raise JudgeError(f"task {name!r}, sample {i + 1}: {exc}") from exc
+                done(record, i, observation, action, judge.info.topology)
                 bar.update()
         info = judge.info
     return names, info.name, info.hardware, info.performance_available

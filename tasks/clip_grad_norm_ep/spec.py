@@ -26,7 +26,7 @@ def _max_norm(gen, shape, dtype, env):
     """Uniform in [0.5, 1.5) times the expected norm, sqrt(W M N (1 + 1 / ep^2)) for unit-normal gradients
     (the expert part divided by ep)."""
     expected = math.sqrt(env["W"] * env["M"] * env["N"] * (1 + 1 / env["ep"] ** 2))
-    return torch.empty(shape, dtype=torch.float64).uniform_(0.5, 1.5, generator=gen).mul_(expected).to(dtype)
+    return torch.empty(shape, dtype=torch.float64, device=gen.device).uniform_(0.5, 1.5, generator=gen).mul_(expected).to(dtype)
 
 
 def golden(inputs, world):

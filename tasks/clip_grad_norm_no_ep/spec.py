@@ -26,7 +26,7 @@ NORM_TYPE = 2.0
 def _max_norm(gen, shape, dtype, env):
     """Uniform in [0.5, 1.5) times the expected global norm, sqrt(3 W M N) for unit-normal gradients."""
     expected = math.sqrt(3 * env["W"] * env["M"] * env["N"])
-    return torch.empty(shape, dtype=torch.float64).uniform_(0.5, 1.5, generator=gen).mul_(expected).to(dtype)
+    return torch.empty(shape, dtype=torch.float64, device=gen.device).uniform_(0.5, 1.5, generator=gen).mul_(expected).to(dtype)
 
 
 def golden(inputs, world):

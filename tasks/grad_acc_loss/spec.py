@@ -20,7 +20,7 @@ def _mean_loss(gen, shape, dtype, env, given):
     """A positive mean loss, 2 exp(N(0,1)/2); not finite where the rank has no valid token (a mean over none).
     That loss is +inf rather than NaN: the judge tells an input changed by the call with torch.equal, which
     never holds for NaN; inf * 0 is NaN all the same, so a rank that multiplies without the guard is caught."""
-    value = torch.exp(torch.randn(shape, generator=gen, dtype=torch.float32) * 0.5) * 2.0
+    value = torch.exp(torch.randn(shape, generator=gen, dtype=torch.float32, device=gen.device) * 0.5) * 2.0
     return torch.where(given.values["local_valid_tokens"] == 0, float("inf"), value).to(dtype)
 
 

@@ -28,15 +28,15 @@ METRICS = ("ratio_mean", "ratio_min", "ratio_max", "k3_mean", "entropy_mean")
 
 def _labels(gen, shape, dtype, env):
     """Token ids uniform in [0, V); each ignored (ignore_index) with probability 1/4."""
-    ids = torch.randint(0, int(env["V"]), shape, generator=gen, dtype=torch.int64)
-    dropped = torch.rand(shape, generator=gen) < IGNORED_FRACTION
+    ids = torch.randint(0, int(env["V"]), shape, generator=gen, dtype=torch.int64, device=gen.device)
+    dropped = torch.rand(shape, generator=gen, device=gen.device) < IGNORED_FRACTION
     return ids.masked_fill(dropped, IGNORE).to(dtype)
 
 
 def _old_logprobs(gen, shape, dtype, env):
     """-log(V) + N(0, 1/2): around the new policy's log-probabilities (logits of RMS 0.02 sqrt(N) are nearly
     flat), so the ratios spread over about e^(+-1) as a policy a few updates stale gives."""
-    noise = torch.randn(shape, generator=gen, dtype=torch.float32) * 0.5
+    noise = torch.randn(shape, generator=gen, dtype=torch.float32, device=gen.device) * 0.5
     return (noise - math.log(env["V"])).to(dtype)
 
 
