@@ -47,10 +47,11 @@ class FakeBuffers:
                     self.made[key] = ([torch.full(shape, float("nan")).to(dtype) for _ in range(self.world)],
                                       threading.Barrier(self.world, timeout=BARRIER_TIMEOUT_S))
                 tensors, barrier = self.made[key]
-            owner = self
+            owner, pads = self, barrier
 
             class Buffer:
                 local, world_size = tensors[rank], owner.world
+                ptrs, signal_pad_ptrs = tensors, pads   # what fake kernels get for the device pointers
 
                 def __init__(self):
                     self.rank = rank
@@ -376,3 +377,287 @@ def test_quantized_allreduce_kernel_source_on_host_threads(tmp_path):
                 assert all(torch.equal(g, m) for g, m in zip(got, model)), f"{where}: differs from the model's bits"
             if wrong:
                 assert caught, f"W={world} {dtype} two_shot={two_shot}: the variant was not caught"
+
+
+# -- distributed_sample_sort (PKB 85): the co-rank split, the gathered runs and the merge, modelled ------------
+# A numpy model of the expert's three kernels, step for step: the split kernel's rounds (its samples, its
+# searches limited to one element beyond the current intervals, its bound updates), the gather's run layout
+# (each run at the source's 16-byte alignment) and the merge's placement by (value, run, index) rank; run on
+# the task's inputs and on hand-made ones (empty ranks, all values equal, fewer values than ranks), against
+# the golden. tests/gpu/test_experts.py runs the kernels themselves.
+
+def sort_split_model(arrays: list[np.ndarray], k: int, threads: int, ties_by_rank: bool = True) -> tuple[list, int]:
+    """The split kernel's block for position k: (values of each rank before k, rounds taken)."""
+    world, n = len(arrays), [len(a) for a in arrays]
+    total = sum(n)
+    lo = [max(0, k - (total - n[q])) for q in range(world)]
+    hi = [min(n[q], k) for q in range(world)]
+    per, rounds = threads // world, 0
+    while any(h > l for l, h in zip(lo, hi)):
+        rounds += 1
+        assert rounds < 64, "the split kernel stops after 64 rounds"
+        new_lo, new_hi = list(lo), list(hi)
+        for p in range(world):
+            length = hi[p] - lo[p]
+            m = min(length, per)
+            if m == 0:
+                continue
+            pos = lo[p] + (np.arange(m, dtype=np.int64) * length) // m
+            v = arrays[p][pos]
+            below, above = np.zeros(m, bool), np.zeros(m, bool)
+            before, counts = pos.copy(), {p: pos}
+            for q in range(world):
+                if q == p:
+                    continue
+                a, b = max(lo[q] - 1, 0), min(hi[q] + 1, n[q])
+                side = "right" if (q < p and ties_by_rank) else "left"
+                r = a + np.searchsorted(arrays[q][a:b], v, side=side)
+                below |= r < lo[q]
+                above |= r > hi[q]
+                before += r
+                counts[q] = np.clip(r, lo[q], hi[q])
+            inside = below | (~above & (before < k))
+            for q in range(world):
+                c = counts[q] + (1 if q == p else 0) * inside
+                if inside.any():
+                    new_lo[q] = max(new_lo[q], int(c[inside].max()))
+                if (~inside).any():
+                    new_hi[q] = min(new_hi[q], int(counts[q][~inside].min()))
+        lo, hi = new_lo, new_hi
+    return lo, rounds
+
+
+def sort_run_layout(meta: list[int], world: int, vec: int) -> list[tuple[int, int, int, int]]:
+    """The gather's layout, as run_layout: per rank q (source offset, length, scratch offset, packed offset)."""
+    runs, packed = [], 0
+    for q in range(world):
+        src, length = meta[q], meta[world + q] - meta[q]
+        base = packed + q * vec
+        runs.append((src, length, base + (src - base) % vec, packed))
+        packed += length
+    return runs
+
+
+def sort_expert_model(values: list[torch.Tensor], threads: int = 1024, ties_by_rank: bool = True):
+    """Every rank's output through the modelled kernels, and the most rounds a split took."""
+    mod = expert("distributed_sample_sort")
+    world = len(values)
+    arrays = [v.sort().values.float().numpy() for v in values]
+    total = sum(len(a) for a in arrays)
+    starts = [r * (total // world) + min(r, total % world) for r in range(world + 1)]
+    outputs, most = [], 0
+    for rank in range(world):
+        meta = []
+        for k in (starts[rank], starts[rank + 1]):
+            split, rounds = sort_split_model(arrays, k, threads, ties_by_rank)
+            assert sum(split) == k and all(0 <= c <= len(a) for c, a in zip(split, arrays))
+            meta += split
+            most = max(most, rounds)
+        length = starts[rank + 1] - starts[rank]
+        vec = 16 // values[0].element_size()
+        cap = mod.capacity_for(max(len(a) for a in arrays))
+        scratch = np.full(mod.scratch_size(cap, world, values[0].element_size()), np.nan, dtype=np.float32)
+        runs = sort_run_layout(meta, world, vec)
+        ends = 0
+        for q, (src, n, dst, _) in enumerate(runs):
+            assert dst % vec == src % vec and dst >= ends, "a run is misaligned or overlaps the one before"
+            scratch[dst:dst + n] = arrays[q][src:src + n]
+            ends = dst + n
+        assert ends <= len(scratch)
+        out = np.full(length, np.nan, dtype=np.float32)
+        placed = np.zeros(length, dtype=np.int64)
+        for r, (_, n, dst, _) in enumerate(runs):
+            mine = scratch[dst:dst + n]
+            place = np.arange(n, dtype=np.int64)
+            for q, (_, m, other, _) in enumerate(runs):
+                if q != r:
+                    side = "right" if (q < r and ties_by_rank) else "left"
+                    place += np.searchsorted(scratch[other:other + m], mine, side=side)
+            out[place] = mine
+            np.add.at(placed, place, 1)
+        if ties_by_rank:
+            assert (placed == 1).all(), "the merge's places are not a permutation"
+        outputs.append(torch.from_numpy(out).to(values[0].dtype))
+    return outputs, most
+
+
+def sort_golden(values: list[torch.Tensor]) -> list[torch.Tensor]:
+    spec = load_task("distributed_sample_sort")
+    return spec.golden([{"values": v} for v in values], types.SimpleNamespace(world_size=len(values)))
+
+
+def sort_cases():
+    """(name, every rank's values): the task's own draws and the edges the brief names."""
+    g = torch.Generator().manual_seed(85)
+    cases = []
+    for world in (1, 2, 3, 4, 8):
+        for dtype, preset in (("float32", "tiny"), ("bfloat16", "bench")):
+            inputs = rank_inputs("distributed_sample_sort", world, dtype, preset)
+            cases.append((f"task-{preset}-W{world}", [a["values"] for a in inputs]))
+    ints = lambda n, hi: torch.randint(-hi, hi, (n,), generator=g).float()  # noqa: E731
+    cases += [
+        ("odd-ranks-empty-W4", [ints(50, 20) if r % 2 == 0 else torch.empty(0) for r in range(4)]),
+        ("all-on-one-W8", [ints(37, 5) if r == 5 else torch.empty(0) for r in range(8)]),
+        ("all-equal-W4", [torch.full((n,), 3.0) for n in (9, 0, 14, 5)]),
+        ("all-equal-W8", [torch.full((n,), -1.0) for n in (1, 2, 3, 0, 5, 6, 7, 8)]),
+        ("fewer-values-than-ranks-W8", [torch.tensor([2.0]) if r in (1, 6) else (torch.tensor([2.0, -7.0])
+                                        if r == 3 else torch.empty(0)) for r in range(8)]),
+        ("nothing-W3", [torch.empty(0) for _ in range(3)]),
+        ("two-values-W3", [ints(400, 1), ints(3, 1), ints(250, 1)]),
+        ("bf16-heavy-ties-W4", [ints(n, 3).bfloat16() for n in (300, 0, 280, 310)]),
+        ("fp16-infinities-W2", [torch.tensor([7e4, -7e4, 1.0, 7e4]).half(), torch.tensor([-7e4, 2.0]).half()]),
+    ]
+    return cases
+
+
+SORT_CASES = sort_cases()
+
+
+@pytest.mark.parametrize("threads", [1024, 16])
+@pytest.mark.parametrize("case", range(len(SORT_CASES)), ids=[c[0] for c in SORT_CASES])
+def test_sample_sort_expert_model_matches_the_golden(case, threads):
+    """1024 threads: the kernel's block (one or two rounds at these sizes); 16: many rounds of few samples."""
+    name, values = SORT_CASES[case]
+    got, rounds = sort_expert_model(values, threads)
+    want = sort_golden(values)
+    for r, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape and torch.equal(g, w), f"{name} rank {r}: {g} != {w}"
+    largest = max(len(v) for v in values)
+    if threads == 1024 and largest <= 1024 // len(values):
+        assert rounds <= 1, f"{name}: an interval within one round's samples took {rounds} rounds"
+
+
+def test_sample_sort_expert_model_needs_the_rank_in_the_tie_order():
+    """Ties counted without the rank (x < v on every peer) give splits that do not add up or misplace values."""
+    name, values = next(c for c in SORT_CASES if c[0] == "bf16-heavy-ties-W4")
+    with pytest.raises(AssertionError):
+        got, _ = sort_expert_model(values, 1024, ties_by_rank=False)
+        assert all(torch.equal(g, w) for g, w in zip(got, sort_golden(values)))
+
+
+def sort_kernel_signatures(source: str) -> dict[str, list[str]]:
+    """{kernel: parameter types} of the sort expert's `SORT_KERNELS(SUFFIX, T)` instantiations."""
+    flat = source.replace("\\\n", " ")
+    body = re.search(r"#define SORT_KERNELS\(SUFFIX, T\)(.*?)\n", flat).group(1)
+    found = {}
+    for suffix, ctype in re.findall(r"^SORT_KERNELS\((\w+), ([\w ]+)\)", flat, re.M):
+        text = re.sub(r"\bT\b", ctype, body.replace("##SUFFIX", suffix))
+        for name, params in re.findall(r'extern "C" __global__ void\s+__launch_bounds__\([^)]*\)\s+(\w+)\(([^)]*)\)',
+                                       text):
+            found[name] = [q.strip() for q in params.split(",")]
+    return found
+
+
+class SortKernels:
+    """A fake `compile_cuda` for the sort expert: its three kernels run as the numpy models above, on the
+    fake buffers (`ptrs`: every rank's tensors; the split kernel's pads: the threading barrier), after a
+    check of every launch's arguments against the kernel's CUDA signature."""
+
+    def __init__(self, source: str):
+        self.signatures = sort_kernel_signatures(source)
+        assert len(self.signatures) == 9, sorted(self.signatures)
+        self.launches = []
+
+    def __call__(self, source, options=(), backend="nvrtc"):
+        return self
+
+    def function(self, name):
+        def launch(grid, block, *args):
+            params = self.signatures[name]
+            assert len(args) == len(params), f"{name}: {len(args)} arguments for {len(params)} parameters"
+            for value, param in zip(args, params):
+                if "*" in param:
+                    assert isinstance(value, (torch.Tensor, list, threading.Barrier)), f"{name}: {param}"
+                else:
+                    assert isinstance(value, kind(param)), f"{name}: {param} gets a {type(value).__name__}"
+            self.launches.append(name.rsplit("_", 1)[0])
+            getattr(self, name.rsplit("_", 1)[0])(grid, block, *[a.item() if isinstance(a, np.generic) else a
+                                                                   for a in args])
+        return launch
+
+    @staticmethod
+    def sort_split(grid, block, ptrs, pads, count_ptrs, meta, info, rank, ws, slot, cap):
+        assert grid == (2,) and block[0] * 1 <= 1024
+        pads.wait()
+        counts = [int(count_ptrs[q][slot]) for q in range(ws)]
+        total, largest = sum(counts), max(counts)
+        starts = [r * (total // ws) + min(r, total % ws) for r in range(ws + 1)]
+        info[:3] = torch.tensor([0 if largest > cap else starts[rank + 1] - starts[rank], largest, total])
+        if largest > cap:
+            meta.zero_()
+            return
+        arrays = [ptrs[q][slot, :counts[q]].float().numpy() for q in range(ws)]
+        for b in range(2):
+            meta[b * ws:(b + 1) * ws] = torch.tensor(sort_split_model(arrays, starts[rank + b], block[0])[0])
+
+    @staticmethod
+    def sort_gather(grid, block, ptrs, meta, scratch, rank, ws, slot, cap):
+        assert grid[1] == ws
+        vec = 16 // scratch.element_size()
+        for q, (src, n, dst, _) in enumerate(sort_run_layout(meta.tolist(), ws, vec)):
+            scratch[dst:dst + n] = ptrs[q][slot, src:src + n]
+
+    @staticmethod
+    def sort_merge(grid, block, meta, scratch, out, ws):
+        runs = sort_run_layout(meta.tolist(), ws, 16 // scratch.element_size())
+        assert sum(n for _, n, _, _ in runs) == out.numel()
+        for r, (_, n, dst, _) in enumerate(runs):
+            mine = scratch[dst:dst + n].float().numpy()
+            place = np.arange(n)
+            for q, (_, m, other, _) in enumerate(runs):
+                if q != r:
+                    place += np.searchsorted(scratch[other:other + m].float().numpy(), mine,
+                                             side="right" if q < r else "left")
+            out[torch.from_numpy(place)] = scratch[dst:dst + n]
+
+
+@pytest.mark.parametrize("world", [1, 3, 4])
+def test_sample_sort_solution_host_code(world):
+    """The expert's `solution` on threads, its kernels replaced by the models: the counts and values published
+    in alternating slots, the kernels' arguments, the host read of the length, and a count above the buffer's
+    capacity (every rank grows the buffer and redoes the call), over calls back to back."""
+    task = "distributed_sample_sort"
+    mod_probe = expert(task)
+    cap = 64
+    g = torch.Generator().manual_seed(world)
+    calls = [[a["values"] for a in rank_inputs(task, world, "float32", "tiny", trial=t)] for t in range(2)]
+    calls.append([torch.randint(-3, 3, (cap + 5 if r == world - 1 else 7,), generator=g).float() for r in range(world)])
+    calls.append([torch.randint(-3, 3, (3 * cap if r == 0 else 0,), generator=g).bfloat16() for r in range(world)])
+    calls.append([torch.full((r,), 2.0) for r in range(world)])
+    kernels = SortKernels(mod_probe.SRC)
+    buffers = FakeBuffers(world)
+    outputs = [[None] * world for _ in calls]
+    errors = []
+
+    def rank_main(rank):
+        try:
+            mod = expert(task)
+            fake = fake_torch()
+            fake.zeros = lambda *a, pin_memory=False, **kw: torch.zeros(*a, **kw)
+            mod.torch = fake
+            mod.dist = types.SimpleNamespace(get_world_size=lambda group=None: world)
+            mod.symmetric_buffer = buffers.factory(rank)
+            mod.compile_cuda = kernels
+            mod._sm_count = lambda device: 132
+            mod.MIN_CAPACITY = cap
+            for i, values in enumerate(calls):
+                outputs[i][rank] = mod.solution(values[rank], "group")
+        except BaseException as exc:
+            errors.append(f"rank {rank}: {type(exc).__name__}: {exc}")
+            for _, barrier in buffers.made.values():
+                barrier.abort()
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, "\n".join(errors)
+    for i, values in enumerate(calls):
+        for r, (got, want) in enumerate(zip(outputs[i], sort_golden(values))):
+            assert got.dtype == want.dtype and torch.equal(got, want), f"call {i} rank {r}"
+    # two growths (call 2: 69 > 64 in fp32; call 3: 192 > 64 in bf16), each redoing its call on every rank
+    assert kernels.launches.count("sort_split") == kernels.launches.count("sort_gather") == world * (len(calls) + 2)
+    data = {(k[0], k[1]) for k in buffers.made if k[2] == "expert_distributed_sample_sort"}
+    assert data == {((2, 64), torch.float32), ((2, 128), torch.float32), ((2, 64), torch.bfloat16),
+                    ((2, 256), torch.bfloat16)}
