@@ -661,3 +661,72 @@ def test_sample_sort_solution_host_code(world):
     data = {(k[0], k[1]) for k in buffers.made if k[2] == "expert_distributed_sample_sort"}
     assert data == {((2, 64), torch.float32), ((2, 128), torch.float32), ((2, 64), torch.bfloat16),
                     ((2, 256), torch.bfloat16)}
+
+
+# -- the sort expert's CUDA source itself, on host threads (tests/host_sort_kernel.py) ---------------------------
+
+SORT_HOST_CAP = 512   # a slot's capacity in the harness; one call per case exceeds it
+
+
+def sort_host_calls(world: int, dtype: torch.dtype) -> list[list[torch.Tensor]]:
+    g = torch.Generator().manual_seed(world)
+    ints = lambda n, hi: torch.randint(-hi, hi, (n,), generator=g).to(dtype)  # noqa: E731
+    big = 6e4 if dtype == torch.float16 else 1e30
+    return [
+        [a["values"].to(dtype) for a in rank_inputs("distributed_sample_sort", world, "float32", "tiny", trial=0)],
+        [ints(n, 3) for n in ([300, 0, 280, 310, 5, 0, 99, 200][:world])],          # heavy ties, empty ranks
+        [torch.full(((r * 7) % 5,), 4.0).to(dtype) for r in range(world)],         # all equal
+        [torch.tensor([1.0]).to(dtype) if r == world - 1 else ints(0, 1) for r in range(world)],   # T < W
+        [ints(SORT_HOST_CAP + 9 if r == 0 else 3, 5) for r in range(world)],       # above capacity: no split
+        [torch.tensor([big, -big, 0.0, big]).to(dtype) * (r + 1) for r in range(world)],   # infinities in fp16
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(host_kernel.compiler() is None, reason="no g++ to build the host harness")
+def test_sample_sort_kernel_source_on_host_threads(tmp_path):
+    """The kernels' own source, every rank a process and every CUDA thread an OS thread, small blocks (the split
+    kernel's 32 threads: a few samples a rank, several rounds), six calls back to back on the same buffers:
+    every split equals the model's, every output the golden's; the call above capacity gives empty splits, length 0
+    and the largest count; the signal pads end at zero. A merge that orders ties without the run is rejected."""
+    import host_sort_kernel
+
+    source = expert("distributed_sample_sort").SRC
+    good = host_sort_kernel.build(source, tmp_path)
+    bad_edit = ("if (q < r ? x[q] <= v : x[q] < v) a[q] = mid + 1;", "if (x[q] < v) a[q] = mid + 1;")  # the merge
+    assert bad_edit[0] in source
+    (tmp_path / "bad").mkdir()
+    bad = host_sort_kernel.build(source.replace(*bad_edit), tmp_path / "bad")
+    suffix = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+    for world, dtype in ((3, torch.float32), (8, torch.bfloat16), (2, torch.float16)):
+        calls = sort_host_calls(world, dtype)
+        elem = torch.tensor([], dtype=dtype).element_size()
+        raw = [[v.sort().values.view(torch.int16 if elem == 2 else torch.int32).numpy().tobytes() for v in call]
+               for call in calls]
+        for binary, wrong in ((good, False), (bad, True)) if world == 8 else ((good, False),):
+            results = host_sort_kernel.run(binary, world, 32, 32, 2, suffix[dtype], SORT_HOST_CAP, raw, elem, tmp_path)
+            caught = False
+            for c, (values, row) in enumerate(zip(calls, results)):
+                largest = max(len(v) for v in values)
+                want = sort_golden(values)
+                arrays = [v.sort().values.float().numpy() for v in values]
+                for r, (info, meta, out) in enumerate(row):
+                    where = f"W={world} {dtype} call {c} rank {r}"
+                    assert info[1:] == [largest, sum(len(v) for v in values)], where
+                    if largest > SORT_HOST_CAP:
+                        assert info[0] == 0 and meta == [0] * (2 * world), where
+                        continue
+                    got = torch.frombuffer(bytearray(out), dtype=torch.int16 if elem == 2 else torch.float32) \
+                        if out else torch.empty(0, dtype=torch.int16 if elem == 2 else torch.float32)
+                    got = got.view(dtype) if elem == 2 else got
+                    same = got.shape == want[r].shape and torch.equal(got, want[r])
+                    if wrong:
+                        caught = caught or not same
+                        continue
+                    total = sum(len(a) for a in arrays)
+                    starts = [q * (total // world) + min(q, total % world) for q in range(world + 1)]
+                    model = sort_split_model(arrays, starts[r], 32)[0] + sort_split_model(arrays, starts[r + 1], 32)[0]
+                    assert meta == model, f"{where}: splits {meta}, the model's {model}"
+                    assert same, f"{where}: {got} != {want[r]}"
+            if wrong:
+                assert caught, f"W={world}: the merge without the run in the tie order was not caught"
