@@ -8,7 +8,7 @@ shared memory; int atomicMax / atomicMin; bf16 / fp16 to float; L2-only loads of
 the barrier's spin, since the ranks' threads share two cores), and `HARNESS` forks W rank processes over
 buffers, counts and signal pads in shared memory (fork keeps their addresses, so every rank's pointers are
 valid in every process). Per call a rank copies its sorted values (sorted in Python, as torch.sort would)
-and its count into slot call % 2, then launches the split kernel (2 blocks, one after the other, each
+into slot call % 2, then launches the split kernel (which publishes the count) (2 blocks, one after the other, each
 through the cross-process barrier), the gather (grid (G, W)) and the merge (G blocks), and writes its output.
 The ranks are not otherwise synchronised: calls run back to back on the same buffers, as on a GPU.
 """
@@ -99,12 +99,11 @@ int main(int argc, char** argv) {
                 if (r == rank) { n = m; mine = v; }
             }
             if (n <= cap) memcpy((unsigned char*)ptrs[rank] + slot * cap * elem, mine.data(), n * elem);
-            ((long long*)count_ptrs[rank])[slot] = n;
             std::atomic_thread_fence(std::memory_order_seq_cst);
             launch(2, 1, split_threads, [&]() {
-                if (elem == 4) sort_split_f32(ptrs, pads, count_ptrs, meta.data(), info.data(), rank, W, slot, cap);
-                else if (dtype == "bf16") sort_split_bf16(ptrs, pads, count_ptrs, meta.data(), info.data(), rank, W, slot, cap);
-                else sort_split_f16(ptrs, pads, count_ptrs, meta.data(), info.data(), rank, W, slot, cap);
+                if (elem == 4) sort_split_f32(ptrs, pads, count_ptrs, meta.data(), info.data(), n, rank, W, slot, cap);
+                else if (dtype == "bf16") sort_split_bf16(ptrs, pads, count_ptrs, meta.data(), info.data(), n, rank, W, slot, cap);
+                else sort_split_f16(ptrs, pads, count_ptrs, meta.data(), info.data(), n, rank, W, slot, cap);
             });
             std::vector<unsigned char> scratch((cap + W * V) * elem + 16, 0xCD);
             unsigned char* sc = scratch.data() + ((16 - ((unsigned long long)scratch.data() & 15)) & 15);

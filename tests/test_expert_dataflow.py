@@ -576,8 +576,9 @@ class SortKernels:
         return launch
 
     @staticmethod
-    def sort_split(grid, block, ptrs, pads, count_ptrs, meta, info, rank, ws, slot, cap):
-        assert grid == (2,) and block[0] * 1 <= 1024
+    def sort_split(grid, block, ptrs, pads, count_ptrs, meta, info, n, rank, ws, slot, cap):
+        assert grid == (2,) and block[0] <= 1024
+        count_ptrs[rank][slot] = n
         pads.wait()
         counts = [int(count_ptrs[q][slot]) for q in range(ws)]
         total, largest = sum(counts), max(counts)

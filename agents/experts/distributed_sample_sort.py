@@ -1,10 +1,9 @@
 """Distributed sort into exactly balanced slices over symmetric memory: no splitters, no all-to-all-v.
 
 Every call:
-  publish   the local sort (torch.sort) writes straight into this rank's slot of a symmetric buffer, and a
-            fill writes its count n into a small symmetric counts buffer;
-  split     one kernel of two blocks, each opening with an in-kernel barrier (`pkb_block_barrier`): every
-            block reads all ranks' counts (T, and this rank's global range [lo, hi)), then block 0 finds the
+  publish   the local sort (torch.sort) writes straight into this rank's slot of a symmetric buffer;
+  split     one kernel of two blocks: each writes this rank's count n into a small symmetric counts buffer
+            and passes an in-kernel barrier (`pkb_block_barrier`); every block reads all ranks' counts (T, and this rank's global range [lo, hi)), then block 0 finds the
             co-rank split of position lo and block 1 that of hi: how many of each rank's sorted values come
             before that position in the merged order. Ties are ordered by (value, rank, index), so the split
             is unique. The search narrows, per rank q, an interval [lo_q, hi_q] holding the split c_q: each
@@ -73,19 +72,21 @@ __device__ __forceinline__ long long slice_start(long long total, int ws, int r)
     return (long long)r * base + (r < extra ? (long long)r : extra);
 }
 
-// The co-rank split of position k = slice_start(rank + blockIdx.x): meta[blockIdx.x * ws + q] = how many of
+// Publishes this rank's count n (both blocks write it, so each block's barrier covers its own write), then
+// the co-rank split of position k = slice_start(rank + blockIdx.x): meta[blockIdx.x * ws + q] = how many of
 // rank q's values come before position k in the (value, rank, index) order. Block 0 also writes
 // info = [this rank's output length, the largest count, T]. Two blocks; every thread of both takes part in
 // the opening barrier. A count above `cap` (a rank could not publish) gives empty splits.
 template <typename T>
 __device__ void split(const long long* ptrs, const unsigned long long* pads, const long long* count_ptrs,
-                      long long* meta, long long* info, int rank, int ws, int slot, long long cap) {
+                      long long* meta, long long* info, long long n, int rank, int ws, int slot, long long cap) {
     __shared__ int n_s[PKB_MAX_WORLD], lo_s[PKB_MAX_WORLD], hi_s[PKB_MAX_WORLD];
     __shared__ int nlo_s[PKB_MAX_WORLD], nhi_s[PKB_MAX_WORLD];
     __shared__ long long count_s[PKB_MAX_WORLD];
     __shared__ int done_s;
-    pkb_block_barrier(pads, rank, ws);   // every rank's count and values are published
     const int t = threadIdx.x;
+    if (t == 0) reinterpret_cast<long long*>(count_ptrs[rank])[slot] = n;
+    pkb_block_barrier(pads, rank, ws);   // every rank's count and values are published
     if (t < ws) count_s[t] = __ldcg(reinterpret_cast<const long long*>(count_ptrs[t]) + slot);
     __syncthreads();
     long long total = 0, largest = 0;
@@ -256,8 +257,8 @@ __device__ void merge(const long long* meta, const T* scratch, T* out, int ws) {
 }
 
 #define SORT_KERNELS(SUFFIX, T) \
-extern "C" __global__ void __launch_bounds__(1024) sort_split_##SUFFIX(const long long* ptrs, const unsigned long long* pads, const long long* count_ptrs, long long* meta, long long* info, int rank, int ws, int slot, long long cap) { \
-    split<T>(ptrs, pads, count_ptrs, meta, info, rank, ws, slot, cap); } \
+extern "C" __global__ void __launch_bounds__(1024) sort_split_##SUFFIX(const long long* ptrs, const unsigned long long* pads, const long long* count_ptrs, long long* meta, long long* info, long long n, int rank, int ws, int slot, long long cap) { \
+    split<T>(ptrs, pads, count_ptrs, meta, info, n, rank, ws, slot, cap); } \
 extern "C" __global__ void __launch_bounds__(512) sort_gather_##SUFFIX(const long long* ptrs, const long long* meta, T* scratch, int rank, int ws, int slot, long long cap) { \
     gather<T>(ptrs, meta, scratch, rank, ws, slot, cap); } \
 extern "C" __global__ void __launch_bounds__(512) sort_merge_##SUFFIX(const long long* meta, const T* scratch, T* out, int ws) { \
@@ -331,12 +332,12 @@ def _attempt(values, group, st, world):
     counts = st["counts"]
     slot = st["calls"] % 2
     st["calls"] += 1
-    counts.local[slot].fill_(n)                     # publish the count ...
-    if 0 < n <= cap:                                # ... and the sorted values
+    if 0 < n <= cap:                                # publish the sorted values (the split kernel: the count)
         torch.sort(values, out=(data.local[slot, :n], torch.empty(n, dtype=torch.int64, device=device)))
     mod, suffix = _module(), _SUFFIX[dtype]
     mod.function("sort_split_" + suffix)((2,), (SPLIT_THREADS,), data.ptrs, counts.signal_pad_ptrs, counts.ptrs,
-                                         st["meta"], st["info"], i32(data.rank), i32(world), i32(slot), i64(cap))
+                                         st["meta"], st["info"], i64(n), i32(data.rank), i32(world), i32(slot),
+                                         i64(cap))
     st["info_host"].copy_(st["info"], non_blocking=True)
     st["event"].record()
     vec = 16 // values.element_size()
