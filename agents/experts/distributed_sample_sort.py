@@ -27,7 +27,10 @@ One host read, and why it cannot go: the output's length (T // W or T // W + 1) 
 count, and a torch tensor's shape lives on the host, so the host must learn it before it returns. The split
 kernel computes the length on the device; an asynchronous copy brings it, with the largest count, to pinned
 host memory, and an event after that copy is the only wait: the gather kernel is already queued behind it
-and runs while the host waits, and only the merge (which writes the exactly sized output) is launched after.
+and runs while the host waits. With a small buffer (up to EARLY_OUT_BYTES: `bench`) the merge is queued
+too, into an output allocated at the buffer's capacity (every output is at most the largest count), and the
+host returns a slice of it as soon as the length arrives; with a large one the output is allocated at its
+exact length after the wait and only the merge is launched then (its launch is small next to its work).
 The reference reads counts on the host twice and makes five collective rounds (samples all-gather, counts
 all-to-all, all-to-all-v, sizes all-gather, all-to-all-v) and two full sorts after the local one.
 
@@ -275,7 +278,7 @@ SPLIT_THREADS = 1024   # the split kernel's block: 1024 / W samples a rank and r
 THREADS = 512
 MAX_WORLD = 8
 MIN_CAPACITY = 1 << 16  # values a slot holds at least; grown to a power of two when a count exceeds it
-MAX_PAD_FLAGS = 2304
+EARLY_OUT_BYTES = 1 << 20   # up to this capacity, the output is allocated at capacity and merged before the wait
 _SUFFIX = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
 _state = {}
 
@@ -340,21 +343,27 @@ def _attempt(values, group, st, world):
                                          i64(cap))
     st["info_host"].copy_(st["info"], non_blocking=True)
     st["event"].record()
-    vec = 16 // values.element_size()
-    scratch = torch.empty(scratch_size(cap, world, values.element_size()), dtype=dtype, device=device)
+    vec, size = 16 // values.element_size(), values.element_size()
+    scratch = torch.empty(scratch_size(cap, world, size), dtype=dtype, device=device)
     sms = _sm_count(device)
     blocks = max(1, min(-(-max(n, 1) // (vec * THREADS)), max(1, (2 * sms) // world)))
     mod.function("sort_gather_" + suffix)((blocks, world), (THREADS,), data.ptrs, st["meta"], scratch,
                                           i32(data.rank), i32(world), i32(slot), i64(cap))
+    merge = mod.function("sort_merge_" + suffix)
+    early = cap * size <= EARLY_OUT_BYTES
+    if early:   # small: the merge queued before the wait too, into an output of the capacity (a slice returned)
+        out = torch.empty(cap, dtype=dtype, device=device)
+        merge((max(1, min(-(-max(n, 1) // THREADS), 4 * sms)),), (THREADS,), st["meta"], scratch, out, i32(world))
     st["event"].synchronize()                       # the only host wait: the output's length
     length, largest = st["info_host"][:2].tolist()
     if largest > cap:                               # the same on every rank: grow together, redo the call
         st["caps"][dtype] = capacity_for(largest)
         return None
+    if early:
+        return out[:length]
     out = torch.empty(length, dtype=dtype, device=device)
     if length:
-        mod.function("sort_merge_" + suffix)((max(1, min(-(-length // THREADS), 4 * sms)),), (THREADS,),
-                                             st["meta"], scratch, out, i32(world))
+        merge((max(1, min(-(-length // THREADS), 4 * sms)),), (THREADS,), st["meta"], scratch, out, i32(world))
     return out
 
 

@@ -355,7 +355,8 @@ def test_data_spatial_experts_odd_sizes_three_ranks(tmp_path):
 # to bf16, so many equal values), every step's trials drawing the task's empty-odd-ranks edge; one rank under the
 # cuda executor, timed at `bench`. Outside the judge: four ranks on hand-made edges in every dtype (all values
 # equal, fewer values than ranks, no values at all, one rank holding everything, infinities), back to back on the
-# same buffers, one call with a count above the buffer's capacity (every rank grows it and redoes the call).
+# same buffers, one call with a count above the buffer's capacity (every rank grows it and redoes the call); fp16
+# takes the path that merges into an exactly sized output after the host wait, the others the early merge.
 
 SORT = "distributed_sample_sort"
 
@@ -418,6 +419,7 @@ def _sort_worker(rank: int, world: int, store_path: str, cache: str) -> None:
     try:
         spec, module = load_task(SORT), _load_module(SORT)
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            module["EARLY_OUT_BYTES"] = 0 if dtype == torch.float16 else 1 << 20   # fp16: the merge after the wait
             for case, everyone in enumerate(_sort_edge_cases(world, dtype, module["MIN_CAPACITY"])):
                 values = everyone[rank].to("cuda")
                 got = module["solution"](values, dist.group.WORLD)
