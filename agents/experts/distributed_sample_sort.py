@@ -3,25 +3,26 @@
 Every call:
   publish   the local sort (torch.sort) writes straight into this rank's slot of a symmetric buffer;
   split     one kernel of two blocks: each writes this rank's count n into a small symmetric counts buffer
-            and passes an in-kernel barrier (`pkb_block_barrier`); every block reads all ranks' counts (T, and this rank's global range [lo, hi)), then block 0 finds the
-            co-rank split of position lo and block 1 that of hi: how many of each rank's sorted values come
-            before that position in the merged order. Ties are ordered by (value, rank, index), so the split
-            is unique. The search narrows, per rank q, an interval [lo_q, hi_q] holding the split c_q: each
-            round, every thread takes one sample e inside some rank's interval (1024 / W samples a rank,
-            evenly spaced: an interval of at most that many is resolved in one round) and counts, by W
-            interleaved binary searches in the peers' buffers (over NVLink), how many values of each rank
-            precede e; e's global rank says whether e lies before the position, which bounds every c_q
-            (atomicMax / atomicMin in shared memory). The searches only look one element beyond the current
-            intervals: a count that falls outside an interval already decides the sample's side. So a round
-            costs about log2 of the intervals' length in dependent remote loads, and rounds shrink the
-            intervals by a factor of 1024 / W;
+            and passes an in-kernel barrier (`pkb_block_barrier`), reads all ranks' counts (T, and this
+            rank's global range [lo, hi)); then block 0 finds the co-rank split of position lo and block 1
+            that of hi: how many of each rank's sorted values come before that position in the merged order.
+            Ties are ordered by (value, rank, index), so the split is unique. The search narrows, per
+            rank q, an interval [lo_q, hi_q] holding the split c_q: each round, every thread takes one
+            sample e inside some rank's interval (1024 / W samples a rank, evenly spaced: an interval of at
+            most that many is resolved in one round) and counts, by W interleaved binary searches in the
+            peers' buffers (over NVLink), how many values of each rank precede e; e's global rank says
+            whether e lies before the position, which bounds every c_q (atomicMax / atomicMin in shared
+            memory). The searches only look one element beyond the current intervals: a count that falls
+            outside an interval already decides the sample's side. So a round costs about log2 of the
+            intervals' length in dependent remote loads, and rounds shrink the intervals by 1024 / W;
   gather    one kernel copies rank q's run [c_q(lo), c_q(hi)) out of its buffer into a local scratch, each
             run placed at an offset with the source's 16-byte alignment, so the copy uses 16-byte packs;
   merge     one kernel writes every gathered value to its place in the output: its index in its run plus
             the number of values of the other runs that precede it ((value, run, index) order, binary
-            searches in the local scratch). The output is values only, and equal values are bit-identical
-            (the task's values are integers cast to the dtype: no -0.0, no NaN), so any tie order gives the
-            golden's output; the compare is exact.
+            searches in the local scratch). The task compares exactly, position by position, and returns
+            values only: equal values are bit-identical (the task's values are integers cast to the dtype:
+            no -0.0 beside +0.0, no NaN), so any tie order gives the golden's output; the (value, rank,
+            index) order only makes the splits well defined and the places a permutation.
 
 One host read, and why it cannot go: the output's length (T // W or T // W + 1) depends on every rank's
 count, and a torch tensor's shape lives on the host, so the host must learn it before it returns. The split
@@ -31,8 +32,8 @@ and runs while the host waits. With a small buffer (up to EARLY_OUT_BYTES: `benc
 too, into an output allocated at the buffer's capacity (every output is at most the largest count), and the
 host returns a slice of it as soon as the length arrives; with a large one the output is allocated at its
 exact length after the wait and only the merge is launched then (its launch is small next to its work).
-The reference reads counts on the host twice and makes five collective rounds (samples all-gather, counts
-all-to-all, all-to-all-v, sizes all-gather, all-to-all-v) and two full sorts after the local one.
+The reference reads counts on the host twice, makes five collective rounds (samples all-gather, counts
+all-to-all, all-to-all-v, sizes all-gather, all-to-all-v) and sorts what arrived a second time.
 
 Buffer capacity: every rank's buffer must hold its n, but a rank learns its peers' n only on the device, and
 allocating a symmetric buffer is collective. So the buffer keeps a capacity (at least 2^16 values, a power
