@@ -49,7 +49,11 @@ def size_problem(task: TaskSpec, world_size: int, preset: str, dtype: str | None
     if dtype is not None and dtype not in task.dtypes:
         return f"task {task.name!r} does not take dtype {dtype!r}; choose one of {list(task.dtypes)}"
     resolved = task.resolve_dtype(preset, dtype)
-    return (task.world_size_problem(world_size, preset) or task.output_problem(world_size, preset, resolved)
+    try:
+        task.check_world_size(world_size, preset)   # its message names the task and the sizes it takes
+    except TaskError as exc:
+        return str(exc)
+    return (task.output_problem(world_size, preset, resolved)
             or (task.cpu_reference_problem(world_size, preset, resolved) if cpu_reference else None))
 
 

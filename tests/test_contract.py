@@ -15,6 +15,7 @@ from pkb_env.contract.describe import input_lines, problem_lines
 from pkb_env.contract.io import show_shape
 from pkb_env.contract.mesh import SHARED, MeshError
 from pkb_env.judge.seeds import SeedPlan
+from pkb_env.task import load_task, size_problem
 
 
 # -- expressions --------------------------------------------------------------------------------------
@@ -182,6 +183,13 @@ def test_world_sizes_follow_from_the_mesh_and_the_shapes():
         spec.check_world_size(3, "tiny")
     with pytest.raises(TaskError, match=r"world size 6: input x: dim 1 \(K = 1024\) does not split into 3"):
         spec.check_world_size(6, "bench")
+
+
+def test_a_suite_task_that_cannot_take_the_world_size_is_named_with_the_sizes_it_takes():
+    """An evaluation names many tasks: the refusal says which one, and the sizes it takes."""
+    problem = size_problem(load_task("fsdp_and_tp"), 1, "bench")
+    assert problem.startswith("task 'fsdp_and_tp' cannot run at world size 1: mesh dimension tp")
+    assert problem.endswith("it takes 2, 4, 8)")
 
 
 def test_world_sizes_must_split_what_the_reference_shares_out():

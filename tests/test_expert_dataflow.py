@@ -8,11 +8,15 @@ over several calls back to back on the same buffers with ranks racing each other
 and that every rank takes the same number of barriers per call (a mismatch breaks the threading barrier).
 What it cannot check: ordering between CUDA streams (here there is one order per rank), copy engines,
 FlashAttention, and the CUDA kernels of tp_rms_norm, vocab_parallel_cross_entropy and
-quantized_grad_allreduce (GPU tests; here their launches are checked against the kernels' signatures).
+quantized_grad_allreduce (GPU tests; here their launches are checked against the kernels' signatures, and
+the quantised all-reduce's source runs on host threads). physicsnemo_distributed_rfft's transpose kernel
+has no block-level synchronisation: its own source, built as a host library (tests/host_kernel.py), runs in
+place of the GPU launch, so that expert's `solution` is checked whole.
 """
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import threading
 import time
@@ -22,6 +26,7 @@ import numpy as np
 import pytest
 import torch
 
+from pkb_env.contract import Preset
 from pkb_env.runtime import compile_cubin
 from pkb_env.runtime.toolchain import nvcc_path
 from pkb_env.task import load_task
@@ -51,10 +56,12 @@ class FakeBuffers:
 
             class Buffer:
                 local, world_size = tensors[rank], owner.world
-                ptrs, signal_pad_ptrs = tensors, pads   # what fake kernels get for the device pointers
+                signal_pad_ptrs = pads   # what fake kernels with an in-kernel barrier wait on
 
                 def __init__(self):
                     self.rank = rank
+
+                ptrs = torch.tensor([t.data_ptr() for t in tensors], dtype=torch.int64)   # for host kernels
 
                 def peer(self, r):
                     return tensors[r]
@@ -98,9 +105,9 @@ def load_variant(name: str, edit: tuple[str, str]):
 
 
 def run_ranks(name: str, world: int, calls: list[list[tuple]], chunk_bytes: int | None = None,
-              edit: tuple[str, str] | None = None, slow_rank: int | None = None) -> tuple[list, int]:
-    """Run `name`'s solution on `world` threads, rank r making calls[i][r] for every call i in turn.
-    Returns (outputs[i][r], barriers taken per rank per call)."""
+              edit: tuple[str, str] | None = None, slow_rank: int | None = None, setup=None) -> tuple[list, int]:
+    """Run `name`'s solution on `world` threads, rank r making calls[i][r] for every call i in turn
+    (`setup(module)`, if given, after the fakes are in). Returns (outputs[i][r], barriers taken per rank per call)."""
     buffers = FakeBuffers(world)
     outputs = [[None] * world for _ in calls]
     errors = []
@@ -114,6 +121,8 @@ def run_ranks(name: str, world: int, calls: list[list[tuple]], chunk_bytes: int 
             mod.symmetric_buffer = buffers.factory(rank)
             if chunk_bytes is not None:
                 mod.CHUNK_BYTES = chunk_bytes
+            if setup is not None:
+                setup(mod)
             for i, args in enumerate(calls):
                 outputs[i][rank] = mod.solution(*args[rank])
         except BaseException as exc:  # reported below with the rank
@@ -173,7 +182,6 @@ def test_ring_attention_data_movement(dtype, preset, world):
     for trial, got in zip(inputs, outputs):
         assert not mismatches("ring_attention", world, dtype, preset, trial, got)
     assert barriers == 1
-
 
 
 CONV_NAMES = ("x", "weight", "bias", "stride", "padding", "group")
@@ -379,6 +387,285 @@ def test_quantized_allreduce_kernel_source_on_host_threads(tmp_path):
                 assert caught, f"W={world} {dtype} two_shot={two_shot}: the variant was not caught"
 
 
+# -- the distributed real FFT: `solution` whole, its transpose kernel's source run on the host ------------------
+
+RFFT = "physicsnemo_distributed_rfft"
+RFFT_ODD = Preset({"B": 3, "H": 9, "X": 15}, "float32", "odd sizes: 5 columns a rank (single complex64 units)")
+# world, dtype, preset: 16-byte units of two complex64 (tiny: 8 and 4 columns a rank, then 2 at W = 8 with one
+# row a rank), single complex64 (5 columns), complex128; the grid (2 blocks) is shorter than the rows
+RFFT_CASES = [(2, "float32", "tiny"), (4, "float32", "tiny"), (8, "float32", "tiny"), (3, "float32", RFFT_ODD),
+              (4, "float64", "tiny")]
+
+
+class HostKernels:
+    """A fake `compile_cuda`: the source built once as a host library; a launch checks its arguments against
+    the kernel's CUDA signature and runs the grid on the calling (rank) thread over CPU tensors."""
+
+    def __init__(self, directory):
+        self.directory, self.built, self.launched, self.lock = directory, {}, set(), threading.Lock()
+
+    def __call__(self, source, options=(), backend="nvrtc"):
+        with self.lock:   # the rank threads ask at once: one build per source
+            if source not in self.built:
+                signatures = kernel_signatures(source)
+                lib = host_kernel.build_library(source, signatures, self.directory / str(len(self.built)))
+                self.built[source] = (signatures, lib)
+            signatures, lib = self.built[source]
+        owner = self
+
+        class Module:
+            def function(self, name):
+                params, launcher = signatures[name], getattr(lib, f"launch_{name}")
+                owner.launched.add(name)
+
+                def launch(grid, block, *args):
+                    assert len(args) == len(params), f"{name}: {len(args)} arguments for {len(params)} parameters"
+                    values = []
+                    for value, param in zip(args, params):
+                        assert isinstance(value, kind(param)), f"{name}: {param} gets a {type(value).__name__}"
+                        if isinstance(value, torch.Tensor):
+                            assert value.is_contiguous()
+                        values.append(value.data_ptr() if isinstance(value, torch.Tensor) else value.item())
+                    grid = tuple(grid) + (1,) * (2 - len(grid))
+                    launcher(grid[0], grid[1], block[0], *values)
+                return launch
+        return Module()
+
+
+def rfft_calls(inputs):
+    return [[(args["x"], args["norm"], inputs[0][r]["group"]) for r, args in enumerate(trial)] for trial in inputs]
+
+
+def rfft_setup(kernels):
+    def setup(mod):
+        mod.compile_cuda = kernels
+        mod._sm_count = lambda device: 1
+    return setup
+
+
+@pytest.fixture(scope="module")
+def rfft_kernels(tmp_path_factory):
+    if host_kernel.compiler() is None:
+        pytest.skip("no g++ to build the host library")
+    return HostKernels(tmp_path_factory.mktemp("rfft"))
+
+
+@pytest.mark.parametrize("world,dtype,preset", RFFT_CASES,
+                         ids=lambda v: v.note.split(":")[0] if isinstance(v, Preset) else str(v))
+def test_physicsnemo_rfft_data_movement(rfft_kernels, world, dtype, preset):
+    """rfft into the slot, barrier, the transpose kernel pulling every peer's sub-block (the conjugate of the
+    mirrored rows), the column FFT: every rank's rows against the golden, three calls back to back (both
+    slots), one barrier a call."""
+    inputs = trials(RFFT, world, dtype, preset)
+    rfft_kernels.launched = set()
+    outputs, barriers = run_ranks(RFFT, world, rfft_calls(inputs), setup=rfft_setup(rfft_kernels))
+    for trial, got in zip(inputs, outputs):
+        assert not mismatches(RFFT, world, dtype, preset, trial, got)
+    assert barriers == 1
+    x = inputs[0][0]["x"]
+    assert rfft_kernels.launched == {expert(RFFT).copy_unit(x.dtype, x.shape[2])[0]}
+
+
+def test_physicsnemo_rfft_wrong_axes_is_caught(rfft_kernels):
+    """A transpose that swaps the wrong axes (each peer's columns interleaved with the others', not kept as a
+    block): the comparison must see it."""
+    world = 4
+    inputs = trials(RFFT, world, "float32", "tiny", count=1)
+    edit = ("(long long)j * cols + k;", "(long long)k * ws + j;")
+    outputs, _ = run_ranks(RFFT, world, rfft_calls(inputs), edit=edit, setup=rfft_setup(rfft_kernels))
+    assert mismatches(RFFT, world, "float32", "tiny", inputs[0], outputs[0])
+
+
+@pytest.mark.skipif(_backend() is None, reason="neither NVRTC (CuPy) nor nvcc is installed")
+def test_physicsnemo_rfft_compiles_for_hopper():
+    cubin = compile_cubin(expert(RFFT).SRC, arch="90", backend=_backend())
+    assert cubin[:4] == b"\x7fELF"
+
+
+# -- zero2_optimizer_shard_grad: the solution on threads, its kernel emulated by parameter name -------------
+
+ZERO2 = "zero2_optimizer_shard_grad"
+
+
+def zero2_emulated_kernel(params: list[str], tensors: list[torch.Tensor], barrier: threading.Barrier, rank: int):
+    """A launch of `zero2_adam_step` in torch on CPU tensors, its arguments bound by the names of the CUDA
+    signature (`params`), so that an argument passed in the wrong place is caught: the same two barriers
+    (the kernel's `pkb_block_barrier`s), the same arithmetic as the model (test_expert_math), no barrier
+    after the all-gather (one buffer slot, as the kernel)."""
+    names = [p.split()[-1].lstrip("*") for p in params]
+
+    def launch(grid, block, *args):
+        assert len(args) == len(params), f"{len(args)} arguments for {len(params)} parameters"
+        for value, param in zip(args, params):
+            assert isinstance(value, kind(param)), f"{param} gets a {type(value).__name__}"
+        a = dict(zip(names, args))
+        ws, S, poff = int(a["ws"]), int(a["S"]), int(a["poff"])
+        assert int(a["rank"]) == rank and ws == len(tensors)
+        bufs = [tensors[int(i)] for i in a["bufs"]]
+        starts = [0, int(a["o1"]), int(a["o2"]), int(a["o3"])]
+        flats = [a[n].view(-1) for n in ("w1", "b1", "w2", "b2")]
+
+        def spans(k0, n):   # (tensor, its range, the range in [k0, k0 + n)) for every tensor the span meets
+            for t, lo in zip(flats, starts):
+                a0, a1 = max(k0, lo), min(k0 + n, lo + t.numel())
+                if a0 < a1:
+                    yield t, slice(a0 - lo, a1 - lo), slice(a0 - k0, a1 - k0)
+
+        barrier.wait()   # every rank's backward is done
+        k0 = rank * S
+        acc = bufs[0][k0:k0 + S].clone()
+        for b in bufs[1:]:
+            acc += b[k0:k0 + S]
+        g = (acc.double() * float(a["grad_scale"])).float()
+        lr, b1, b2, eps, bc1, bc2 = (float(a[n]) for n in ("lr", "beta1", "beta2", "eps", "bc1", "bc2"))
+        gd = g.double()
+        m = b1 * a["exp_avg"].double() + (1 - b1) * gd
+        v = b2 * a["exp_avg_sq"].double() + (1 - b2) * gd * gd
+        w = torch.empty(S)
+        for t, own, part in spans(k0, S):
+            w[part] = t[own]
+        new = (w.double() - lr * (m / bc1) / ((v / bc2).sqrt() + eps)).float()
+        a["grad_out"].copy_(g)
+        a["exp_avg"].copy_(m.float())
+        a["exp_avg_sq"].copy_(v.float())
+        for t, own, part in spans(k0, S):
+            t[own] = new[part]
+        bufs[rank][poff:poff + S] = new
+        barrier.wait()   # every shard is updated
+        for j in range(1, ws):
+            p = (rank + j) % ws
+            theirs = bufs[p][poff:poff + S].clone()
+            for t, own, part in spans(p * S, S):
+                t[own] = theirs[part]
+    return launch
+
+
+def zero2_run_ranks(world: int, calls: list[list[dict]], edit: tuple[str, str] | None = None) -> list[list]:
+    """`solution` on `world` threads, call after call on the same (one-slot) buffers; every rank's inputs
+    are updated in place as on a GPU. Returns outputs[call][rank]."""
+    tensors, made, lock = [], {}, threading.Lock()
+    barrier = threading.Barrier(world, timeout=BARRIER_TIMEOUT_S)
+    outputs = [[None] * world for _ in calls]
+    errors = []
+    signature = kernel_signatures(expert(ZERO2).SRC)["zero2_adam_step"]
+
+    def rank_main(rank):
+        try:
+            mod = load_variant(ZERO2, edit) if edit else expert(ZERO2)
+
+            def symmetric_buffer(shape, dtype, tag="default", group=None):
+                with lock:
+                    if "buffers" not in made:   # garbage, like fresh device memory
+                        made["buffers"] = [torch.full(tuple(shape), float("nan"), dtype=dtype) for _ in range(world)]
+                        tensors.extend(made["buffers"])
+                return types.SimpleNamespace(local=made["buffers"][rank], ptrs=torch.arange(world),
+                                             signal_pad_ptrs=torch.zeros(world, dtype=torch.int64), rank=rank,
+                                             world_size=world)
+
+            class Module:
+                def function(self, name):
+                    assert name == "zero2_adam_step"
+                    return zero2_emulated_kernel(signature, tensors, barrier, rank)
+
+            mod.symmetric_buffer, mod.compile_cuda, mod._sm_count = symmetric_buffer, lambda *a, **k: Module(), \
+                lambda device: 132
+            for i, inputs in enumerate(calls):
+                args = inputs[rank]
+                outputs[i][rank] = mod.solution(*(args[n] for n in load_task(ZERO2).parameters))
+        except BaseException as exc:  # reported below with the rank
+            errors.append(f"rank {rank}: {type(exc).__name__}: {exc}")
+            barrier.abort()
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, "\n".join(errors)
+    return outputs
+
+
+@pytest.mark.parametrize("world", [1, 2, 4, 8])
+def test_zero2_data_movement(world):
+    """Three calls back to back: the gradient shard returned and the parameters and moments updated in place
+    are within tolerance of the golden on every rank, the parameters bit-identical across ranks."""
+    from test_expert_math import ZERO2_STATE, zero2_mismatches
+
+    calls = trials(ZERO2, world, "float32", "tiny")
+    pristine = [[{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in a.items()} for a in c] for c in calls]
+    outputs = zero2_run_ranks(world, calls)
+    for i, (before, after) in enumerate(zip(pristine, calls)):
+        got = (outputs[i], [{n: a[n] for n in ZERO2_STATE} for a in after])
+        assert not zero2_mismatches(world, "float32", "tiny", before, got), f"call {i}"
+        for name in ZERO2_STATE[:4]:
+            assert all(torch.equal(a[name], after[0][name]) for a in after), f"call {i}: {name} differs across ranks"
+
+
+def test_zero2_arguments_out_of_place_are_caught():
+    """The parameter boundaries o1, o2 swapped in the launch: b1's gradients land in W1's updates."""
+    from test_expert_math import ZERO2_STATE, zero2_mismatches
+
+    calls = trials(ZERO2, 2, "float32", "tiny", count=1)
+    pristine = [{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in a.items()} for a in calls[0]]
+    outputs = zero2_run_ranks(2, calls, edit=("i64(H * D), i64(H * D + H),", "i64(H * D + H), i64(H * D),"))
+    got = (outputs[0], [{n: a[n] for n in ZERO2_STATE} for a in calls[0]])
+    assert zero2_mismatches(2, "float32", "tiny", pristine, got)
+
+
+def test_zero2_experts_compile_for_hopper():
+    if _backend() is None:
+        pytest.skip("neither NVRTC (CuPy) nor nvcc is installed")
+    cubin = compile_cubin(expert(ZERO2).SRC, arch="90", backend=_backend())
+    assert cubin[:4] == b"\x7fELF"
+
+
+# the kernel's own source on host threads: world, blocks, threads a block, P (S = P / world), o1, o2, o3
+ZERO2_HOST_CASES = [(2, 2, 64, 280, 128, 144, 272),    # 140 a shard: two grid-stride rounds for some threads
+                    (3, 2, 32, 111, 40, 47, 101),      # the run-time world-size path, shards across every boundary
+                    (8, 2, 32, 280, 128, 144, 272)]    # 35 a shard
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(host_kernel.compiler() is None, reason="no g++ to build the host harness")
+def test_zero2_kernel_source_on_host_threads(tmp_path):
+    """zero2_adam_step's source, every rank's grid on host threads, three calls per rank in stream order with
+    the ranks racing each other on the one-slot buffers: every output bit-equal to the torch model of the
+    kernel's arithmetic (test_expert_math), the pads back to zero. A variant whose all-gather reads its own
+    buffer instead of the peer's is rejected."""
+    from test_expert_math import zero2_adam_model
+
+    source = expert(ZERO2).SRC
+    bad_edit = ("bufs[(rank + j) % W]) + poff", "bufs[rank]) + poff")
+    assert bad_edit[0] in source
+    good = host_kernel.build(source, tmp_path, host_kernel.ZERO2_HARNESS)
+    (tmp_path / "bad").mkdir()
+    bad = host_kernel.build(source.replace(*bad_edit), tmp_path / "bad", host_kernel.ZERO2_HARNESS)
+    gen, calls = torch.Generator().manual_seed(7), 3
+    for world, blocks, threads, P, o1, o2, o3 in ZERO2_HOST_CASES:
+        S = P // world
+        raw, expected = b"", []
+        for c in range(calls):
+            step = int(torch.randint(1, 1001, (1,), generator=gen))
+            hyper = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, step=step)
+            scale = 2.0 / (32 * 8)
+            flats = [torch.randn(P, generator=gen) for _ in range(world)]
+            w = torch.randn(P, generator=gen) * 0.3
+            ms = [torch.randn(S, generator=gen) * 0.01 for _ in range(world)]
+            vs = [torch.rand(S, generator=gen) * 1e-4 for _ in range(world)]
+            bc = (1.0 - math.pow(0.9, step), 1.0 - math.pow(0.999, step))
+            raw += np.array([scale, 1e-3, 0.9, 0.999, 1e-8, *bc], dtype=np.float64).tobytes()
+            raw += np.array([o1, o2, o3], dtype=np.int64).tobytes()
+            for r in range(world):
+                raw += b"".join(t.numpy().tobytes() for t in (flats[r], w, ms[r], vs[r]))
+            g, new, moments = zero2_adam_model(flats, w, ms, vs, scale, **hyper)
+            expected.append([torch.cat([g[r * S:(r + 1) * S], new, *moments[r]]) for r in range(world)])
+        for binary, wrong in ((good, False), (bad, True)) if world == 2 else ((good, False),):
+            data = host_kernel.run_zero2(binary, world, blocks, threads, P, calls, raw, tmp_path)
+            got = torch.frombuffer(bytearray(data), dtype=torch.float32).view(calls, world, -1)
+            same = all(torch.equal(got[c, r], expected[c][r]) for c in range(calls) for r in range(world))
+            assert same != wrong, f"W={world}: " + ("the variant was not caught" if wrong else "differs from the model")
+
+
 # -- distributed_sample_sort (PKB 85): the co-rank split, the gathered runs and the merge, modelled ------------
 # A numpy model of the expert's three kernels, step for step: the split kernel's rounds (its samples, its
 # searches limited to one element beyond the current intervals, its bound updates), the gather's run layout
@@ -550,13 +837,18 @@ def sort_kernel_signatures(source: str) -> dict[str, list[str]]:
 
 class SortKernels:
     """A fake `compile_cuda` for the sort expert: its three kernels run as the numpy models above, on the
-    fake buffers (`ptrs`: every rank's tensors; the split kernel's pads: the threading barrier), after a
-    check of every launch's arguments against the kernel's CUDA signature."""
+    fake buffers (a `ptrs` tensor's addresses mapped back to the buffers' tensors; the split kernel's pads:
+    the threading barrier), after a check of every launch's arguments against the kernel's CUDA signature."""
 
-    def __init__(self, source: str):
+    def __init__(self, source: str, buffers: FakeBuffers):
         self.signatures = sort_kernel_signatures(source)
         assert len(self.signatures) == 9, sorted(self.signatures)
-        self.launches = []
+        self.launches, self.buffers = [], buffers
+
+    def peers(self, ptrs: torch.Tensor) -> list[torch.Tensor]:
+        with self.buffers.lock:   # other ranks may be adding buffers
+            by_address = {t.data_ptr(): t for tensors, _ in self.buffers.made.values() for t in tensors}
+        return [by_address[int(p)] for p in ptrs]
 
     def __call__(self, source, options=(), backend="nvrtc"):
         return self
@@ -567,12 +859,14 @@ class SortKernels:
             assert len(args) == len(params), f"{name}: {len(args)} arguments for {len(params)} parameters"
             for value, param in zip(args, params):
                 if "*" in param:
-                    assert isinstance(value, (torch.Tensor, list, threading.Barrier)), f"{name}: {param}"
+                    assert isinstance(value, (torch.Tensor, threading.Barrier)), f"{name}: {param}"
                 else:
                     assert isinstance(value, kind(param)), f"{name}: {param} gets a {type(value).__name__}"
             self.launches.append(name.rsplit("_", 1)[0])
-            getattr(self, name.rsplit("_", 1)[0])(grid, block, *[a.item() if isinstance(a, np.generic) else a
-                                                                   for a in args])
+            params = [q.split()[-1].lstrip("*") for q in self.signatures[name]]
+            values = [self.peers(a) if p in ("ptrs", "count_ptrs") else (a.item() if isinstance(a, np.generic) else a)
+                      for p, a in zip(params, args)]
+            getattr(self, name.rsplit("_", 1)[0])(grid, block, *values)
         return launch
 
     @staticmethod
@@ -626,8 +920,8 @@ def test_sample_sort_solution_host_code(world, early):
     calls.append([torch.randint(-3, 3, (cap + 5 if r == world - 1 else 7,), generator=g).float() for r in range(world)])
     calls.append([torch.randint(-3, 3, (3 * cap if r == 0 else 0,), generator=g).bfloat16() for r in range(world)])
     calls.append([torch.full((r,), 2.0) for r in range(world)])
-    kernels = SortKernels(mod_probe.SRC)
     buffers = FakeBuffers(world)
+    kernels = SortKernels(mod_probe.SRC, buffers)
     outputs = [[None] * world for _ in calls]
     errors = []
 

@@ -385,3 +385,112 @@ def test_quantized_allreduce_paths_grid_and_slots():
         for elem in (2, 4):   # every region of a slot starts 16-byte aligned (the kernel's packed accesses)
             n = blocks * 128
             assert mod.slot_bytes(n, elem) % 16 == 0 and mod.slot_bytes(n, elem) >= n + 4 * blocks + n * elem
+
+
+# -- ZeRO-2 step: the expert's backward and a model of its kernel's arithmetic ----------------------------
+
+ZERO2 = "zero2_optimizer_shard_grad"
+ZERO2_STATE = ("W1", "b1", "W2", "b2", "exp_avg_part", "exp_avg_sq_part")
+
+
+def zero2_kernel_model(inputs: list[dict], no_bias_correction: bool = False,
+                       summed_not_averaged: bool = False) -> tuple[list, list[dict]]:
+    """Every rank's (gradient shard, state after the step): the expert's own `backward_into` on each rank's
+    rows (its GEMMs, on CPU), then the kernel's arithmetic: the flat gradients summed in rank order in fp32,
+    times 2 / (N O) as a double product rounded once; Adam in float64 from the fp32 state with every state
+    rounded once to fp32; rank r's shard updated by rank r, every rank's parameters the owners' bits."""
+    mod = expert(ZERO2)
+    world, first = len(inputs), inputs[0]
+    names = ZERO2_STATE[:4]
+    P = sum(first[n].numel() for n in names)
+    S = P // world
+    flats = []
+    for a in inputs:
+        flat = torch.full((P,), float("nan"))
+        mod.backward_into(flat, a["X"], a["y"], *(a[n] for n in names))
+        flats.append(flat)
+    rows = first["X"].shape[0] * (1 if summed_not_averaged else world)
+    hyper = {k: first[k] for k in ("lr", "beta1", "beta2", "eps", "step")}
+    if no_bias_correction:
+        hyper["step"] = math.inf   # beta ** step = 0: both corrections 1
+    w = torch.cat([first[n].reshape(-1) for n in names])
+    g, new, moments = zero2_adam_model(flats, w, [a["exp_avg_part"] for a in inputs],
+                                       [a["exp_avg_sq_part"] for a in inputs], 2.0 / (rows * first["W2"].shape[0]),
+                                       **hyper)
+    sizes = [first[n].numel() for n in names]
+    params = [t.reshape(first[n].shape) for n, t in zip(names, new.split(sizes))]
+    grads = list(g.split(S))
+    updated = [dict(zip(ZERO2_STATE, [p.clone() for p in params] + list(mv))) for mv in moments]
+    return grads, updated
+
+
+def zero2_adam_model(flats, w, ms, vs, grad_scale, lr, beta1, beta2, eps, step):
+    """The kernel's arithmetic on every rank's flat gradients `flats` (fp32), the parameters `w` (P fp32,
+    every rank's) and each rank's moments: (the averaged gradient (P), the new parameters (P), each rank's
+    (m, v)). The gradients summed in rank order in fp32, times grad_scale as a double product rounded once;
+    Adam in float64 from the fp32 state (bias corrections 1 - beta^step in float64), each state rounded
+    once to fp32; shard r updated by rank r."""
+    world, S = len(flats), ms[0].numel()
+    acc = flats[0].clone()
+    for f in flats[1:]:
+        acc += f
+    g = (acc.double() * grad_scale).float()
+    bc1, bc2 = 1.0 - math.pow(beta1, step), 1.0 - math.pow(beta2, step)
+    new = torch.empty_like(w)
+    moments = []
+    for r in range(world):
+        part = slice(r * S, (r + 1) * S)
+        gd = g[part].double()
+        m = beta1 * ms[r].double() + (1 - beta1) * gd
+        v = beta2 * vs[r].double() + (1 - beta2) * gd * gd
+        new[part] = (w[part].double() - lr * (m / bc1) / ((v / bc2).sqrt() + eps)).float()
+        moments.append((m.float(), v.float()))
+    return g, new, moments
+
+
+def zero2_golden(world: int, dtype: str, preset: str, inputs: list[dict]) -> tuple[list, list[dict]]:
+    """The golden's (gradient shards, state after the step), on copies of the inputs."""
+    spec = load_task(ZERO2)
+    golden_inputs = [{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in a.items()} for a in inputs]
+    expected = spec.golden(golden_inputs, spec.world(spec.preset(preset).dims, world, dtype))  # updates the copies
+    return expected, [{n: a[n] for n in ZERO2_STATE} for a in golden_inputs]
+
+
+def zero2_mismatches(world: int, dtype: str, preset: str, inputs: list[dict], got: tuple[list, list[dict]],
+                     golden: tuple[list, list[dict]] | None = None) -> str:
+    """'' when every rank's gradient shard and state after the step are within tolerance of the golden's
+    (`golden`: zero2_golden's, computed here unless given)."""
+    spec = load_task(ZERO2)
+    expected, state = golden or zero2_golden(world, dtype, preset, inputs)
+    checks = spec.output_checks(dtype, spec.preset(preset).dims, world)
+    found = []
+    for r in range(world):
+        found += compare_outputs(expected[r], got[0][r], checks, f"{dtype} W={world}", r)
+        found += compare_outputs(state[r], got[1][r], checks, f"{dtype} W={world}", r, root="updated")
+    return summarize_mismatches(found) if found else ""
+
+
+# W = 8 at tiny: shards of 35 values (not a multiple of a 16-byte pack), parameters split mid-shard
+@pytest.mark.parametrize("dtype,preset,world", [("float32", "tiny", 1), ("float32", "tiny", 2), ("float32", "tiny", 4),
+                                                ("float16", "tiny", 8), ("bfloat16", "bench", 2)])
+def test_zero2_kernel_arithmetic_is_within_tolerance(dtype, preset, world):
+    assert allowed(ZERO2, preset, world)
+    inputs = rank_inputs(ZERO2, world, dtype, preset)
+    golden = zero2_golden(world, dtype, preset, inputs)
+    assert not zero2_mismatches(world, dtype, preset, inputs, zero2_kernel_model(inputs), golden)
+    # Adam without its bias correction, or the gradients summed over the ranks instead of averaged, is caught
+    assert "updated" in zero2_mismatches(world, dtype, preset, inputs, zero2_kernel_model(inputs, no_bias_correction=True),
+                                         golden)
+    if world > 1:
+        assert zero2_mismatches(world, dtype, preset, inputs, zero2_kernel_model(inputs, summed_not_averaged=True),
+                                golden)
+
+
+def test_zero2_grid_and_buffer_layout():
+    mod = expert(ZERO2)
+    for shard in (1, 35, 65728, 131456, 10 ** 7):
+        for world in (1, 2, 4, 8):
+            grid = mod.grid_blocks(shard, 132, world)
+            assert 1 <= grid <= 132 and grid * world <= mod.MAX_PAD_FLAGS
+    for p in (280, 262912, 281):   # the parameter shard starts 16-byte aligned after the P gradients
+        assert mod.param_offset(p) % 4 == 0 and p <= mod.param_offset(p) < p + 4

@@ -1,6 +1,7 @@
 """GPU tests of the expert candidates for the collective primitives in agents/experts/<task>.py
-(symmetric-memory CUDA kernels), and, at the end, of the experts for quantized_grad_allreduce (PKB 44) and
-conv2d_halo_exchange (PKB 87); the experts for the fused tasks are tested in test_fused_experts.py.
+(symmetric-memory CUDA kernels), and, at the end, of the experts for quantized_grad_allreduce (PKB 44),
+conv2d_halo_exchange (PKB 87), physicsnemo_distributed_rfft (PKB 59) and zero2_optimizer_shard_grad (PKB 42); the
+experts for the fused tasks are tested in test_fused_experts.py.
 
 Through the environment: every expert is correct at 2 and 4 emulated ranks in float32 and bfloat16 at
 the bench size; back-to-back calls are safe (the judge's trials run one after another on the same
@@ -339,6 +340,213 @@ def test_data_spatial_experts_odd_sizes_three_ranks(tmp_path):
     context = mp.start_processes(_data_spatial_worker,
                                  args=(DS_WORLD, str(tmp_path / "store"), str(tmp_path / "cache")), nprocs=DS_WORLD,
                                  join=False, start_method="spawn")
+    deadline = time.monotonic() + DIRECT_TIMEOUT_S
+    try:
+        while not context.join(timeout=5):
+            if time.monotonic() > deadline:
+                pytest.fail(f"the ranks did not finish within {DIRECT_TIMEOUT_S} s (a deadlock?)")
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+
+
+# -- physicsnemo_distributed_rfft (PKB 59) ------------------------------------------------------------------
+# Four emulated ranks through the environment at `bench` in float32 and float64 (the judge's trials back to
+# back on the same buffers, both slots); one rank under the cuda executor (bench, timed); outside the judge,
+# three ranks on odd sizes in both dtypes (odd column counts take single complex64 units, odd H and X, one
+# row a rank), two calls each.
+
+RFFT = "physicsnemo_distributed_rfft"
+RFFT_WORLD = 3
+RFFT_SIZES = [{"B": 3, "H": 9, "X": 15}, {"B": 2, "H": 6, "X": 24}, {"B": 1, "H": 3, "X": 3},
+              {"B": 4, "H": 96, "X": 384}]
+
+
+@pytest.fixture(scope="module", params=["float32", "float64"])
+def emulated4_rfft(request):
+    env = make("cuda-emulated", 4, dtype=request.param, preset="bench")
+    env.reset(seed=3)
+    yield env
+    env.close()
+
+
+def test_rfft_expert_correct_emulated(emulated4_rfft):
+    emulated4_rfft.reset(options={"task": RFFT})
+    _, _, _, _, info = emulated4_rfft.step(expert(RFFT))
+    assert info["correct"], info["feedback"]
+    assert info["record"].run.trials >= 2, "back-to-back calls on the same buffers were not exercised"
+
+
+def test_rfft_expert_world_size_one_is_timed(cuda1):
+    cuda1.reset(options={"task": RFFT})
+    _, _, _, _, info = cuda1.step(expert(RFFT))
+    assert info["correct"], info["feedback"]
+    assert info["speedup"] is not None, info["feedback"]
+    print(f"\n{RFFT} bench W=1: speedup {info['speedup']:.2f}x")
+
+
+def _rfft_worker(rank: int, world: int, store_path: str, cache: str) -> None:
+    os.environ.update({"TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                       "NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1", "PKB_ENV_CACHE": cache})
+    import torch.distributed as dist
+
+    from pkb_env.contract import Preset, rank_seeds
+    from pkb_env.task import load_task
+
+    torch.cuda.set_device(0)
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
+    device = torch.device("cuda", 0)
+    try:
+        spec, solution = load_task(RFFT), _load_module(RFFT)["solution"]
+        layout = spec.layout(world)
+        for dtype in ("float32", "float64"):
+            for dims in RFFT_SIZES:
+                preset = Preset(dims, dtype, "odd sizes")
+                tolerance = spec.tolerance(dtype, preset.dims, world)
+                for call in range(2):  # back to back on the same buffers
+
+                    def make_args(r, dev):
+                        seeds = rank_seeds(call, layout, r, RFFT, dtype, *(f"{k}={v}" for k, v in sorted(dims.items())))
+                        args = list(spec.make_inputs(spec.input_context(r, world, preset, dtype, dev, seeds)))
+                        args[-1] = None   # the default group
+                        return args
+
+                    everyone = [make_args(r, torch.device("cpu")) for r in range(world)]
+                    args = make_args(rank, device)
+                    pristine = args[0].clone()
+                    got = solution(*args)
+                    torch.cuda.synchronize()
+                    want = spec.golden([dict(zip(spec.parameters, a)) for a in everyone],
+                                       spec.world(preset.dims, world, dtype))[rank]
+                    where = f"{RFFT} {dtype} {dims} call {call} rank {rank}"
+                    assert torch.equal(pristine, args[0]), f"{where}: the input was modified"
+                    assert got.shape == want.shape and got.dtype == want.dtype, \
+                        f"{where}: {tuple(got.shape)} {got.dtype}, expected {tuple(want.shape)} {want.dtype}"
+                    torch.testing.assert_close(got.cpu(), want, atol=tolerance.atol, rtol=tolerance.rtol,
+                                               msg=lambda text: f"{where}: {text}")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_rfft_expert_odd_sizes_three_ranks(tmp_path):
+    import torch.multiprocessing as mp
+
+    context = mp.start_processes(_rfft_worker, args=(RFFT_WORLD, str(tmp_path / "store"), str(tmp_path / "cache")),
+                                 nprocs=RFFT_WORLD, join=False, start_method="spawn")
+    deadline = time.monotonic() + DIRECT_TIMEOUT_S
+    try:
+        while not context.join(timeout=5):
+            if time.monotonic() > deadline:
+                pytest.fail(f"the ranks did not finish within {DIRECT_TIMEOUT_S} s (a deadlock?)")
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+
+
+# -- zero2_optimizer_shard_grad (PKB 42) ----------------------------------------------------------------------
+# Emulated ranks through the environment: 4 ranks at `bench` in bfloat16 (PKB's sizes) and 8 at `tiny` in
+# float32 (shards of 35 values, parameters split mid-shard); one rank under the cuda executor (timed); two GPUs
+# at `bench` (timed; skipped with fewer); outside the judge three ranks (the kernel's run-time world-size
+# path) on odd sizes in every dtype, one of them with two grid-stride rounds per thread.
+
+ZERO2 = "zero2_optimizer_shard_grad"
+
+
+@pytest.mark.parametrize("world,dtype,preset", [(4, "bfloat16", "bench"), (8, "float32", "tiny")],
+                         ids=["w4-bf16-bench", "w8-fp32-tiny"])
+def test_zero2_expert_correct_emulated(world, dtype, preset):
+    env = make("cuda-emulated", world, dtype=dtype, preset=preset)
+    try:
+        env.reset(seed=3)
+        env.reset(options={"task": ZERO2})
+        _, _, _, _, info = env.step(expert(ZERO2))
+        assert info["correct"], info["feedback"]
+        assert info["record"].run.trials >= 2, "back-to-back calls on the same buffers were not exercised"
+    finally:
+        env.close()
+
+
+def test_zero2_expert_world_size_one_is_timed(cuda1):
+    cuda1.reset(options={"task": ZERO2})
+    _, _, _, _, info = cuda1.step(expert(ZERO2))
+    assert info["correct"], info["feedback"]
+    assert info["speedup"] is not None, info["feedback"]
+    print(f"\n{ZERO2} bench W=1: speedup {info['speedup']:.2f}x")
+
+
+def test_zero2_expert_on_two_gpus_is_timed():
+    if GPUS < 2:
+        pytest.skip(f"needs 2 GPUs, found {GPUS}")
+    env = make("cuda", 2, preset="bench")
+    try:
+        env.reset(seed=0)
+        env.reset(options={"task": ZERO2})
+        _, _, _, _, info = env.step(expert(ZERO2))
+        assert info["correct"], info["feedback"]
+        timing = info["record"].timing
+        assert timing is not None and timing.speedup is not None, info["feedback"]
+        print(f"\n{ZERO2} bench W=2: expert {timing.time_s * 1e6:.1f} us, reference {timing.reference_s * 1e6:.1f} us, "
+              f"speedup {timing.speedup:.2f}x" + (f"; SUSPECT: {timing.suspect}" if timing.suspect else ""))
+    finally:
+        env.close()
+
+
+ZERO2_WORLD = 3
+# P = 93 (shards of 31) and P = 262911 (shards of 87637: two grid-stride rounds on 132 SMs, no boundary aligned)
+ZERO2_DIMS = [{"N": 33, "D": 6, "H": 9, "O": 3}, {"N": 192, "D": 256, "H": 513, "O": 255}]
+ZERO2_STATE = ("W1", "b1", "W2", "b2", "exp_avg_part", "exp_avg_sq_part")
+
+
+def _zero2_worker(rank: int, world: int, store_path: str, cache: str) -> None:
+    """One rank: the expert on every size and dtype, two calls each on the same buffers, its returned shard
+    and its state updated in place checked against the golden."""
+    os.environ.update({"TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                       "NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1", "PKB_ENV_CACHE": cache})
+    import torch.distributed as dist
+
+    from pkb_env.contract import Preset, rank_seeds
+    from pkb_env.task import load_task
+
+    torch.cuda.set_device(0)
+    torch.backends.cudnn.allow_tf32 = False   # as the judge's ranks: fp32 means fp32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
+    device = torch.device("cuda", 0)
+    spec, module = load_task(ZERO2), _load_module(ZERO2)
+    layout = spec.layout(world)
+    try:
+        for dtype in DIRECT_DTYPES:
+            for dims in ZERO2_DIMS:
+                preset = Preset(dims, dtype, "odd size")
+                sizes = [f"{k}={v}" for k, v in sorted(dims.items())]
+                for call in range(2):  # back to back on the same buffers
+                    def make_args(r, dev):
+                        seeds = rank_seeds(call, layout, r, ZERO2, dtype, *sizes)
+                        context = spec.input_context(r, world, preset, dtype, dev, seeds)
+                        return dict(zip(spec.parameters, spec.make_inputs(context)))
+                    everyone = [make_args(r, torch.device("cpu")) for r in range(world)]
+                    args = make_args(rank, device)
+                    got = module["solution"](*args.values())
+                    torch.cuda.synchronize()
+                    want = spec.golden(everyone, spec.world(preset.dims, world, dtype))[rank]  # updates `everyone`
+                    where = f"{dtype} {dims} call {call} rank {rank}"
+                    pairs = [("grad_part", got, want)] + [(n, args[n], everyone[rank][n]) for n in ZERO2_STATE]
+                    for name, value, expected in pairs:
+                        tol = spec.tolerance(dtype, preset.dims, world, name)
+                        assert value.shape == expected.shape and value.dtype == expected.dtype, f"{where}: {name}"
+                        torch.testing.assert_close(value.cpu(), expected, atol=tol.atol, rtol=tol.rtol,
+                                                   msg=lambda text: f"{where}: {name}: {text}")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_zero2_expert_odd_sizes_three_ranks(tmp_path):
+    import torch.multiprocessing as mp
+
+    context = mp.start_processes(_zero2_worker, args=(ZERO2_WORLD, str(tmp_path / "store"), str(tmp_path / "cache")),
+                                 nprocs=ZERO2_WORLD, join=False, start_method="spawn")
     deadline = time.monotonic() + DIRECT_TIMEOUT_S
     try:
         while not context.join(timeout=5):
