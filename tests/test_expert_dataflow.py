@@ -52,10 +52,11 @@ class FakeBuffers:
                     self.made[key] = ([torch.full(shape, float("nan")).to(dtype) for _ in range(self.world)],
                                       threading.Barrier(self.world, timeout=BARRIER_TIMEOUT_S))
                 tensors, barrier = self.made[key]
-            owner = self
+            owner, pads = self, barrier
 
             class Buffer:
                 local, world_size = tensors[rank], owner.world
+                signal_pad_ptrs = pads   # what fake kernels with an in-kernel barrier wait on
 
                 def __init__(self):
                     self.rank = rank
@@ -663,3 +664,375 @@ def test_zero2_kernel_source_on_host_threads(tmp_path):
             got = torch.frombuffer(bytearray(data), dtype=torch.float32).view(calls, world, -1)
             same = all(torch.equal(got[c, r], expected[c][r]) for c in range(calls) for r in range(world))
             assert same != wrong, f"W={world}: " + ("the variant was not caught" if wrong else "differs from the model")
+
+
+# -- distributed_sample_sort (PKB 85): the co-rank split, the gathered runs and the merge, modelled ------------
+# A numpy model of the expert's three kernels, step for step: the split kernel's rounds (its samples, its
+# searches limited to one element beyond the current intervals, its bound updates), the gather's run layout
+# (each run at the source's 16-byte alignment) and the merge's placement by (value, run, index) rank; run on
+# the task's inputs and on hand-made ones (empty ranks, all values equal, fewer values than ranks), against
+# the golden. tests/gpu/test_experts.py runs the kernels themselves.
+
+def sort_split_model(arrays: list[np.ndarray], k: int, threads: int, ties_by_rank: bool = True) -> tuple[list, int]:
+    """The split kernel's block for position k: (values of each rank before k, rounds taken)."""
+    world, n = len(arrays), [len(a) for a in arrays]
+    total = sum(n)
+    lo = [max(0, k - (total - n[q])) for q in range(world)]
+    hi = [min(n[q], k) for q in range(world)]
+    per, rounds = threads // world, 0
+    while any(h > l for l, h in zip(lo, hi)):
+        rounds += 1
+        assert rounds < 64, "the split kernel stops after 64 rounds"
+        new_lo, new_hi = list(lo), list(hi)
+        for p in range(world):
+            length = hi[p] - lo[p]
+            m = min(length, per)
+            if m == 0:
+                continue
+            pos = lo[p] + (np.arange(m, dtype=np.int64) * length) // m
+            v = arrays[p][pos]
+            below, above = np.zeros(m, bool), np.zeros(m, bool)
+            before, counts = pos.copy(), {p: pos}
+            for q in range(world):
+                if q == p:
+                    continue
+                a, b = max(lo[q] - 1, 0), min(hi[q] + 1, n[q])
+                side = "right" if (q < p and ties_by_rank) else "left"
+                r = a + np.searchsorted(arrays[q][a:b], v, side=side)
+                below |= r < lo[q]
+                above |= r > hi[q]
+                before += r
+                counts[q] = np.clip(r, lo[q], hi[q])
+            inside = below | (~above & (before < k))
+            for q in range(world):
+                c = counts[q] + (1 if q == p else 0) * inside
+                if inside.any():
+                    new_lo[q] = max(new_lo[q], int(c[inside].max()))
+                if (~inside).any():
+                    new_hi[q] = min(new_hi[q], int(counts[q][~inside].min()))
+        lo, hi = new_lo, new_hi
+    return lo, rounds
+
+
+def sort_run_layout(meta: list[int], world: int, vec: int) -> list[tuple[int, int, int, int]]:
+    """The gather's layout, as run_layout: per rank q (source offset, length, scratch offset, packed offset)."""
+    runs, packed = [], 0
+    for q in range(world):
+        src, length = meta[q], meta[world + q] - meta[q]
+        base = packed + q * vec
+        runs.append((src, length, base + (src - base) % vec, packed))
+        packed += length
+    return runs
+
+
+def sort_expert_model(values: list[torch.Tensor], threads: int = 1024, ties_by_rank: bool = True):
+    """Every rank's output through the modelled kernels, and the most rounds a split took."""
+    mod = expert("distributed_sample_sort")
+    world = len(values)
+    arrays = [v.sort().values.float().numpy() for v in values]
+    total = sum(len(a) for a in arrays)
+    starts = [r * (total // world) + min(r, total % world) for r in range(world + 1)]
+    outputs, most = [], 0
+    for rank in range(world):
+        meta = []
+        for k in (starts[rank], starts[rank + 1]):
+            split, rounds = sort_split_model(arrays, k, threads, ties_by_rank)
+            assert sum(split) == k and all(0 <= c <= len(a) for c, a in zip(split, arrays))
+            meta += split
+            most = max(most, rounds)
+        length = starts[rank + 1] - starts[rank]
+        vec = 16 // values[0].element_size()
+        cap = mod.capacity_for(max(len(a) for a in arrays))
+        scratch = np.full(mod.scratch_size(cap, world, values[0].element_size()), np.nan, dtype=np.float32)
+        runs = sort_run_layout(meta, world, vec)
+        ends = 0
+        for q, (src, n, dst, _) in enumerate(runs):
+            assert dst % vec == src % vec and dst >= ends, "a run is misaligned or overlaps the one before"
+            scratch[dst:dst + n] = arrays[q][src:src + n]
+            ends = dst + n
+        assert ends <= len(scratch)
+        out = np.full(length, np.nan, dtype=np.float32)
+        placed = np.zeros(length, dtype=np.int64)
+        for r, (_, n, dst, _) in enumerate(runs):
+            mine = scratch[dst:dst + n]
+            place = np.arange(n, dtype=np.int64)
+            for q, (_, m, other, _) in enumerate(runs):
+                if q != r:
+                    side = "right" if (q < r and ties_by_rank) else "left"
+                    place += np.searchsorted(scratch[other:other + m], mine, side=side)
+            out[place] = mine
+            np.add.at(placed, place, 1)
+        if ties_by_rank:
+            assert (placed == 1).all(), "the merge's places are not a permutation"
+        outputs.append(torch.from_numpy(out).to(values[0].dtype))
+    return outputs, most
+
+
+def sort_golden(values: list[torch.Tensor]) -> list[torch.Tensor]:
+    spec = load_task("distributed_sample_sort")
+    return spec.golden([{"values": v} for v in values], types.SimpleNamespace(world_size=len(values)))
+
+
+def sort_cases():
+    """(name, every rank's values): the task's own draws and the edges the brief names."""
+    g = torch.Generator().manual_seed(85)
+    cases = []
+    for world in (1, 2, 3, 4, 8):
+        for dtype, preset in (("float32", "tiny"), ("bfloat16", "bench")):
+            inputs = rank_inputs("distributed_sample_sort", world, dtype, preset)
+            cases.append((f"task-{preset}-W{world}", [a["values"] for a in inputs]))
+    ints = lambda n, hi: torch.randint(-hi, hi, (n,), generator=g).float()  # noqa: E731
+    cases += [
+        ("odd-ranks-empty-W4", [ints(50, 20) if r % 2 == 0 else torch.empty(0) for r in range(4)]),
+        ("all-on-one-W8", [ints(37, 5) if r == 5 else torch.empty(0) for r in range(8)]),
+        ("all-equal-W4", [torch.full((n,), 3.0) for n in (9, 0, 14, 5)]),
+        ("all-equal-W8", [torch.full((n,), -1.0) for n in (1, 2, 3, 0, 5, 6, 7, 8)]),
+        ("fewer-values-than-ranks-W8", [torch.tensor([2.0]) if r in (1, 6) else (torch.tensor([2.0, -7.0])
+                                        if r == 3 else torch.empty(0)) for r in range(8)]),
+        ("nothing-W3", [torch.empty(0) for _ in range(3)]),
+        ("two-values-W3", [ints(400, 1), ints(3, 1), ints(250, 1)]),
+        ("bf16-heavy-ties-W4", [ints(n, 3).bfloat16() for n in (300, 0, 280, 310)]),
+        ("fp16-infinities-W2", [torch.tensor([7e4, -7e4, 1.0, 7e4]).half(), torch.tensor([-7e4, 2.0]).half()]),
+    ]
+    return cases
+
+
+SORT_CASES = sort_cases()
+
+
+@pytest.mark.parametrize("threads", [1024, 16])
+@pytest.mark.parametrize("case", range(len(SORT_CASES)), ids=[c[0] for c in SORT_CASES])
+def test_sample_sort_expert_model_matches_the_golden(case, threads):
+    """1024 threads: the kernel's block (one or two rounds at these sizes); 16: many rounds of few samples."""
+    name, values = SORT_CASES[case]
+    got, rounds = sort_expert_model(values, threads)
+    want = sort_golden(values)
+    for r, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape and torch.equal(g, w), f"{name} rank {r}: {g} != {w}"
+    largest = max(len(v) for v in values)
+    if threads == 1024 and largest <= 1024 // len(values):
+        assert rounds <= 1, f"{name}: an interval within one round's samples took {rounds} rounds"
+
+
+def test_sample_sort_expert_model_needs_the_rank_in_the_tie_order():
+    """Ties counted without the rank (x < v on every peer) give splits that do not add up or misplace values."""
+    name, values = next(c for c in SORT_CASES if c[0] == "bf16-heavy-ties-W4")
+    with pytest.raises(AssertionError):
+        got, _ = sort_expert_model(values, 1024, ties_by_rank=False)
+        assert all(torch.equal(g, w) for g, w in zip(got, sort_golden(values)))
+
+
+def sort_kernel_signatures(source: str) -> dict[str, list[str]]:
+    """{kernel: parameter types} of the sort expert's `SORT_KERNELS(SUFFIX, T)` instantiations."""
+    flat = source.replace("\\\n", " ")
+    body = re.search(r"#define SORT_KERNELS\(SUFFIX, T\)(.*?)\n", flat).group(1)
+    found = {}
+    for suffix, ctype in re.findall(r"^SORT_KERNELS\((\w+), ([\w ]+)\)", flat, re.M):
+        text = re.sub(r"\bT\b", ctype, body.replace("##SUFFIX", suffix))
+        for name, params in re.findall(r'extern "C" __global__ void\s+__launch_bounds__\([^)]*\)\s+(\w+)\(([^)]*)\)',
+                                       text):
+            found[name] = [q.strip() for q in params.split(",")]
+    return found
+
+
+class SortKernels:
+    """A fake `compile_cuda` for the sort expert: its three kernels run as the numpy models above, on the
+    fake buffers (a `ptrs` tensor's addresses mapped back to the buffers' tensors; the split kernel's pads:
+    the threading barrier), after a check of every launch's arguments against the kernel's CUDA signature."""
+
+    def __init__(self, source: str, buffers: FakeBuffers):
+        self.signatures = sort_kernel_signatures(source)
+        assert len(self.signatures) == 9, sorted(self.signatures)
+        self.launches, self.buffers = [], buffers
+
+    def peers(self, ptrs: torch.Tensor) -> list[torch.Tensor]:
+        with self.buffers.lock:   # other ranks may be adding buffers
+            by_address = {t.data_ptr(): t for tensors, _ in self.buffers.made.values() for t in tensors}
+        return [by_address[int(p)] for p in ptrs]
+
+    def __call__(self, source, options=(), backend="nvrtc"):
+        return self
+
+    def function(self, name):
+        def launch(grid, block, *args):
+            params = self.signatures[name]
+            assert len(args) == len(params), f"{name}: {len(args)} arguments for {len(params)} parameters"
+            for value, param in zip(args, params):
+                if "*" in param:
+                    assert isinstance(value, (torch.Tensor, threading.Barrier)), f"{name}: {param}"
+                else:
+                    assert isinstance(value, kind(param)), f"{name}: {param} gets a {type(value).__name__}"
+            self.launches.append(name.rsplit("_", 1)[0])
+            params = [q.split()[-1].lstrip("*") for q in self.signatures[name]]
+            values = [self.peers(a) if p in ("ptrs", "count_ptrs") else (a.item() if isinstance(a, np.generic) else a)
+                      for p, a in zip(params, args)]
+            getattr(self, name.rsplit("_", 1)[0])(grid, block, *values)
+        return launch
+
+    @staticmethod
+    def sort_split(grid, block, ptrs, pads, count_ptrs, meta, info, n, rank, ws, slot, cap):
+        assert grid == (2,) and block[0] <= 1024
+        count_ptrs[rank][slot] = n
+        pads.wait()
+        counts = [int(count_ptrs[q][slot]) for q in range(ws)]
+        total, largest = sum(counts), max(counts)
+        starts = [r * (total // ws) + min(r, total % ws) for r in range(ws + 1)]
+        info[:3] = torch.tensor([0 if largest > cap else starts[rank + 1] - starts[rank], largest, total])
+        if largest > cap:
+            meta.zero_()
+            return
+        arrays = [ptrs[q][slot, :counts[q]].float().numpy() for q in range(ws)]
+        for b in range(2):
+            meta[b * ws:(b + 1) * ws] = torch.tensor(sort_split_model(arrays, starts[rank + b], block[0])[0])
+
+    @staticmethod
+    def sort_gather(grid, block, ptrs, meta, scratch, rank, ws, slot, cap):
+        assert grid[1] == ws
+        vec = 16 // scratch.element_size()
+        for q, (src, n, dst, _) in enumerate(sort_run_layout(meta.tolist(), ws, vec)):
+            scratch[dst:dst + n] = ptrs[q][slot, src:src + n]
+
+    @staticmethod
+    def sort_merge(grid, block, meta, scratch, out, ws):
+        runs = sort_run_layout(meta.tolist(), ws, 16 // scratch.element_size())
+        assert sum(n for _, n, _, _ in runs) <= out.numel()
+        for r, (_, n, dst, _) in enumerate(runs):
+            mine = scratch[dst:dst + n].float().numpy()
+            place = np.arange(n)
+            for q, (_, m, other, _) in enumerate(runs):
+                if q != r:
+                    place += np.searchsorted(scratch[other:other + m].float().numpy(), mine,
+                                             side="right" if q < r else "left")
+            out[torch.from_numpy(place)] = scratch[dst:dst + n]
+
+
+@pytest.mark.parametrize("early", [True, False], ids=["merge-before-the-wait", "merge-after-the-wait"])
+@pytest.mark.parametrize("world", [1, 3, 4])
+def test_sample_sort_solution_host_code(world, early):
+    """The expert's `solution` on threads, its kernels replaced by the models: the counts and values published
+    in alternating slots, the kernels' arguments, the host read of the length, and a count above the buffer's
+    capacity (every rank grows the buffer and redoes the call), over calls back to back."""
+    task = "distributed_sample_sort"
+    mod_probe = expert(task)
+    cap = 64
+    g = torch.Generator().manual_seed(world)
+    calls = [[a["values"] for a in rank_inputs(task, world, "float32", "tiny", trial=t)] for t in range(2)]
+    calls.append([torch.randint(-3, 3, (cap + 5 if r == world - 1 else 7,), generator=g).float() for r in range(world)])
+    calls.append([torch.randint(-3, 3, (3 * cap if r == 0 else 0,), generator=g).bfloat16() for r in range(world)])
+    calls.append([torch.full((r,), 2.0) for r in range(world)])
+    buffers = FakeBuffers(world)
+    kernels = SortKernels(mod_probe.SRC, buffers)
+    outputs = [[None] * world for _ in calls]
+    errors = []
+
+    def rank_main(rank):
+        try:
+            mod = expert(task)
+            fake = fake_torch()
+            fake.zeros = lambda *a, pin_memory=False, **kw: torch.zeros(*a, **kw)
+            mod.torch = fake
+            mod.dist = types.SimpleNamespace(get_world_size=lambda group=None: world)
+            mod.symmetric_buffer = buffers.factory(rank)
+            mod.compile_cuda = kernels
+            mod._sm_count = lambda device: 132
+            mod.MIN_CAPACITY = cap
+            mod.EARLY_OUT_BYTES = 1 << 20 if early else 0
+            for i, values in enumerate(calls):
+                outputs[i][rank] = mod.solution(values[rank], "group")
+        except BaseException as exc:
+            errors.append(f"rank {rank}: {type(exc).__name__}: {exc}")
+            for _, barrier in buffers.made.values():
+                barrier.abort()
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, "\n".join(errors)
+    for i, values in enumerate(calls):
+        for r, (got, want) in enumerate(zip(outputs[i], sort_golden(values))):
+            assert got.dtype == want.dtype and torch.equal(got, want), f"call {i} rank {r}"
+            assert got.untyped_storage().nbytes() > got.nbytes or not early or not got.numel()
+    # two growths (call 2: 69 > 64 in fp32; call 3: 192 > 64 in bf16), each redoing its call on every rank
+    assert kernels.launches.count("sort_split") == kernels.launches.count("sort_gather") == world * (len(calls) + 2)
+    data = {(k[0], k[1]) for k in buffers.made if k[2] == "expert_distributed_sample_sort"}
+    assert data == {((2, 64), torch.float32), ((2, 128), torch.float32), ((2, 64), torch.bfloat16),
+                    ((2, 256), torch.bfloat16)}
+
+
+
+@pytest.mark.skipif(_backend() is None, reason="neither NVRTC (CuPy) nor nvcc is installed")
+def test_sample_sort_expert_compiles_for_hopper():
+    """Its nine kernels build for sm_90 with the compiler the judge would use (no GPU needed to compile)."""
+    source = expert("distributed_sample_sort").SRC
+    assert len(sort_kernel_signatures(source)) == 9
+    assert compile_cubin(source, arch="90", backend=_backend())[:4] == b"\x7fELF"
+
+# -- the sort expert's CUDA source itself, on host threads (tests/host_sort_kernel.py) ---------------------------
+
+SORT_HOST_CAP = 512   # a slot's capacity in the harness; one call per case exceeds it
+
+
+def sort_host_calls(world: int, dtype: torch.dtype) -> list[list[torch.Tensor]]:
+    g = torch.Generator().manual_seed(world)
+    ints = lambda n, hi: torch.randint(-hi, hi, (n,), generator=g).to(dtype)  # noqa: E731
+    big = 6e4 if dtype == torch.float16 else 1e30
+    return [
+        [a["values"].to(dtype) for a in rank_inputs("distributed_sample_sort", world, "float32", "tiny", trial=0)],
+        [ints(n, 3) for n in ([300, 0, 280, 310, 5, 0, 99, 200][:world])],          # heavy ties, empty ranks
+        [torch.full(((r * 7) % 5,), 4.0).to(dtype) for r in range(world)],         # all equal
+        [torch.tensor([1.0]).to(dtype) if r == world - 1 else ints(0, 1) for r in range(world)],   # T < W
+        [ints(SORT_HOST_CAP + 9 if r == 0 else 3, 5) for r in range(world)],       # above capacity: no split
+        [torch.tensor([big, -big, 0.0, big]).to(dtype) * (r + 1) for r in range(world)],   # infinities in fp16
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(host_kernel.compiler() is None, reason="no g++ to build the host harness")
+def test_sample_sort_kernel_source_on_host_threads(tmp_path):
+    """The kernels' own source, every rank a process and every CUDA thread an OS thread, small blocks (the split
+    kernel's 32 threads: a few samples a rank, several rounds), six calls back to back on the same buffers:
+    every split equals the model's, every output the golden's; the call above capacity gives empty splits, length 0
+    and the largest count; the signal pads end at zero. A merge that orders ties without the run is rejected."""
+    import host_sort_kernel
+
+    source = expert("distributed_sample_sort").SRC
+    good = host_sort_kernel.build(source, tmp_path)
+    bad_edit = ("if (q < r ? x[q] <= v : x[q] < v) a[q] = mid + 1;", "if (x[q] < v) a[q] = mid + 1;")  # the merge
+    assert bad_edit[0] in source
+    (tmp_path / "bad").mkdir()
+    bad = host_sort_kernel.build(source.replace(*bad_edit), tmp_path / "bad")
+    suffix = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+    for world, dtype in ((3, torch.float32), (8, torch.bfloat16), (2, torch.float16)):
+        calls = sort_host_calls(world, dtype)
+        elem = torch.tensor([], dtype=dtype).element_size()
+        raw = [[v.sort().values.view(torch.int16 if elem == 2 else torch.int32).numpy().tobytes() for v in call]
+               for call in calls]
+        for binary, wrong in ((good, False), (bad, True)) if world == 8 else ((good, False),):
+            results = host_sort_kernel.run(binary, world, 32, 32, 2, suffix[dtype], SORT_HOST_CAP, raw, elem, tmp_path)
+            caught = False
+            for c, (values, row) in enumerate(zip(calls, results)):
+                largest = max(len(v) for v in values)
+                want = sort_golden(values)
+                arrays = [v.sort().values.float().numpy() for v in values]
+                for r, (info, meta, out) in enumerate(row):
+                    where = f"W={world} {dtype} call {c} rank {r}"
+                    assert info[1:] == [largest, sum(len(v) for v in values)], where
+                    if largest > SORT_HOST_CAP:
+                        assert info[0] == 0 and meta == [0] * (2 * world), where
+                        continue
+                    got = torch.frombuffer(bytearray(out), dtype=torch.int16 if elem == 2 else torch.float32) \
+                        if out else torch.empty(0, dtype=torch.int16 if elem == 2 else torch.float32)
+                    got = got.view(dtype) if elem == 2 else got
+                    same = got.shape == want[r].shape and torch.equal(got, want[r])
+                    if wrong:
+                        caught = caught or not same
+                        continue
+                    total = sum(len(a) for a in arrays)
+                    starts = [q * (total // world) + min(q, total % world) for q in range(world + 1)]
+                    model = sort_split_model(arrays, starts[r], 32)[0] + sort_split_model(arrays, starts[r + 1], 32)[0]
+                    assert meta == model, f"{where}: splits {meta}, the model's {model}"
+                    assert same, f"{where}: {got} != {want[r]}"
+            if wrong:
+                assert caught, f"W={world}: the merge without the run in the tie order was not caught"

@@ -556,3 +556,103 @@ def test_zero2_expert_odd_sizes_three_ranks(tmp_path):
         for process in context.processes:
             if process.is_alive():
                 process.kill()
+
+
+# -- distributed_sample_sort (PKB 85) ---------------------------------------------------------------------------
+# Through the environment: four emulated ranks at `tiny` (fp32) and `bench` (bf16: integers in [-1024, 1024) cast
+# to bf16, so many equal values), every step's trials drawing the task's empty-odd-ranks edge; one rank under the
+# cuda executor, timed at `bench`. Outside the judge: four ranks on hand-made edges in every dtype (all values
+# equal, fewer values than ranks, no values at all, one rank holding everything, infinities), back to back on the
+# same buffers, one call with a count above the buffer's capacity (every rank grows it and redoes the call); fp16
+# takes the path that merges into an exactly sized output after the host wait, the others the early merge.
+
+SORT = "distributed_sample_sort"
+
+
+@pytest.fixture(scope="module", params=[("float32", "tiny"), ("bfloat16", "bench")], ids=lambda p: f"w4-{p[0]}-{p[1]}")
+def sort_emulated4(request):
+    dtype, preset = request.param
+    env = make("cuda-emulated", 4, dtype=dtype, preset=preset)
+    env.reset(seed=3)
+    yield env
+    env.close()
+
+
+def test_sample_sort_expert_correct_emulated(sort_emulated4):
+    sort_emulated4.reset(options={"task": SORT})
+    _, _, _, _, info = sort_emulated4.step(expert(SORT))
+    assert info["correct"], info["feedback"]
+    assert info["record"].run.trials >= 2, "back-to-back calls on the same buffers were not exercised"
+
+
+def test_sample_sort_expert_world_size_one_is_timed(cuda1):
+    cuda1.reset(options={"task": SORT})
+    _, _, _, _, info = cuda1.step(expert(SORT))
+    assert info["correct"], info["feedback"]
+    assert info["speedup"] is not None, info["feedback"]
+    print(f"\n{SORT} bench W=1: speedup {info['speedup']:.2f}x")
+
+
+SORT_WORLD = 4
+
+
+def _sort_edge_cases(world: int, dtype: torch.dtype, capacity: int) -> list[list[torch.Tensor]]:
+    """Every case's values per rank (on the CPU), in call order."""
+    g = torch.Generator().manual_seed(85)
+    ints = lambda n, hi: torch.randint(-hi, hi, (n,), generator=g).to(dtype)  # noqa: E731
+    big = 6e4 if dtype == torch.float16 else 1e30
+    return [
+        [ints(n, 2) for n in (300, 0, 1000, 7)],                                    # heavy ties, an empty rank
+        [torch.full((n,), 5.0).to(dtype) for n in (3, 9, 0, 1)],                    # all equal
+        [torch.tensor([1.0]).to(dtype) if r == 2 else ints(0, 1) for r in range(world)],   # T < W
+        [ints(0, 1) for _ in range(world)],                                          # nothing at all
+        [ints(4099, 500) if r == 3 else ints(0, 1) for r in range(world)],           # one rank holds everything
+        [torch.tensor([big, -big, 0.0, big]).to(dtype) * (r + 1) for r in range(world)],  # infinities in fp16
+        [ints(capacity + 3 if r == 1 else 129, 9) for r in range(world)],           # above capacity: grow, redo
+        [ints(n, 9) for n in (capacity + 1, 17, 33, 2 * capacity + 1)],              # grown, and grown again
+    ]
+
+
+def _sort_worker(rank: int, world: int, store_path: str, cache: str) -> None:
+    os.environ.update({"TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                       "NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1", "PKB_ENV_CACHE": cache})
+    import types
+
+    import torch.distributed as dist
+
+    from pkb_env.task import load_task
+
+    torch.cuda.set_device(0)
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
+    try:
+        spec, module = load_task(SORT), _load_module(SORT)
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            module["EARLY_OUT_BYTES"] = 0 if dtype == torch.float16 else 1 << 20   # fp16: the merge after the wait
+            for case, everyone in enumerate(_sort_edge_cases(world, dtype, module["MIN_CAPACITY"])):
+                values = everyone[rank].to("cuda")
+                got = module["solution"](values, dist.group.WORLD)
+                torch.cuda.synchronize()
+                want = spec.golden([{"values": v} for v in everyone], types.SimpleNamespace(world_size=world))[rank]
+                where = f"{dtype} case {case} rank {rank}"
+                assert torch.equal(values.cpu(), everyone[rank]), f"{where}: the input was modified"
+                assert got.shape == want.shape and got.dtype == want.dtype, \
+                    f"{where}: {tuple(got.shape)} {got.dtype}, expected {tuple(want.shape)} {want.dtype}"
+                assert torch.equal(got.cpu(), want), f"{where}: values differ"
+    finally:
+        dist.destroy_process_group()
+
+
+def test_sample_sort_expert_edges_four_ranks(tmp_path):
+    import torch.multiprocessing as mp
+
+    context = mp.start_processes(_sort_worker, args=(SORT_WORLD, str(tmp_path / "store"), str(tmp_path / "cache")),
+                                 nprocs=SORT_WORLD, join=False, start_method="spawn")
+    deadline = time.monotonic() + DIRECT_TIMEOUT_S
+    try:
+        while not context.join(timeout=5):
+            if time.monotonic() > deadline:
+                pytest.fail(f"the ranks did not finish within {DIRECT_TIMEOUT_S} s (a deadlock?)")
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
