@@ -69,7 +69,7 @@ static inline float __shfl_xor_sync(unsigned, float v, int offset) {
 #define __device__
 #define __forceinline__ inline
 #define __global__
-#define __launch_bounds__(a, b)
+#define __launch_bounds__(...)
 #define __restrict__
 """
 
@@ -150,4 +150,130 @@ def run(binary: Path, world: int, blocks: int, threads: int, nb: int, dtype: str
     (directory / "in.bin").write_bytes(inputs)
     subprocess.run([str(binary), str(world), str(blocks), str(threads), str(nb), dtype, str(calls), str(int(two_shot)),
                     str(directory / "in.bin"), str(directory / "out.bin")], check=True, capture_output=True, timeout=300)
+    return (directory / "out.bin").read_bytes()
+
+
+# -- the moe_all2all_primitive expert's two kernels (publish with its in-kernel barrier, then pull) ----------------
+
+MOE_HARNESS = r"""
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+#include <string>
+
+// One rank's calls, on its own host thread (its stream): per call the publish grid (G blocks of T threads,
+// all concurrent: its barrier waits for the other ranks' publishes) and then the pull grid (BX x W blocks;
+// no barrier inside, so its threads run one after another on this thread). Ranks race each other across
+// calls, as streams on different GPUs do.
+template <typename T>
+static void rank_main(int r, int W, int G, int Tn, int BX, int calls, long long rows, long long cols,
+                      long long slot_bytes, long long* ptrs, unsigned long long* pads,
+                      std::vector<std::vector<long long>>* counts, std::vector<std::vector<unsigned char>>* xs,
+                      std::vector<std::vector<unsigned char>>* outs,
+                      void (*publish)(const T*, const long long*, const long long*, const unsigned long long*, int, int, long long, long long, long long),
+                      void (*pull)(const long long*, const long long*, T*, int, int, long long, long long, long long, long long)) {
+    for (int c = 0; c < calls; ++c) {
+        const long long* send = (*counts)[c * W + r].data();
+        const long long* recv = send + W;
+        const T* x = (const T*)(*xs)[c * W + r].data();
+        std::vector<std::thread> threads;
+        std::vector<std::barrier<>*> bars;
+        for (int b = 0; b < G; ++b) {
+            auto* bb = new std::barrier<>(Tn); bars.push_back(bb);
+            for (int t = 0; t < Tn; ++t)
+                threads.emplace_back([=]() {
+                    threadIdx.x = t; blockIdx.x = b; blockIdx.y = 0; gridDim.x = G; gridDim.y = 1; blockDim.x = Tn;
+                    block_bar = bb;
+                    publish(x, send, ptrs, pads, r, W, rows * cols, slot_bytes, c % 2);
+                });
+        }
+        for (auto& th : threads) th.join();
+        for (auto* bb : bars) delete bb;
+        long long total = 0;
+        for (int s = 0; s < W; ++s) total += recv[s];
+        T* out = (T*)(*outs)[c * W + r].data();
+        gridDim.x = BX; gridDim.y = W; blockDim.x = Tn;
+        for (int y = 0; y < W; ++y) for (int b = 0; b < BX; ++b) for (int t = 0; t < Tn; ++t) {
+            threadIdx.x = t; blockIdx.x = b; blockIdx.y = y;
+            pull(ptrs, recv, out, r, W, cols, slot_bytes, c % 2, rows);
+        }
+    }
+}
+
+int main(int argc, char** argv) {
+    int W = atoi(argv[1]), G = atoi(argv[2]), Tn = atoi(argv[3]), BX = atoi(argv[4]);
+    std::string dtype = argv[5];
+    int calls = atoi(argv[6]);
+    long long rows = atoll(argv[7]), cols = atoll(argv[8]);
+    const char* in_path = argv[9]; const char* out_path = argv[10];
+    int elem = dtype == "f32" ? 4 : 2;
+    long long slot_bytes = 512 + ((rows * cols * elem + 15) / 16) * 16;
+    std::vector<unsigned char*> bufs(W); std::vector<unsigned*> pads(W);
+    std::vector<long long> ptrs(W); std::vector<unsigned long long> padptrs(W);
+    for (int r = 0; r < W; ++r) {
+        bufs[r] = (unsigned char*)aligned_alloc(256, ((2 * slot_bytes + 255) / 256) * 256);
+        memset(bufs[r], 0xAB, 2 * slot_bytes);  // garbage
+        pads[r] = (unsigned*)calloc(G * W + 64, 4);
+        ptrs[r] = (long long)bufs[r]; padptrs[r] = (unsigned long long)pads[r];
+    }
+    // input: per call, per rank: send counts (W int64), recv counts (W int64), rows x cols elements
+    FILE* fin = fopen(in_path, "rb");
+    std::vector<std::vector<long long>> counts(calls * W, std::vector<long long>(2 * W));
+    std::vector<std::vector<unsigned char>> xs(calls * W), outs(calls * W);
+    for (int i = 0; i < calls * W; ++i) {
+        if (fread(counts[i].data(), 8, 2 * W, fin) != (size_t)(2 * W)) return 2;
+        xs[i].resize(rows * cols * elem + 16);
+        if (fread(xs[i].data(), elem, rows * cols, fin) != (size_t)(rows * cols)) return 2;
+        long long total = 0;
+        for (int s = 0; s < W; ++s) total += counts[i][W + s];
+        outs[i].assign(total * cols * elem + 16, 0xCD);
+    }
+    fclose(fin);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < W; ++r) {
+        if (dtype == "f32")
+            ranks.emplace_back(rank_main<float>, r, W, G, Tn, BX, calls, rows, cols, slot_bytes, ptrs.data(), padptrs.data(),
+                               &counts, &xs, &outs, moe_publish_f32, moe_pull_f32);
+        else if (dtype == "bf16")
+            ranks.emplace_back(rank_main<__nv_bfloat16>, r, W, G, Tn, BX, calls, rows, cols, slot_bytes, ptrs.data(),
+                               padptrs.data(), &counts, &xs, &outs, moe_publish_bf16, moe_pull_bf16);
+        else
+            ranks.emplace_back(rank_main<__half>, r, W, G, Tn, BX, calls, rows, cols, slot_bytes, ptrs.data(),
+                               padptrs.data(), &counts, &xs, &outs, moe_publish_f16, moe_pull_f16);
+    }
+    for (auto& th : ranks) th.join();
+    for (int r = 0; r < W; ++r) for (int i = 0; i < G * W; ++i) if (pads[r][i]) { fprintf(stderr, "pad not zero\n"); return 3; }
+    FILE* fout = fopen(out_path, "wb");
+    for (int i = 0; i < calls * W; ++i) {
+        long long total = 0;
+        for (int s = 0; s < W; ++s) total += counts[i][W + s];
+        fwrite(outs[i].data(), elem, total * cols, fout);
+    }
+    fclose(fout);
+    return 0;
+}
+"""
+
+
+def build_moe(kernel_source: str, directory: Path) -> Path:
+    """MOE_HARNESS around the moe_all2all_primitive expert's source. Its ranks run different kernels at once,
+    so the grid and block sizes are per thread here (the quantised harness sets them once, globally)."""
+    shim = SHIM.replace("dim3s gridDim, blockDim;", "thread_local dim3s gridDim, blockDim;")
+    source = shim + re.sub(r"#include <[^>]+>\n", "", kernel_source) + MOE_HARNESS
+    (directory / "harness.cpp").write_text(source)
+    binary = directory / "harness"
+    subprocess.run([compiler(), "-std=c++20", "-O0", "-pthread", "-w", "-o", str(binary), str(directory / "harness.cpp")],
+                   check=True, capture_output=True, timeout=300)
+    return binary
+
+
+def run_moe(binary: Path, world: int, blocks: int, threads: int, pull_blocks: int, dtype: str, calls: int, rows: int,
+            cols: int, inputs: bytes, directory: Path) -> bytes:
+    """Every call's every rank's output (raw bytes, call-major), from every call's every rank's send counts,
+    receive counts and rows."""
+    (directory / "in.bin").write_bytes(inputs)
+    subprocess.run([str(binary), str(world), str(blocks), str(threads), str(pull_blocks), dtype, str(calls), str(rows),
+                    str(cols), str(directory / "in.bin"), str(directory / "out.bin")], check=True, capture_output=True,
+                   timeout=300)
     return (directory / "out.bin").read_bytes()
