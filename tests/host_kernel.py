@@ -277,3 +277,132 @@ def run_moe(binary: Path, world: int, blocks: int, threads: int, pull_blocks: in
                     str(cols), str(directory / "in.bin"), str(directory / "out.bin")], check=True, capture_output=True,
                    timeout=300)
     return (directory / "out.bin").read_bytes()
+
+
+# -- the moe_post_all2all expert's two kernels (publish + base table, then the weighted combine) ------------------
+
+MOE_POST_SHIM = r"""
+static inline float __bfloat162float(__nv_bfloat16 h) { return bf2f(h); }
+static inline float __half2float(__half h) { return (float)h.h; }
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return f2bf(f); }
+static inline __half __float2half_rn(float f) { return __half{(_Float16)f}; }
+"""
+
+MOE_POST_HARNESS = r"""
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+#include <string>
+
+struct Call { std::vector<long long> recv, counts, selected; std::vector<int> pos; std::vector<unsigned char> weights, outputs, out; };
+
+// One rank's calls on its own host thread: the publish grid's threads concurrent (its barrier is real), then
+// the combine grid one thread after another (it has no barrier). Ranks race each other across calls.
+template <typename T>
+static void rank_main(int r, int W, int G, int Tn, int BX, int calls, long long cap, long long cols, long long tokens,
+                      int K, int E, long long slot_bytes, long long* ptrs, unsigned long long* pads,
+                      std::vector<Call>* data,
+                      void (*publish)(const T*, const long long*, const long long*, long long*, const long long*, const unsigned long long*, int, int, int, long long, long long, long long, long long),
+                      void (*combine)(const long long*, const long long*, const int*, const long long*, const T*, T*, int, int, long long, int, long long, long long, long long, long long, int)) {
+    std::vector<long long> bases(E, -7);
+    int vec = (cols * (long long)sizeof(T)) % 16 == 0;
+    for (int c = 0; c < calls; ++c) {
+        Call& call = (*data)[c * W + r];
+        std::vector<std::thread> threads;
+        std::vector<std::barrier<>*> bars;
+        for (int b = 0; b < G; ++b) {
+            auto* bb = new std::barrier<>(Tn); bars.push_back(bb);
+            for (int t = 0; t < Tn; ++t)
+                threads.emplace_back([&, b, t, bb]() {
+                    threadIdx.x = t; blockIdx.x = b; blockIdx.y = 0; gridDim.x = G; gridDim.y = 1; blockDim.x = Tn;
+                    block_bar = bb;
+                    publish((const T*)call.outputs.data(), call.recv.data(), call.counts.data(), bases.data(), ptrs, pads,
+                            r, W, E, cols, cap, slot_bytes, c % 2);
+                });
+        }
+        for (auto& th : threads) th.join();
+        for (auto* bb : bars) delete bb;
+        gridDim.x = BX; gridDim.y = 1; blockDim.x = Tn;
+        for (int b = 0; b < BX; ++b) for (int t = 0; t < Tn; ++t) {
+            threadIdx.x = t; blockIdx.x = b; blockIdx.y = 0;
+            combine(ptrs, bases.data(), call.pos.data(), call.selected.data(), (const T*)call.weights.data(),
+                    (T*)call.out.data(), W, E, tokens, K, cols, cap, slot_bytes, c % 2, vec);
+        }
+    }
+}
+
+int main(int argc, char** argv) {
+    int W = atoi(argv[1]), G = atoi(argv[2]), Tn = atoi(argv[3]), BX = atoi(argv[4]);
+    std::string dtype = argv[5];
+    int calls = atoi(argv[6]);
+    long long cap = atoll(argv[7]), cols = atoll(argv[8]), tokens = atoll(argv[9]);
+    int K = atoi(argv[10]), E = atoi(argv[11]);
+    const char* in_path = argv[12]; const char* out_path = argv[13];
+    int elem = dtype == "f32" ? 4 : 2;
+    long long slot_bytes = 512 + ((cap * cols * elem + 15) / 16) * 16;
+    std::vector<unsigned char*> bufs(W); std::vector<unsigned*> pads(W);
+    std::vector<long long> ptrs(W); std::vector<unsigned long long> padptrs(W);
+    for (int r = 0; r < W; ++r) {
+        bufs[r] = (unsigned char*)aligned_alloc(256, ((2 * slot_bytes + 255) / 256) * 256);
+        memset(bufs[r], 0xAB, 2 * slot_bytes);  // garbage
+        pads[r] = (unsigned*)calloc(G * W + 64, 4);
+        ptrs[r] = (long long)bufs[r]; padptrs[r] = (unsigned long long)pads[r];
+    }
+    // input, per call, per rank: recv (W int64), counts (E int64), selected (T K int64), pos (E T int32),
+    // weights (T K elements), expert outputs (cap x cols elements)
+    FILE* fin = fopen(in_path, "rb");
+    std::vector<Call> data(calls * W);
+    for (auto& call : data) {
+        call.recv.resize(W); call.counts.resize(E); call.selected.resize(tokens * K); call.pos.resize(E * tokens);
+        call.weights.resize(tokens * K * elem + 16); call.outputs.resize(cap * cols * elem + 16);
+        call.out.assign(tokens * cols * elem + 16, 0xCD);
+        if (fread(call.recv.data(), 8, W, fin) != (size_t)W) return 2;
+        if (fread(call.counts.data(), 8, E, fin) != (size_t)E) return 2;
+        if (fread(call.selected.data(), 8, tokens * K, fin) != (size_t)(tokens * K)) return 2;
+        if (fread(call.pos.data(), 4, E * tokens, fin) != (size_t)(E * tokens)) return 2;
+        if (fread(call.weights.data(), elem, tokens * K, fin) != (size_t)(tokens * K)) return 2;
+        if (fread(call.outputs.data(), elem, cap * cols, fin) != (size_t)(cap * cols)) return 2;
+    }
+    fclose(fin);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < W; ++r) {
+        if (dtype == "f32")
+            ranks.emplace_back(rank_main<float>, r, W, G, Tn, BX, calls, cap, cols, tokens, K, E, slot_bytes, ptrs.data(),
+                               padptrs.data(), &data, moe_post_publish_f32, moe_combine_f32);
+        else if (dtype == "bf16")
+            ranks.emplace_back(rank_main<__nv_bfloat16>, r, W, G, Tn, BX, calls, cap, cols, tokens, K, E, slot_bytes,
+                               ptrs.data(), padptrs.data(), &data, moe_post_publish_bf16, moe_combine_bf16);
+        else
+            ranks.emplace_back(rank_main<__half>, r, W, G, Tn, BX, calls, cap, cols, tokens, K, E, slot_bytes,
+                               ptrs.data(), padptrs.data(), &data, moe_post_publish_f16, moe_combine_f16);
+    }
+    for (auto& th : ranks) th.join();
+    for (int r = 0; r < W; ++r) for (int i = 0; i < G * W; ++i) if (pads[r][i]) { fprintf(stderr, "pad not zero\n"); return 3; }
+    FILE* fout = fopen(out_path, "wb");
+    for (auto& call : data) fwrite(call.out.data(), elem, tokens * cols, fout);
+    fclose(fout);
+    return 0;
+}
+"""
+
+
+def build_moe_post(kernel_source: str, directory: Path) -> Path:
+    """MOE_POST_HARNESS around the moe_post_all2all expert's source (per-thread grid sizes, as build_moe)."""
+    shim = SHIM.replace("dim3s gridDim, blockDim;", "thread_local dim3s gridDim, blockDim;") + MOE_POST_SHIM
+    source = shim + re.sub(r"#include <[^>]+>\n", "", kernel_source) + MOE_POST_HARNESS
+    (directory / "harness.cpp").write_text(source)
+    binary = directory / "harness"
+    subprocess.run([compiler(), "-std=c++20", "-O0", "-pthread", "-w", "-o", str(binary), str(directory / "harness.cpp")],
+                   check=True, capture_output=True, timeout=300)
+    return binary
+
+
+def run_moe_post(binary: Path, world: int, blocks: int, threads: int, combine_blocks: int, dtype: str, calls: int,
+                 cap: int, cols: int, tokens: int, k: int, experts: int, inputs: bytes, directory: Path) -> bytes:
+    """Every call's every rank's combined tokens (raw bytes, call-major)."""
+    (directory / "in.bin").write_bytes(inputs)
+    subprocess.run([str(binary), str(world), str(blocks), str(threads), str(combine_blocks), dtype, str(calls), str(cap),
+                    str(cols), str(tokens), str(k), str(experts), str(directory / "in.bin"), str(directory / "out.bin")],
+                   check=True, capture_output=True, timeout=300)
+    return (directory / "out.bin").read_bytes()

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 
+from pkb_env.contract import Preset
 from pkb_env.runtime import compile_cubin
 from pkb_env.runtime.toolchain import nvcc_path
 from pkb_env.task import load_task
@@ -381,15 +382,15 @@ def test_quantized_allreduce_kernel_source_on_host_threads(tmp_path):
 # -- moe_all2all_primitive (PKB 27): the solution over torch models of its kernels, and the kernels' own source --
 
 MOE = "moe_all2all_primitive"
-MOE_NAMES = ("local_tensor", "input_split_sizes", "output_split_sizes", "group")
 
 
 def moe_signatures(source: str) -> dict[str, list[str]]:
-    """{kernel: parameter types} of the expert's kernels, stamped out per dtype by `PKB_MOE_A2A(SUFFIX, T)`."""
+    """{kernel: parameter types} of an MoE expert's kernels, stamped out per dtype by one
+    `#define PKB_MOE_...(SUFFIX, T)` macro."""
     flat = source.replace("\\\n", " ")
-    body = re.search(r"#define PKB_MOE_A2A\(SUFFIX, T\)(.*?)\n", flat).group(1)
+    macro, body = re.search(r"#define (PKB_MOE_\w+)\(SUFFIX, T\)(.*?)\n", flat).groups()
     found = {}
-    for suffix, ctype in re.findall(r"^PKB_MOE_A2A\((\w+), ([\w ]+)\)", flat, re.M):
+    for suffix, ctype in re.findall(rf"^{macro}\((\w+), ([\w ]+)\)", flat, re.M):
         for kernel, params in re.findall(r"(moe_\w+?)_##SUFFIX\(([^)]*)\)", body):
             found[f"{kernel}_{suffix}"] = [p.strip().replace("T*", f"{ctype}*") for p in params.split(",")]
     return found
@@ -440,17 +441,17 @@ class MoeWorld:
     publish's in-kernel barrier a threading barrier); every launch is checked against the kernel's CUDA
     signature. `slow_rank` sleeps before each pull (its peers run ahead into the next call)."""
 
-    def __init__(self, world: int, slow_rank: int | None = None):
-        self.world, self.slow_rank = world, slow_rank
+    def __init__(self, world: int, slow_rank: int | None = None, task: str = MOE):
+        self.world, self.slow_rank, self.task = world, slow_rank, task
         self.lock, self.bufs, self.barrier = threading.Lock(), {}, threading.Barrier(world, timeout=BARRIER_TIMEOUT_S)
-        self.signatures = moe_signatures(expert(MOE).SRC)
+        self.signatures = moe_signatures(expert(task).SRC)
         self.launches = []
 
     def symmetric_buffer(self, rank: int):
         world = self
 
         def make(shape, dtype, tag="default", group=None):
-            assert dtype == torch.uint8 and tag == f"expert_{MOE}"
+            assert dtype == torch.uint8 and tag == f"expert_{world.task}"
             with world.lock:
                 if "tensors" not in world.bufs:
                     world.bufs["tensors"] = [torch.full(tuple(shape), 0xAB, dtype=torch.uint8) for _ in range(world.world)]
@@ -471,7 +472,7 @@ class MoeWorld:
         return make
 
     def compile_cuda(self, source, options=(), backend="nvrtc"):
-        assert source == expert(MOE).SRC
+        assert source == expert(self.task).SRC
         return self
 
     def function(self, name):
@@ -483,7 +484,9 @@ class MoeWorld:
                 assert isinstance(value, kind(param)), f"{name}: {param} gets a {type(value).__name__}"
             with self.lock:
                 self.launches.append((name, grid, block))
-            (self.publish if name.startswith("moe_publish") else self.pull)(grid, *args)
+            model = {"moe_publish": self.publish, "moe_pull": self.pull, "moe_post_publish": self.post_publish,
+                     "moe_combine": self.combine}[name.rsplit("_", 1)[0]]
+            model(grid, *args)
         return launch
 
     def _slot(self, rank, slot_bytes, slot):
@@ -511,10 +514,39 @@ class MoeWorld:
             out.view(-1)[dst * cols:(dst + count) * cols] = rows[src * cols:(src + count) * cols]
 
 
+    def post_publish(self, grid, outputs, recv, counts, bases, ptrs, pads, rank, ws, experts, cols, cap_rows,
+                     slot_bytes, slot):
+        part = self._slot(int(ptrs[rank]), slot_bytes, slot)
+        filled = max(0, min(int(recv.sum()), int(cap_rows)))
+        part[:8 * int(experts)].view(torch.int64)[:] = counts.reshape(-1)
+        part[512:512 + filled * int(cols) * outputs.element_size()].view(outputs.dtype)[:] = outputs[:filled].reshape(-1)
+        self.barrier.wait()
+        ws, experts, rank = int(ws), int(experts), int(rank)
+        local = experts // ws
+        for e in range(experts):
+            theirs = self._slot(int(ptrs[e // local]), slot_bytes, slot)[:8 * experts].view(torch.int64).view(ws, local)
+            bases[e] = int(theirs[:, :e % local].sum()) + int(theirs[:rank, e % local].sum())
+
+    def combine(self, grid, ptrs, bases, pos, selected, weights, out, ws, experts, tokens, k_picks, cols, cap_rows,
+                slot_bytes, slot, vec):
+        local, cols, cap_rows = int(experts) // int(ws), int(cols), int(cap_rows)
+        for t in range(int(tokens)):
+            acc = torch.zeros(cols, dtype=torch.float32)
+            for k in range(int(k_picks)):
+                e = int(selected[t, k])
+                row = int(bases[e]) + int(pos[e, t]) - 1
+                part = self._slot(int(ptrs[e // local]), slot_bytes, slot)
+                src = part[512:512 + cap_rows * cols * out.element_size()].view(out.dtype).view(cap_rows, cols)[row]
+                acc = weights[t, k].float() * src.float() + acc
+            out[t] = acc.to(out.dtype)
+
+
 def run_moe_ranks(world: int, calls: list[list[dict]], slow_rank: int | None = None,
-                  edit: tuple[str, str] | None = None) -> tuple[list, MoeWorld]:
-    """The expert's `solution` on `world` threads over a MoeWorld, rank r making calls[i][r] in turn."""
-    sim = MoeWorld(world, slow_rank)
+                  edit: tuple[str, str] | None = None, task: str = MOE) -> tuple[list, MoeWorld]:
+    """`task`'s expert `solution` on `world` threads over a MoeWorld, rank r making calls[i][r] in turn (its
+    arguments by the task's parameter names; the group: the first call's object, every call)."""
+    sim = MoeWorld(world, slow_rank, task)
+    names = load_task(task).parameters
     outputs = [[None] * world for _ in calls]
     errors = []
     proxy = fake_torch()
@@ -522,14 +554,14 @@ def run_moe_ranks(world: int, calls: list[list[dict]], slow_rank: int | None = N
 
     def rank_main(rank):
         try:
-            mod = load_variant(MOE, edit) if edit else expert(MOE)
+            mod = load_variant(task, edit) if edit else expert(task)
             mod.torch = proxy
             mod.dist = types.SimpleNamespace(get_world_size=lambda group=None: world,
                                              group=types.SimpleNamespace(WORLD="world"))
             mod.symmetric_buffer, mod.compile_cuda = sim.symmetric_buffer(rank), sim.compile_cuda
             mod._sm_count = lambda device: 132
             for i, args in enumerate(calls):   # the judge passes a rank the same group object every call
-                outputs[i][rank] = mod.solution(*(args[rank][n] for n in MOE_NAMES[:-1]), calls[0][rank]["group"])
+                outputs[i][rank] = mod.solution(*(args[rank][n] for n in names[:-1]), calls[0][rank]["group"])
         except BaseException as exc:  # reported below with the rank
             errors.append(f"rank {rank}: {type(exc).__name__}: {exc}")
             sim.barrier.abort()
@@ -582,8 +614,9 @@ def test_moe_all2all_two_slots_keep_a_slow_reader_correct_and_one_slot_would_not
 
 
 @pytest.mark.skipif(_backend() is None, reason="neither NVRTC (CuPy) nor nvcc is installed")
-def test_moe_all2all_expert_compiles_for_hopper():
-    cubin = compile_cubin(expert(MOE).SRC, arch="90", backend=_backend())
+@pytest.mark.parametrize("task", [MOE, "moe_post_all2all"])
+def test_moe_experts_compile_for_hopper(task):
+    cubin = compile_cubin(expert(task).SRC, arch="90", backend=_backend())
     assert cubin[:4] == b"\x7fELF"
 
 
@@ -632,5 +665,76 @@ def test_moe_all2all_kernel_source_on_host_threads(tmp_path):
                     else:
                         assert same, f"W={world} {dtype} call {c} rank {r}: rows differ"
             assert offset == len(data)
+            if wrong:
+                assert caught, f"W={world}: the variant was not caught"
+
+
+# -- moe_post_all2all (PKB 29): the same two ways, with the task's routings ----------------------------------------
+
+POST = "moe_post_all2all"
+POST_ODD = Preset({"T": 9, "N": 5, "E": 6, "K": 2}, "float16", "three ranks, 2 experts each, odd width")
+
+
+@pytest.mark.parametrize("world,dtype,preset", [(1, "float32", "tiny"), (2, "bfloat16", "tiny"), (4, "float32", "tiny"),
+                                                (8, "bfloat16", "tiny"), (3, "float16", POST_ODD)])
+def test_moe_post_all2all_solution_over_the_task_routing(world, dtype, preset):
+    """The task's inputs, three calls back to back (both slots, one reused): every rank's combined tokens
+    within the tolerance, one publish and one combine a call, launches against the CUDA signatures; W = 3
+    with 6 experts and an odd width (the combine's single-element path)."""
+    inputs = [rank_inputs(POST, world, dtype, preset, trial=t) for t in range(3)]
+    outputs, sim = run_moe_ranks(world, inputs, task=POST)
+    for trial, got in zip(inputs, outputs):
+        assert not mismatches(POST, world, dtype, preset, trial, got)
+    names = [n.rsplit("_", 1)[0] for n, _, _ in sim.launches]
+    assert names.count("moe_post_publish") == names.count("moe_combine") == world * len(inputs)
+
+
+POST_HOST_CASES = [(1, "float32", "tiny"), (2, "bfloat16", "tiny"), (3, "float16", POST_ODD), (4, "float32", "tiny"),
+                   (8, "bfloat16", "tiny")]   # the variant is run on the W = 3 case
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(host_kernel.compiler() is None, reason="no g++ to build the host harness")
+def test_moe_post_all2all_kernel_source_on_host_threads(tmp_path):
+    """The expert's publish (with its in-kernel barrier and base table) and combine from its own source, every
+    rank on its own host thread racing the others through three calls (both slots), on the task's routings:
+    every rank's tokens within the tolerance (16-byte packs, and single elements at the odd width), the signal
+    pads back to zero. A variant that counts the sources after this rank instead of before it is rejected."""
+    source = expert(POST).SRC
+    bad_edit = ("for (int s = 0; s < rank; ++s) base +=", "for (int s = rank + 1; s < ws; ++s) base +=")
+    assert bad_edit[0] in source
+    good = host_kernel.build_moe_post(source, tmp_path)
+    (tmp_path / "bad").mkdir()
+    bad = host_kernel.build_moe_post(source.replace(*bad_edit), tmp_path / "bad")
+    suffix = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+    for world, dtype, preset in POST_HOST_CASES:
+        calls = [rank_inputs(POST, world, dtype, preset, trial=t) for t in range(3)]
+        first = calls[0][0]
+        cap, cols = first["expert_outputs"].shape
+        tokens, k = first["selected_experts"].shape
+        experts = first["routing_map"].shape[0]
+
+        def raw_bytes(t: torch.Tensor) -> bytes:
+            return t.contiguous().view(torch.uint8).numpy().tobytes()
+
+        raw = b"".join(raw_bytes(a["output_splits"]) + raw_bytes(a["num_global_tokens_per_local_expert"])
+                       + raw_bytes(a["selected_experts"]) + raw_bytes(a["routing_map"].cumsum(1, dtype=torch.int32))
+                       + raw_bytes(a["routing_weights"]) + raw_bytes(a["expert_outputs"])
+                       for trial in calls for a in trial)
+        for binary, wrong in ((good, False), (bad, True)) if world == 3 else ((good, False),):
+            data = host_kernel.run_moe_post(binary, world, 2, 32, 2, suffix[dtype], len(calls), cap, cols, tokens, k,
+                                            experts, raw, tmp_path)
+            size = tokens * cols * first["expert_outputs"].element_size()
+            assert len(data) == size * world * len(calls)
+            caught = False
+            for c, trial in enumerate(calls):
+                got = [torch.frombuffer(bytearray(data[(c * world + r) * size:(c * world + r + 1) * size]),
+                                        dtype=torch.uint8).view(first["expert_outputs"].dtype).view(tokens, cols)
+                       for r in range(world)]
+                found = mismatches(POST, world, dtype, preset, trial, got)
+                if wrong:
+                    caught = caught or bool(found)
+                else:
+                    assert not found, f"W={world} {dtype} call {c}: {found}"
             if wrong:
                 assert caught, f"W={world}: the variant was not caught"

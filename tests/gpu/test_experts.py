@@ -197,8 +197,9 @@ def test_experts_odd_shapes_three_ranks(tmp_path):
 # path) on odd sizes in every dtype, quantized_grad_allreduce forced down both its one-shot and two-shot paths.
 
 DATA_SPATIAL = ["quantized_grad_allreduce", "conv2d_halo_exchange"]
-MOE = ["moe_all2all_primitive"]   # PKB 27, here too: the same judged steps (its own three-rank test at the end)
-EMULATED_PRESET = {"quantized_grad_allreduce": "bench", "conv2d_halo_exchange": "tiny", "moe_all2all_primitive": "bench"}
+MOE = ["moe_all2all_primitive", "moe_post_all2all"]   # PKB 27 and 29, here too: the same judged steps
+EMULATED_PRESET = {"quantized_grad_allreduce": "bench", "conv2d_halo_exchange": "tiny", "moe_all2all_primitive": "bench",
+                   "moe_post_all2all": "bench"}
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
@@ -269,6 +270,8 @@ DS_CASES = {
                                 + [({"blocks": 8192}, None)],
     "conv2d_halo_exchange": [({"B": 1, "C": 8, "H": 15, "X": 7}, None), ({"B": 3, "C": 16, "H": 9, "X": 33}, None),
                              ({"B": 2, "C": 64, "H": 48, "X": 40}, None)],
+    # three ranks of two experts each; an odd width (the combine's single elements) and PKB's (16-byte packs)
+    "moe_post_all2all": [({"T": 9, "N": 5, "E": 6, "K": 2}, None), ({"T": 64, "N": 1024, "E": 6, "K": 2}, None)],
 }
 
 
@@ -278,7 +281,7 @@ def _load_module(task: str) -> dict:
     return namespace
 
 
-def _data_spatial_worker(rank: int, world: int, store_path: str, cache: str) -> None:
+def _data_spatial_worker(rank: int, world: int, store_path: str, cache: str, tasks: list[str]) -> None:
     """One rank: both experts on every case and dtype, two calls each, checked against the golden; one
     all-zero block on rank 0 (the scale's 1e-8 floor)."""
     os.environ.update({"TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
@@ -294,7 +297,8 @@ def _data_spatial_worker(rank: int, world: int, store_path: str, cache: str) -> 
     dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
     device = torch.device("cuda", 0)
     try:
-        for task, cases in DS_CASES.items():
+        for task in tasks:
+            cases = DS_CASES[task]
             spec, module = load_task(task), _load_module(task)
             layout = spec.layout(world)
             for dtype in DIRECT_DTYPES:
@@ -311,7 +315,7 @@ def _data_spatial_worker(rank: int, world: int, store_path: str, cache: str) -> 
                             args = list(spec.make_inputs(spec.input_context(r, world, preset, dtype, dev, seeds)))
                             if task == "quantized_grad_allreduce" and r == 0 and call == 0:
                                 args[0][:128] = 0
-                            if task == "conv2d_halo_exchange":
+                            if spec.parameters[-1] == "group":
                                 args[-1] = None   # the default group
                             return args
 
@@ -334,12 +338,13 @@ def _data_spatial_worker(rank: int, world: int, store_path: str, cache: str) -> 
         dist.destroy_process_group()
 
 
-def test_data_spatial_experts_odd_sizes_three_ranks(tmp_path):
+@pytest.mark.parametrize("tasks", [DATA_SPATIAL, ["moe_post_all2all"]], ids=["data_spatial", "moe_post"])
+def test_data_spatial_experts_odd_sizes_three_ranks(tmp_path, tasks):
     import torch.multiprocessing as mp
 
     context = mp.start_processes(_data_spatial_worker,
-                                 args=(DS_WORLD, str(tmp_path / "store"), str(tmp_path / "cache")), nprocs=DS_WORLD,
-                                 join=False, start_method="spawn")
+                                 args=(DS_WORLD, str(tmp_path / "store"), str(tmp_path / "cache"), tasks),
+                                 nprocs=DS_WORLD, join=False, start_method="spawn")
     deadline = time.monotonic() + DIRECT_TIMEOUT_S
     try:
         while not context.join(timeout=5):
