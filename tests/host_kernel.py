@@ -7,6 +7,11 @@ per thread, `__syncthreads` and `__shfl_xor_sync` on std::barrier, the system-sc
 once (W ranks x G blocks x T threads), over symmetric buffers and signal pads in host memory, call after
 call on the same buffers, and checks that the signal pads return to zero after every call. Small grids
 (T = 64: two warps a block) keep the thread count in the hundreds. Needs g++ with C++20's <barrier>.
+
+`MOE_HARNESS` and `MOE_POST_HARNESS` do the same for the MoE experts' two kernels each (moe_all2all_primitive,
+moe_post_all2all): every rank on its own host thread, its publish grid's threads concurrent (the in-kernel
+barrier is real), its second kernel's threads one after another (it has no barrier); the expert's source and
+a wrong variant of it in one binary (`with_variant`).
 """
 from __future__ import annotations
 
@@ -207,6 +212,7 @@ int main(int argc, char** argv) {
     int calls = atoi(argv[6]);
     long long rows = atoll(argv[7]), cols = atoll(argv[8]);
     const char* in_path = argv[9]; const char* out_path = argv[10];
+    const bool bad = atoi(argv[11]) != 0;   // the variant's kernels (bad_moe_*) instead of the expert's
     int elem = dtype == "f32" ? 4 : 2;
     long long slot_bytes = 512 + ((rows * cols * elem + 15) / 16) * 16;
     std::vector<unsigned char*> bufs(W); std::vector<unsigned*> pads(W);
@@ -234,13 +240,16 @@ int main(int argc, char** argv) {
     for (int r = 0; r < W; ++r) {
         if (dtype == "f32")
             ranks.emplace_back(rank_main<float>, r, W, G, Tn, BX, calls, rows, cols, slot_bytes, ptrs.data(), padptrs.data(),
-                               &counts, &xs, &outs, moe_publish_f32, moe_pull_f32);
+                               &counts, &xs, &outs, bad ? bad_moe_publish_f32 : moe_publish_f32,
+                               bad ? bad_moe_pull_f32 : moe_pull_f32);
         else if (dtype == "bf16")
             ranks.emplace_back(rank_main<__nv_bfloat16>, r, W, G, Tn, BX, calls, rows, cols, slot_bytes, ptrs.data(),
-                               padptrs.data(), &counts, &xs, &outs, moe_publish_bf16, moe_pull_bf16);
+                               padptrs.data(), &counts, &xs, &outs, bad ? bad_moe_publish_bf16 : moe_publish_bf16,
+                               bad ? bad_moe_pull_bf16 : moe_pull_bf16);
         else
             ranks.emplace_back(rank_main<__half>, r, W, G, Tn, BX, calls, rows, cols, slot_bytes, ptrs.data(),
-                               padptrs.data(), &counts, &xs, &outs, moe_publish_f16, moe_pull_f16);
+                               padptrs.data(), &counts, &xs, &outs, bad ? bad_moe_publish_f16 : moe_publish_f16,
+                               bad ? bad_moe_pull_f16 : moe_pull_f16);
     }
     for (auto& th : ranks) th.join();
     for (int r = 0; r < W; ++r) for (int i = 0; i < G * W; ++i) if (pads[r][i]) { fprintf(stderr, "pad not zero\n"); return 3; }
@@ -256,11 +265,30 @@ int main(int argc, char** argv) {
 """
 
 
-def build_moe(kernel_source: str, directory: Path) -> Path:
-    """MOE_HARNESS around the moe_all2all_primitive expert's source. Its ranks run different kernels at once,
-    so the grid and block sizes are per thread here (the quantised harness sets them once, globally)."""
-    shim = SHIM.replace("dim3s gridDim, blockDim;", "thread_local dim3s gridDim, blockDim;")
-    source = shim + re.sub(r"#include <[^>]+>\n", "", kernel_source) + MOE_HARNESS
+def _moe_shim() -> str:
+    """SHIM with per-thread grid and block sizes (ranks run different kernels at once) and a failed
+    compare-and-swap that yields (hundreds of spinning threads on two cores otherwise starve the ones they
+    wait for)."""
+    old_cas = "__atomic_compare_exchange_n(a, &cmp, val, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); return cmp; }"
+    new_cas = ("unsigned want = cmp; __atomic_compare_exchange_n(a, &cmp, val, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); "
+               "if (cmp != want) std::this_thread::yield(); return cmp; }")
+    assert old_cas in SHIM
+    return ("#include <thread>\n" + SHIM.replace("dim3s gridDim, blockDim;", "thread_local dim3s gridDim, blockDim;")
+            .replace(old_cas, new_cas))
+
+
+def with_variant(kernel_source: str, variant_source: str) -> str:
+    """Both sources in one translation unit (one build, not two: g++ takes seconds here): the variant's
+    kernels, helpers, macros and barrier renamed bad_* (the copy helpers are under an include guard, so the
+    variant uses the first copy's)."""
+    renamed = re.sub(r"\b(moe_|PKB_MOE_|pkb_block_barrier)", lambda m: "bad_" + m.group(1), variant_source)
+    return kernel_source + "\n" + renamed
+
+
+def build_moe(kernel_source: str, variant_source: str, directory: Path) -> Path:
+    """MOE_HARNESS around the moe_all2all_primitive expert's source and a variant of it (`with_variant`), on
+    `_moe_shim`."""
+    source = _moe_shim() + re.sub(r"#include <[^>]+>\n", "", with_variant(kernel_source, variant_source)) + MOE_HARNESS
     (directory / "harness.cpp").write_text(source)
     binary = directory / "harness"
     subprocess.run([compiler(), "-std=c++20", "-O0", "-pthread", "-w", "-o", str(binary), str(directory / "harness.cpp")],
@@ -269,13 +297,13 @@ def build_moe(kernel_source: str, directory: Path) -> Path:
 
 
 def run_moe(binary: Path, world: int, blocks: int, threads: int, pull_blocks: int, dtype: str, calls: int, rows: int,
-            cols: int, inputs: bytes, directory: Path) -> bytes:
+            cols: int, inputs: bytes, directory: Path, variant: bool = False) -> bytes:
     """Every call's every rank's output (raw bytes, call-major), from every call's every rank's send counts,
-    receive counts and rows."""
+    receive counts and rows; `variant`: run the variant's kernels."""
     (directory / "in.bin").write_bytes(inputs)
     subprocess.run([str(binary), str(world), str(blocks), str(threads), str(pull_blocks), dtype, str(calls), str(rows),
-                    str(cols), str(directory / "in.bin"), str(directory / "out.bin")], check=True, capture_output=True,
-                   timeout=300)
+                    str(cols), str(directory / "in.bin"), str(directory / "out.bin"), str(int(variant))], check=True,
+                   capture_output=True, timeout=300)
     return (directory / "out.bin").read_bytes()
 
 
@@ -339,6 +367,7 @@ int main(int argc, char** argv) {
     long long cap = atoll(argv[7]), cols = atoll(argv[8]), tokens = atoll(argv[9]);
     int K = atoi(argv[10]), E = atoi(argv[11]);
     const char* in_path = argv[12]; const char* out_path = argv[13];
+    const bool bad = atoi(argv[14]) != 0;   // the variant's kernels (bad_moe_*) instead of the expert's
     int elem = dtype == "f32" ? 4 : 2;
     long long slot_bytes = 512 + ((cap * cols * elem + 15) / 16) * 16;
     std::vector<unsigned char*> bufs(W); std::vector<unsigned*> pads(W);
@@ -369,13 +398,16 @@ int main(int argc, char** argv) {
     for (int r = 0; r < W; ++r) {
         if (dtype == "f32")
             ranks.emplace_back(rank_main<float>, r, W, G, Tn, BX, calls, cap, cols, tokens, K, E, slot_bytes, ptrs.data(),
-                               padptrs.data(), &data, moe_post_publish_f32, moe_combine_f32);
+                               padptrs.data(), &data, bad ? bad_moe_post_publish_f32 : moe_post_publish_f32,
+                               bad ? bad_moe_combine_f32 : moe_combine_f32);
         else if (dtype == "bf16")
             ranks.emplace_back(rank_main<__nv_bfloat16>, r, W, G, Tn, BX, calls, cap, cols, tokens, K, E, slot_bytes,
-                               ptrs.data(), padptrs.data(), &data, moe_post_publish_bf16, moe_combine_bf16);
+                               ptrs.data(), padptrs.data(), &data, bad ? bad_moe_post_publish_bf16 : moe_post_publish_bf16,
+                               bad ? bad_moe_combine_bf16 : moe_combine_bf16);
         else
             ranks.emplace_back(rank_main<__half>, r, W, G, Tn, BX, calls, cap, cols, tokens, K, E, slot_bytes,
-                               ptrs.data(), padptrs.data(), &data, moe_post_publish_f16, moe_combine_f16);
+                               ptrs.data(), padptrs.data(), &data, bad ? bad_moe_post_publish_f16 : moe_post_publish_f16,
+                               bad ? bad_moe_combine_f16 : moe_combine_f16);
     }
     for (auto& th : ranks) th.join();
     for (int r = 0; r < W; ++r) for (int i = 0; i < G * W; ++i) if (pads[r][i]) { fprintf(stderr, "pad not zero\n"); return 3; }
@@ -387,10 +419,9 @@ int main(int argc, char** argv) {
 """
 
 
-def build_moe_post(kernel_source: str, directory: Path) -> Path:
-    """MOE_POST_HARNESS around the moe_post_all2all expert's source (per-thread grid sizes, as build_moe)."""
-    shim = SHIM.replace("dim3s gridDim, blockDim;", "thread_local dim3s gridDim, blockDim;") + MOE_POST_SHIM
-    source = shim + re.sub(r"#include <[^>]+>\n", "", kernel_source) + MOE_POST_HARNESS
+def build_moe_post(kernel_source: str, variant_source: str, directory: Path) -> Path:
+    """MOE_POST_HARNESS around the moe_post_all2all expert's source and a variant of it, as build_moe."""
+    source = _moe_shim() + MOE_POST_SHIM + re.sub(r"#include <[^>]+>\n", "", with_variant(kernel_source, variant_source)) + MOE_POST_HARNESS
     (directory / "harness.cpp").write_text(source)
     binary = directory / "harness"
     subprocess.run([compiler(), "-std=c++20", "-O0", "-pthread", "-w", "-o", str(binary), str(directory / "harness.cpp")],
@@ -399,10 +430,11 @@ def build_moe_post(kernel_source: str, directory: Path) -> Path:
 
 
 def run_moe_post(binary: Path, world: int, blocks: int, threads: int, combine_blocks: int, dtype: str, calls: int,
-                 cap: int, cols: int, tokens: int, k: int, experts: int, inputs: bytes, directory: Path) -> bytes:
-    """Every call's every rank's combined tokens (raw bytes, call-major)."""
+                 cap: int, cols: int, tokens: int, k: int, experts: int, inputs: bytes, directory: Path,
+                 variant: bool = False) -> bytes:
+    """Every call's every rank's combined tokens (raw bytes, call-major); `variant`: the variant's kernels."""
     (directory / "in.bin").write_bytes(inputs)
     subprocess.run([str(binary), str(world), str(blocks), str(threads), str(combine_blocks), dtype, str(calls), str(cap),
-                    str(cols), str(tokens), str(k), str(experts), str(directory / "in.bin"), str(directory / "out.bin")],
-                   check=True, capture_output=True, timeout=300)
+                    str(cols), str(tokens), str(k), str(experts), str(directory / "in.bin"), str(directory / "out.bin"),
+                    str(int(variant))], check=True, capture_output=True, timeout=300)
     return (directory / "out.bin").read_bytes()

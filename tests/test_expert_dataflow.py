@@ -633,16 +633,14 @@ MOE_HOST_CASES = [  # world, rows, cols, dtype (the variant is run on the W = 3 
 @pytest.mark.skipif(host_kernel.compiler() is None, reason="no g++ to build the host harness")
 def test_moe_all2all_kernel_source_on_host_threads(tmp_path):
     """The expert's two kernels from its own source, every rank on its own host thread racing the others
-    through three calls on the same buffers (both slots): the publish grid's threads concurrent (two blocks,
-    its in-kernel barrier real), then the pull grid. Random, skewed (all rows to the last rank) and random
+    through three calls on the same buffers (both slots): the publish grid's threads concurrent (two blocks of
+    eight threads, its in-kernel barrier real), then the pull grid. Both built in one binary (`with_variant`). Random, skewed (all rows to the last rank) and random
     splits, zeros among them, odd widths (unaligned rows: scalar copies): every rank's rows bit-exact, the
     signal pads back to zero. A variant that pulls from its own buffer instead of the peer's is rejected."""
     source = expert(MOE).SRC
     bad_edit = ("moe_slot(ptrs[p], slot_bytes, slot)", "moe_slot(ptrs[rank], slot_bytes, slot)")
     assert bad_edit[0] in source
-    good = host_kernel.build_moe(source, tmp_path)
-    (tmp_path / "bad").mkdir()
-    bad = host_kernel.build_moe(source.replace(*bad_edit), tmp_path / "bad")
+    binary = host_kernel.build_moe(source, source.replace(*bad_edit), tmp_path)
     suffix = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
     for world, rows, cols, dtype in MOE_HOST_CASES:
         calls = [moe_inputs(world, rows, cols, dtype, seed=s, pattern=p)
@@ -650,8 +648,9 @@ def test_moe_all2all_kernel_source_on_host_threads(tmp_path):
         raw = b"".join(torch.cat([a["input_split_sizes"], a["output_split_sizes"]]).numpy().tobytes()
                        + a["local_tensor"].contiguous().view(torch.uint8).numpy().tobytes()
                        for trial in calls for a in trial)
-        for binary, wrong in ((good, False), (bad, True)) if world == 3 else ((good, False),):
-            data = host_kernel.run_moe(binary, world, 2, 32, 2, suffix[dtype], len(calls), rows, cols, raw, tmp_path)
+        for wrong in (False, True) if world == 3 else (False,):
+            data = host_kernel.run_moe(binary, world, 2, 8, 2, suffix[dtype], len(calls), rows, cols, raw, tmp_path,
+                                       variant=wrong)
             offset, caught = 0, False
             for c, trial in enumerate(calls):
                 for r, want in enumerate(moe_expected(trial)):
@@ -703,9 +702,7 @@ def test_moe_post_all2all_kernel_source_on_host_threads(tmp_path):
     source = expert(POST).SRC
     bad_edit = ("for (int s = 0; s < rank; ++s) base +=", "for (int s = rank + 1; s < ws; ++s) base +=")
     assert bad_edit[0] in source
-    good = host_kernel.build_moe_post(source, tmp_path)
-    (tmp_path / "bad").mkdir()
-    bad = host_kernel.build_moe_post(source.replace(*bad_edit), tmp_path / "bad")
+    binary = host_kernel.build_moe_post(source, source.replace(*bad_edit), tmp_path)
     suffix = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
     for world, dtype, preset in POST_HOST_CASES:
         calls = [rank_inputs(POST, world, dtype, preset, trial=t) for t in range(3)]
@@ -721,9 +718,9 @@ def test_moe_post_all2all_kernel_source_on_host_threads(tmp_path):
                        + raw_bytes(a["selected_experts"]) + raw_bytes(a["routing_map"].cumsum(1, dtype=torch.int32))
                        + raw_bytes(a["routing_weights"]) + raw_bytes(a["expert_outputs"])
                        for trial in calls for a in trial)
-        for binary, wrong in ((good, False), (bad, True)) if world == 3 else ((good, False),):
-            data = host_kernel.run_moe_post(binary, world, 2, 32, 2, suffix[dtype], len(calls), cap, cols, tokens, k,
-                                            experts, raw, tmp_path)
+        for wrong in (False, True) if world == 3 else (False,):
+            data = host_kernel.run_moe_post(binary, world, 2, 8, 2, suffix[dtype], len(calls), cap, cols, tokens, k,
+                                            experts, raw, tmp_path, variant=wrong)
             size = tokens * cols * first["expert_outputs"].element_size()
             assert len(data) == size * world * len(calls)
             caught = False
