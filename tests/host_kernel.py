@@ -438,3 +438,126 @@ def run_moe_post(binary: Path, world: int, blocks: int, threads: int, combine_bl
                     str(cols), str(tokens), str(k), str(experts), str(directory / "in.bin"), str(directory / "out.bin"),
                     str(int(variant))], check=True, capture_output=True, timeout=300)
     return (directory / "out.bin").read_bytes()
+
+
+# -- the moe_pre_all2all expert's two kernels (publish tokens + permutation + offsets, then the gather) -----------
+
+MOE_PRE_HARNESS = r"""
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+#include <string>
+
+struct Call { std::vector<unsigned char> map; std::vector<int> cum; std::vector<long long> counts, recv, perm;
+              std::vector<unsigned char> hidden, out; long long out_rows; };
+
+template <typename T>
+static void rank_main(int r, int W, int G, int Tn, int BX, int calls, long long tokens, long long cols, long long pairs,
+                      int E, long long slot_bytes, long long* ptrs, unsigned long long* pads, std::vector<Call>* data,
+                      void (*publish)(const T*, const bool*, const int*, long long*, const long long*, const unsigned long long*, int, int, int, long long, long long, long long, long long, long long),
+                      void (*pull)(const long long*, const long long*, T*, int, int, int, long long, long long, long long, long long, long long, long long)) {
+    for (int c = 0; c < calls; ++c) {
+        Call& call = (*data)[c * W + r];
+        std::vector<std::thread> threads;
+        std::vector<std::barrier<>*> bars;
+        for (int b = 0; b < G; ++b) {
+            auto* bb = new std::barrier<>(Tn); bars.push_back(bb);
+            for (int t = 0; t < Tn; ++t)
+                threads.emplace_back([&, b, t, bb]() {
+                    threadIdx.x = t; blockIdx.x = b; blockIdx.y = 0; gridDim.x = G; gridDim.y = 1; blockDim.x = Tn;
+                    block_bar = bb;
+                    publish((const T*)call.hidden.data(), (const bool*)call.map.data(), call.cum.data(), call.perm.data(),
+                            ptrs, pads, r, W, E, tokens, cols, pairs, slot_bytes, c % 2);
+                });
+        }
+        for (auto& th : threads) th.join();
+        for (auto* bb : bars) delete bb;
+        gridDim.x = BX; gridDim.y = E; blockDim.x = Tn;   // grid.y: every (local expert, source) chunk
+        for (int y = 0; y < E; ++y) for (int b = 0; b < BX; ++b) for (int t = 0; t < Tn; ++t) {
+            threadIdx.x = t; blockIdx.x = b; blockIdx.y = y;
+            pull(ptrs, call.counts.data(), (T*)call.out.data(), r, W, E, tokens, cols, pairs, call.out_rows, slot_bytes,
+                 c % 2);
+        }
+    }
+}
+
+int main(int argc, char** argv) {
+    int W = atoi(argv[1]), G = atoi(argv[2]), Tn = atoi(argv[3]), BX = atoi(argv[4]);
+    std::string dtype = argv[5];
+    int calls = atoi(argv[6]);
+    long long tokens = atoll(argv[7]), cols = atoll(argv[8]), pairs = atoll(argv[9]);
+    int E = atoi(argv[10]);
+    const char* in_path = argv[11]; const char* out_path = argv[12];
+    const bool bad = atoi(argv[13]) != 0;
+    int elem = dtype == "f32" ? 4 : 2;
+    long long slot_bytes = 512 + ((pairs + 1) / 2) * 16 + ((tokens * cols * elem + 15) / 16) * 16;
+    std::vector<unsigned char*> bufs(W); std::vector<unsigned*> pads(W);
+    std::vector<long long> ptrs(W); std::vector<unsigned long long> padptrs(W);
+    for (int r = 0; r < W; ++r) {
+        bufs[r] = (unsigned char*)aligned_alloc(256, ((2 * slot_bytes + 255) / 256) * 256);
+        memset(bufs[r], 0xAB, 2 * slot_bytes);  // garbage
+        pads[r] = (unsigned*)calloc(G * W + 64, 4);
+        ptrs[r] = (long long)bufs[r]; padptrs[r] = (unsigned long long)pads[r];
+    }
+    // input, per call, per rank: routing map (E T bytes), its flat cumulative sum (E T int32), counts (W x E/W
+    // int64), recv (W int64), tokens (T x cols elements)
+    FILE* fin = fopen(in_path, "rb");
+    std::vector<Call> data(calls * W);
+    for (auto& call : data) {
+        call.map.resize(E * tokens + 1); call.cum.resize(E * tokens + 1); call.counts.resize(E); call.recv.resize(W);
+        call.hidden.resize(tokens * cols * elem + 16); call.perm.assign(pairs + 1, -5);
+        if (fread(call.map.data(), 1, E * tokens, fin) != (size_t)(E * tokens)) return 2;
+        if (fread(call.cum.data(), 4, E * tokens, fin) != (size_t)(E * tokens)) return 2;
+        if (fread(call.counts.data(), 8, E, fin) != (size_t)E) return 2;
+        if (fread(call.recv.data(), 8, W, fin) != (size_t)W) return 2;
+        if (fread(call.hidden.data(), elem, tokens * cols, fin) != (size_t)(tokens * cols)) return 2;
+        call.out_rows = 0;
+        for (int s = 0; s < W; ++s) call.out_rows += call.recv[s];
+        call.out.assign(call.out_rows * cols * elem + 16, 0xCD);
+    }
+    fclose(fin);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < W; ++r) {
+        if (dtype == "f32")
+            ranks.emplace_back(rank_main<float>, r, W, G, Tn, BX, calls, tokens, cols, pairs, E, slot_bytes, ptrs.data(),
+                               padptrs.data(), &data, bad ? bad_moe_pre_publish_f32 : moe_pre_publish_f32,
+                               bad ? bad_moe_pre_pull_f32 : moe_pre_pull_f32);
+        else if (dtype == "bf16")
+            ranks.emplace_back(rank_main<__nv_bfloat16>, r, W, G, Tn, BX, calls, tokens, cols, pairs, E, slot_bytes,
+                               ptrs.data(), padptrs.data(), &data, bad ? bad_moe_pre_publish_bf16 : moe_pre_publish_bf16,
+                               bad ? bad_moe_pre_pull_bf16 : moe_pre_pull_bf16);
+        else
+            ranks.emplace_back(rank_main<__half>, r, W, G, Tn, BX, calls, tokens, cols, pairs, E, slot_bytes,
+                               ptrs.data(), padptrs.data(), &data, bad ? bad_moe_pre_publish_f16 : moe_pre_publish_f16,
+                               bad ? bad_moe_pre_pull_f16 : moe_pre_pull_f16);
+    }
+    for (auto& th : ranks) th.join();
+    for (int r = 0; r < W; ++r) for (int i = 0; i < G * W; ++i) if (pads[r][i]) { fprintf(stderr, "pad not zero\n"); return 3; }
+    FILE* fout = fopen(out_path, "wb");
+    for (auto& call : data) { fwrite(call.out.data(), elem, call.out_rows * cols, fout); fwrite(call.perm.data(), 8, pairs, fout); }
+    fclose(fout);
+    return 0;
+}
+"""
+
+
+def build_moe_pre(kernel_source: str, variant_source: str, directory: Path) -> Path:
+    """MOE_PRE_HARNESS around the moe_pre_all2all expert's source and a variant of it, as build_moe."""
+    source = _moe_shim() + re.sub(r"#include <[^>]+>\n", "", with_variant(kernel_source, variant_source)) + MOE_PRE_HARNESS
+    (directory / "harness.cpp").write_text(source)
+    binary = directory / "harness"
+    subprocess.run([compiler(), "-std=c++20", "-O0", "-pthread", "-w", "-o", str(binary), str(directory / "harness.cpp")],
+                   check=True, capture_output=True, timeout=300)
+    return binary
+
+
+def run_moe_pre(binary: Path, world: int, blocks: int, threads: int, pull_blocks: int, dtype: str, calls: int,
+                tokens: int, cols: int, pairs: int, experts: int, inputs: bytes, directory: Path,
+                variant: bool = False) -> bytes:
+    """Every call's every rank's regrouped rows then permutation (raw bytes, call-major)."""
+    (directory / "in.bin").write_bytes(inputs)
+    subprocess.run([str(binary), str(world), str(blocks), str(threads), str(pull_blocks), dtype, str(calls), str(tokens),
+                    str(cols), str(pairs), str(experts), str(directory / "in.bin"), str(directory / "out.bin"),
+                    str(int(variant))], check=True, capture_output=True, timeout=300)
+    return (directory / "out.bin").read_bytes()

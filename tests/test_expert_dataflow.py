@@ -485,7 +485,8 @@ class MoeWorld:
             with self.lock:
                 self.launches.append((name, grid, block))
             model = {"moe_publish": self.publish, "moe_pull": self.pull, "moe_post_publish": self.post_publish,
-                     "moe_combine": self.combine}[name.rsplit("_", 1)[0]]
+                     "moe_combine": self.combine, "moe_pre_publish": self.pre_publish,
+                     "moe_pre_pull": self.pre_pull}[name.rsplit("_", 1)[0]]
             model(grid, *args)
         return launch
 
@@ -539,6 +540,42 @@ class MoeWorld:
                 src = part[512:512 + cap_rows * cols * out.element_size()].view(out.dtype).view(cap_rows, cols)[row]
                 acc = weights[t, k].float() * src.float() + acc
             out[t] = acc.to(out.dtype)
+
+
+    @staticmethod
+    def _pre_regions(part, experts, pairs, tokens, cols, dtype):
+        """A pre-dispatch slot's header (experts + 1 offsets), permutation and tokens."""
+        perm_at = 512
+        rows_at = perm_at + -(-pairs // 2) * 16
+        return (part[:8 * (experts + 1)].view(torch.int64), part[perm_at:perm_at + 8 * pairs].view(torch.int64),
+                part[rows_at:rows_at + tokens * cols * dtype.itemsize].view(dtype).view(tokens, cols))
+
+    def pre_publish(self, grid, hidden, routing_map, cum, perm_out, ptrs, pads, rank, ws, experts, tokens, cols, pairs,
+                    slot_bytes, slot):
+        experts, tokens, cols, pairs = int(experts), int(tokens), int(cols), int(pairs)
+        header, perm, rows = self._pre_regions(self._slot(int(ptrs[rank]), slot_bytes, slot), experts, pairs, tokens,
+                                               cols, hidden.dtype)
+        header[0] = 0
+        for e in range(1, experts + 1):
+            header[e] = int(cum[e * tokens - 1]) if tokens else 0
+        picked = routing_map.reshape(-1).nonzero().flatten()
+        perm[cum.long()[picked] - 1] = picked % tokens
+        perm_out[cum.long()[picked] - 1] = picked % tokens
+        rows[:] = hidden
+        self.barrier.wait()
+
+    def pre_pull(self, grid, ptrs, counts, out, rank, ws, experts, tokens, cols, pairs, out_rows, slot_bytes, slot):
+        rank, ws, experts, tokens, cols, pairs = int(rank), int(ws), int(experts), int(tokens), int(cols), int(pairs)
+        local = experts // ws
+        counts = counts.view(ws, local)
+        assert grid[1] == ws * local
+        for y in range(grid[1]):
+            l, s = y // ws, (rank + y) % ws
+            dst, count = int(counts[:, :l].sum()) + int(counts[:s, l].sum()), int(counts[s, l])
+            header, perm, rows = self._pre_regions(self._slot(int(ptrs[s]), slot_bytes, slot), experts, pairs, tokens,
+                                                   cols, out.dtype)
+            start = int(header[rank * local + l])
+            out[dst:dst + count] = rows[perm[start:start + count]]
 
 
 def run_moe_ranks(world: int, calls: list[list[dict]], slow_rank: int | None = None,
@@ -614,7 +651,7 @@ def test_moe_all2all_two_slots_keep_a_slow_reader_correct_and_one_slot_would_not
 
 
 @pytest.mark.skipif(_backend() is None, reason="neither NVRTC (CuPy) nor nvcc is installed")
-@pytest.mark.parametrize("task", [MOE, "moe_post_all2all"])
+@pytest.mark.parametrize("task", [MOE, "moe_pre_all2all", "moe_post_all2all"])
 def test_moe_experts_compile_for_hopper(task):
     cubin = compile_cubin(expert(task).SRC, arch="90", backend=_backend())
     assert cubin[:4] == b"\x7fELF"
@@ -733,5 +770,82 @@ def test_moe_post_all2all_kernel_source_on_host_threads(tmp_path):
                     caught = caught or bool(found)
                 else:
                     assert not found, f"W={world} {dtype} call {c}: {found}"
+            if wrong:
+                assert caught, f"W={world}: the variant was not caught"
+
+
+
+# -- moe_pre_all2all (PKB 28): the same two ways, with the task's routings -------------------------------------------
+
+PRE = "moe_pre_all2all"
+PRE_ODD = Preset({"T": 9, "N": 5, "E": 6, "K": 2}, "float16", "three ranks, 2 experts each, odd width")
+
+
+@pytest.mark.parametrize("world,dtype,preset", [(1, "float32", "tiny"), (2, "bfloat16", "tiny"), (4, "float32", "tiny"),
+                                                (8, "bfloat16", "tiny"), (3, "float16", PRE_ODD)])
+def test_moe_pre_all2all_solution_over_the_task_routing(world, dtype, preset):
+    """The task's inputs, three calls back to back (both slots, one reused): every rank's regrouped rows,
+    routing map and permutation exact, one publish and one pull a call, launches against the CUDA signatures;
+    W = 3 with 6 experts and an odd width."""
+    inputs = [rank_inputs(PRE, world, dtype, preset, trial=t) for t in range(3)]
+    outputs, sim = run_moe_ranks(world, inputs, task=PRE)
+    for trial, got in zip(inputs, outputs):
+        assert not mismatches(PRE, world, dtype, preset, trial, got)
+    names = [n.rsplit("_", 1)[0] for n, _, _ in sim.launches]
+    assert names.count("moe_pre_publish") == world * len(inputs)
+    assert names.count("moe_pre_pull") == sum(int(a["output_splits"].sum()) > 0 for t in inputs for a in t)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(host_kernel.compiler() is None, reason="no g++ to build the host harness")
+def test_moe_pre_all2all_kernel_source_on_host_threads(tmp_path):
+    """The expert's publish (tokens, permutation, expert offsets; in-kernel barrier) and gather from its own
+    source, every rank on its own host thread racing the others through three calls (both slots), on the task's
+    routings: every rank's regrouped rows and permutation exact (the routing map is a torch op, checked above).
+    A variant that reads the offsets of the expert after the right one is rejected."""
+    source = expert(PRE).SRC
+    bad_edit = ("const long long start = header[rank * local + l];", "const long long start = header[rank * local + l + 1];")
+    assert bad_edit[0] in source
+    binary = host_kernel.build_moe_pre(source, source.replace(*bad_edit), tmp_path)
+    suffix = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+    for world, dtype, preset in POST_HOST_CASES:
+        preset = PRE_ODD if preset is POST_ODD else preset
+        calls = [rank_inputs(PRE, world, dtype, preset, trial=t) for t in range(3)]
+        first = calls[0][0]
+        tokens, cols = first["hidden_states"].shape
+        experts, k = first["expert_mask"].shape[:2]
+        elem = first["hidden_states"].element_size()
+
+        def raw_bytes(t: torch.Tensor) -> bytes:
+            return t.contiguous().view(torch.uint8).numpy().tobytes()
+
+        raw = b""
+        for trial in calls:
+            for a in trial:
+                routing_map = a["expert_mask"].any(dim=1)
+                raw += (raw_bytes(routing_map) + raw_bytes(routing_map.view(-1).cumsum(0, dtype=torch.int32))
+                        + raw_bytes(a["num_global_tokens_per_local_expert"]) + raw_bytes(a["output_splits"])
+                        + raw_bytes(a["hidden_states"]))
+        for wrong in (False, True) if world == 3 else (False,):
+            data = host_kernel.run_moe_pre(binary, world, 2, 8, 2, suffix[dtype], len(calls), tokens, cols, tokens * k,
+                                           experts, raw, tmp_path, variant=wrong)
+            offset, caught = 0, False
+            for c, trial in enumerate(calls):
+                got = []
+                for r, a in enumerate(trial):
+                    rows = int(a["output_splits"].sum())
+                    size = rows * cols * elem
+                    permuted = torch.frombuffer(bytearray(data[offset:offset + size]) or bytearray(1),
+                                                dtype=torch.uint8)[:size].view(first["hidden_states"].dtype).view(rows, cols)
+                    offset += size
+                    perm = torch.frombuffer(bytearray(data[offset:offset + 8 * tokens * k]), dtype=torch.int64)
+                    offset += 8 * tokens * k
+                    got.append((permuted, a["expert_mask"].any(dim=1), perm))
+                found = mismatches(PRE, world, dtype, preset, trial, got)
+                if wrong:
+                    caught = caught or bool(found)
+                else:
+                    assert not found, f"W={world} {dtype} call {c}: {found}"
+            assert offset == len(data)
             if wrong:
                 assert caught, f"W={world}: the variant was not caught"
