@@ -1,6 +1,7 @@
 """GPU tests of the expert candidates for the collective primitives in agents/experts/<task>.py
-(symmetric-memory CUDA kernels), and, at the end, of the experts for quantized_grad_allreduce (PKB 44) and
-conv2d_halo_exchange (PKB 87); the experts for the fused tasks are tested in test_fused_experts.py.
+(symmetric-memory CUDA kernels), and, at the end, of the experts for quantized_grad_allreduce (PKB 44),
+conv2d_halo_exchange (PKB 87) and the MoE dispatch and combine (PKB 27-29: `-k moe`); the experts for the
+fused tasks are tested in test_fused_experts.py.
 
 Through the environment: every expert is correct at 2 and 4 emulated ranks in float32 and bfloat16 at
 the bench size; back-to-back calls are safe (the judge's trials run one after another on the same
