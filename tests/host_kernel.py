@@ -13,6 +13,11 @@ call on the same buffers, and checks that the signal pads return to zero after e
 physicsnemo_distributed_rfft expert's transpose): the source becomes a shared library whose launchers run
 a grid's threads one after another on the calling thread, so a test can launch it from Python (ctypes) in
 place of `compile_cuda`, on CPU tensors, one Python thread per rank.
+
+`MOE_HARNESS` and `MOE_POST_HARNESS` do what `HARNESS` does for the MoE experts' two kernels each (moe_all2all_primitive,
+moe_post_all2all): every rank on its own host thread, its publish grid's threads concurrent (the in-kernel
+barrier is real), its second kernel's threads one after another (it has no barrier); the expert's source and
+a wrong variant of it in one binary (`with_variant`).
 """
 from __future__ import annotations
 
@@ -76,7 +81,7 @@ static inline float __shfl_xor_sync(unsigned, float v, int offset) {
 #define __device__
 #define __forceinline__ inline
 #define __global__
-#define __launch_bounds__(a, b)
+#define __launch_bounds__(...)
 #define __restrict__
 """
 
@@ -308,3 +313,408 @@ def build_library(kernel_source: str, signatures: dict[str, list[str]], director
             types.append(ctypes.c_void_p if "*" in p else getattr(ctypes, _CTYPES[ctype]))
         getattr(lib, f"launch_{name}").argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_uint] + types
     return lib
+
+
+# -- the moe_all2all_primitive expert's two kernels (publish with its in-kernel barrier, then pull) ----------------
+
+MOE_HARNESS = r"""
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+#include <string>
+
+// One rank's calls, on its own host thread (its stream): per call the publish grid (G blocks of T threads,
+// all concurrent: its barrier waits for the other ranks' publishes) and then the pull grid (BX x W blocks;
+// no barrier inside, so its threads run one after another on this thread). Ranks race each other across
+// calls, as streams on different GPUs do.
+template <typename T>
+static void rank_main(int r, int W, int G, int Tn, int BX, int calls, long long rows, long long cols,
+                      long long slot_bytes, long long* ptrs, unsigned long long* pads,
+                      std::vector<std::vector<long long>>* counts, std::vector<std::vector<unsigned char>>* xs,
+                      std::vector<std::vector<unsigned char>>* outs,
+                      void (*publish)(const T*, const long long*, const long long*, const unsigned long long*, int, int, long long, long long, long long),
+                      void (*pull)(const long long*, const long long*, T*, int, int, long long, long long, long long, long long)) {
+    for (int c = 0; c < calls; ++c) {
+        const long long* send = (*counts)[c * W + r].data();
+        const long long* recv = send + W;
+        const T* x = (const T*)(*xs)[c * W + r].data();
+        std::vector<std::thread> threads;
+        std::vector<std::barrier<>*> bars;
+        for (int b = 0; b < G; ++b) {
+            auto* bb = new std::barrier<>(Tn); bars.push_back(bb);
+            for (int t = 0; t < Tn; ++t)
+                threads.emplace_back([=]() {
+                    threadIdx.x = t; blockIdx.x = b; blockIdx.y = 0; gridDim.x = G; gridDim.y = 1; blockDim.x = Tn;
+                    block_bar = bb;
+                    publish(x, send, ptrs, pads, r, W, rows * cols, slot_bytes, c % 2);
+                });
+        }
+        for (auto& th : threads) th.join();
+        for (auto* bb : bars) delete bb;
+        long long total = 0;
+        for (int s = 0; s < W; ++s) total += recv[s];
+        T* out = (T*)(*outs)[c * W + r].data();
+        gridDim.x = BX; gridDim.y = W; blockDim.x = Tn;
+        for (int y = 0; y < W; ++y) for (int b = 0; b < BX; ++b) for (int t = 0; t < Tn; ++t) {
+            threadIdx.x = t; blockIdx.x = b; blockIdx.y = y;
+            pull(ptrs, recv, out, r, W, cols, slot_bytes, c % 2, rows);
+        }
+    }
+}
+
+int main(int argc, char** argv) {
+    int W = atoi(argv[1]), G = atoi(argv[2]), Tn = atoi(argv[3]), BX = atoi(argv[4]);
+    std::string dtype = argv[5];
+    int calls = atoi(argv[6]);
+    long long rows = atoll(argv[7]), cols = atoll(argv[8]);
+    const char* in_path = argv[9]; const char* out_path = argv[10];
+    const bool bad = atoi(argv[11]) != 0;   // the variant's kernels (bad_moe_*) instead of the expert's
+    int elem = dtype == "f32" ? 4 : 2;
+    long long slot_bytes = 512 + ((rows * cols * elem + 15) / 16) * 16;
+    std::vector<unsigned char*> bufs(W); std::vector<unsigned*> pads(W);
+    std::vector<long long> ptrs(W); std::vector<unsigned long long> padptrs(W);
+    for (int r = 0; r < W; ++r) {
+        bufs[r] = (unsigned char*)aligned_alloc(256, ((2 * slot_bytes + 255) / 256) * 256);
+        memset(bufs[r], 0xAB, 2 * slot_bytes);  // garbage
+        pads[r] = (unsigned*)calloc(G * W + 64, 4);
+        ptrs[r] = (long long)bufs[r]; padptrs[r] = (unsigned long long)pads[r];
+    }
+    // input: per call, per rank: send counts (W int64), recv counts (W int64), rows x cols elements
+    FILE* fin = fopen(in_path, "rb");
+    std::vector<std::vector<long long>> counts(calls * W, std::vector<long long>(2 * W));
+    std::vector<std::vector<unsigned char>> xs(calls * W), outs(calls * W);
+    for (int i = 0; i < calls * W; ++i) {
+        if (fread(counts[i].data(), 8, 2 * W, fin) != (size_t)(2 * W)) return 2;
+        xs[i].resize(rows * cols * elem + 16);
+        if (fread(xs[i].data(), elem, rows * cols, fin) != (size_t)(rows * cols)) return 2;
+        long long total = 0;
+        for (int s = 0; s < W; ++s) total += counts[i][W + s];
+        outs[i].assign(total * cols * elem + 16, 0xCD);
+    }
+    fclose(fin);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < W; ++r) {
+        if (dtype == "f32")
+            ranks.emplace_back(rank_main<float>, r, W, G, Tn, BX, calls, rows, cols, slot_bytes, ptrs.data(), padptrs.data(),
+                               &counts, &xs, &outs, bad ? bad_moe_publish_f32 : moe_publish_f32,
+                               bad ? bad_moe_pull_f32 : moe_pull_f32);
+        else if (dtype == "bf16")
+            ranks.emplace_back(rank_main<__nv_bfloat16>, r, W, G, Tn, BX, calls, rows, cols, slot_bytes, ptrs.data(),
+                               padptrs.data(), &counts, &xs, &outs, bad ? bad_moe_publish_bf16 : moe_publish_bf16,
+                               bad ? bad_moe_pull_bf16 : moe_pull_bf16);
+        else
+            ranks.emplace_back(rank_main<__half>, r, W, G, Tn, BX, calls, rows, cols, slot_bytes, ptrs.data(),
+                               padptrs.data(), &counts, &xs, &outs, bad ? bad_moe_publish_f16 : moe_publish_f16,
+                               bad ? bad_moe_pull_f16 : moe_pull_f16);
+    }
+    for (auto& th : ranks) th.join();
+    for (int r = 0; r < W; ++r) for (int i = 0; i < G * W; ++i) if (pads[r][i]) { fprintf(stderr, "pad not zero\n"); return 3; }
+    FILE* fout = fopen(out_path, "wb");
+    for (int i = 0; i < calls * W; ++i) {
+        long long total = 0;
+        for (int s = 0; s < W; ++s) total += counts[i][W + s];
+        fwrite(outs[i].data(), elem, total * cols, fout);
+    }
+    fclose(fout);
+    return 0;
+}
+"""
+
+
+def _moe_shim() -> str:
+    """SHIM with per-thread grid and block sizes (ranks run different kernels at once) and a failed
+    compare-and-swap that yields (hundreds of spinning threads on two cores otherwise starve the ones they
+    wait for)."""
+    old_cas = "__atomic_compare_exchange_n(a, &cmp, val, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); return cmp; }"
+    new_cas = ("unsigned want = cmp; __atomic_compare_exchange_n(a, &cmp, val, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); "
+               "if (cmp != want) std::this_thread::yield(); return cmp; }")
+    assert old_cas in SHIM
+    return ("#include <thread>\n" + SHIM.replace("dim3s gridDim, blockDim;", "thread_local dim3s gridDim, blockDim;")
+            .replace(old_cas, new_cas))
+
+
+def with_variant(kernel_source: str, variant_source: str) -> str:
+    """Both sources in one translation unit (one build, not two: g++ takes seconds here): the variant's
+    kernels, helpers, macros and barrier renamed bad_* (the copy helpers are under an include guard, so the
+    variant uses the first copy's)."""
+    renamed = re.sub(r"\b(moe_|PKB_MOE_|pkb_block_barrier)", lambda m: "bad_" + m.group(1), variant_source)
+    return kernel_source + "\n" + renamed
+
+
+def build_moe(kernel_source: str, variant_source: str, directory: Path) -> Path:
+    """MOE_HARNESS around the moe_all2all_primitive expert's source and a variant of it (`with_variant`), on
+    `_moe_shim`."""
+    source = _moe_shim() + re.sub(r"#include <[^>]+>\n", "", with_variant(kernel_source, variant_source)) + MOE_HARNESS
+    (directory / "harness.cpp").write_text(source)
+    binary = directory / "harness"
+    subprocess.run([compiler(), "-std=c++20", "-O0", "-pthread", "-w", "-o", str(binary), str(directory / "harness.cpp")],
+                   check=True, capture_output=True, timeout=300)
+    return binary
+
+
+def run_moe(binary: Path, world: int, blocks: int, threads: int, pull_blocks: int, dtype: str, calls: int, rows: int,
+            cols: int, inputs: bytes, directory: Path, variant: bool = False) -> bytes:
+    """Every call's every rank's output (raw bytes, call-major), from every call's every rank's send counts,
+    receive counts and rows; `variant`: run the variant's kernels."""
+    (directory / "in.bin").write_bytes(inputs)
+    subprocess.run([str(binary), str(world), str(blocks), str(threads), str(pull_blocks), dtype, str(calls), str(rows),
+                    str(cols), str(directory / "in.bin"), str(directory / "out.bin"), str(int(variant))], check=True,
+                   capture_output=True, timeout=300)
+    return (directory / "out.bin").read_bytes()
+
+
+# -- the moe_post_all2all expert's two kernels (publish + base table, then the weighted combine) ------------------
+
+MOE_POST_SHIM = r"""
+static inline float __bfloat162float(__nv_bfloat16 h) { return bf2f(h); }
+static inline float __half2float(__half h) { return (float)h.h; }
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return f2bf(f); }
+static inline __half __float2half_rn(float f) { return __half{(_Float16)f}; }
+"""
+
+MOE_POST_HARNESS = r"""
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+#include <string>
+
+struct Call { std::vector<long long> recv, counts, selected; std::vector<int> pos; std::vector<unsigned char> weights, outputs, out; };
+
+// One rank's calls on its own host thread: the publish grid's threads concurrent (its barrier is real), then
+// the combine grid one thread after another (it has no barrier). Ranks race each other across calls.
+template <typename T>
+static void rank_main(int r, int W, int G, int Tn, int BX, int calls, long long cap, long long cols, long long tokens,
+                      int K, int E, long long slot_bytes, long long* ptrs, unsigned long long* pads,
+                      std::vector<Call>* data,
+                      void (*publish)(const T*, const long long*, const long long*, long long*, const long long*, const unsigned long long*, int, int, int, long long, long long, long long, long long),
+                      void (*combine)(const long long*, const long long*, const int*, const long long*, const T*, T*, int, int, long long, int, long long, long long, long long, long long, int)) {
+    std::vector<long long> bases(E, -7);
+    int vec = (cols * (long long)sizeof(T)) % 16 == 0;
+    for (int c = 0; c < calls; ++c) {
+        Call& call = (*data)[c * W + r];
+        std::vector<std::thread> threads;
+        std::vector<std::barrier<>*> bars;
+        for (int b = 0; b < G; ++b) {
+            auto* bb = new std::barrier<>(Tn); bars.push_back(bb);
+            for (int t = 0; t < Tn; ++t)
+                threads.emplace_back([&, b, t, bb]() {
+                    threadIdx.x = t; blockIdx.x = b; blockIdx.y = 0; gridDim.x = G; gridDim.y = 1; blockDim.x = Tn;
+                    block_bar = bb;
+                    publish((const T*)call.outputs.data(), call.recv.data(), call.counts.data(), bases.data(), ptrs, pads,
+                            r, W, E, cols, cap, slot_bytes, c % 2);
+                });
+        }
+        for (auto& th : threads) th.join();
+        for (auto* bb : bars) delete bb;
+        gridDim.x = BX; gridDim.y = 1; blockDim.x = Tn;
+        for (int b = 0; b < BX; ++b) for (int t = 0; t < Tn; ++t) {
+            threadIdx.x = t; blockIdx.x = b; blockIdx.y = 0;
+            combine(ptrs, bases.data(), call.pos.data(), call.selected.data(), (const T*)call.weights.data(),
+                    (T*)call.out.data(), W, E, tokens, K, cols, cap, slot_bytes, c % 2, vec);
+        }
+    }
+}
+
+int main(int argc, char** argv) {
+    int W = atoi(argv[1]), G = atoi(argv[2]), Tn = atoi(argv[3]), BX = atoi(argv[4]);
+    std::string dtype = argv[5];
+    int calls = atoi(argv[6]);
+    long long cap = atoll(argv[7]), cols = atoll(argv[8]), tokens = atoll(argv[9]);
+    int K = atoi(argv[10]), E = atoi(argv[11]);
+    const char* in_path = argv[12]; const char* out_path = argv[13];
+    const bool bad = atoi(argv[14]) != 0;   // the variant's kernels (bad_moe_*) instead of the expert's
+    int elem = dtype == "f32" ? 4 : 2;
+    long long slot_bytes = 512 + ((cap * cols * elem + 15) / 16) * 16;
+    std::vector<unsigned char*> bufs(W); std::vector<unsigned*> pads(W);
+    std::vector<long long> ptrs(W); std::vector<unsigned long long> padptrs(W);
+    for (int r = 0; r < W; ++r) {
+        bufs[r] = (unsigned char*)aligned_alloc(256, ((2 * slot_bytes + 255) / 256) * 256);
+        memset(bufs[r], 0xAB, 2 * slot_bytes);  // garbage
+        pads[r] = (unsigned*)calloc(G * W + 64, 4);
+        ptrs[r] = (long long)bufs[r]; padptrs[r] = (unsigned long long)pads[r];
+    }
+    // input, per call, per rank: recv (W int64), counts (E int64), selected (T K int64), pos (E T int32),
+    // weights (T K elements), expert outputs (cap x cols elements)
+    FILE* fin = fopen(in_path, "rb");
+    std::vector<Call> data(calls * W);
+    for (auto& call : data) {
+        call.recv.resize(W); call.counts.resize(E); call.selected.resize(tokens * K); call.pos.resize(E * tokens);
+        call.weights.resize(tokens * K * elem + 16); call.outputs.resize(cap * cols * elem + 16);
+        call.out.assign(tokens * cols * elem + 16, 0xCD);
+        if (fread(call.recv.data(), 8, W, fin) != (size_t)W) return 2;
+        if (fread(call.counts.data(), 8, E, fin) != (size_t)E) return 2;
+        if (fread(call.selected.data(), 8, tokens * K, fin) != (size_t)(tokens * K)) return 2;
+        if (fread(call.pos.data(), 4, E * tokens, fin) != (size_t)(E * tokens)) return 2;
+        if (fread(call.weights.data(), elem, tokens * K, fin) != (size_t)(tokens * K)) return 2;
+        if (fread(call.outputs.data(), elem, cap * cols, fin) != (size_t)(cap * cols)) return 2;
+    }
+    fclose(fin);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < W; ++r) {
+        if (dtype == "f32")
+            ranks.emplace_back(rank_main<float>, r, W, G, Tn, BX, calls, cap, cols, tokens, K, E, slot_bytes, ptrs.data(),
+                               padptrs.data(), &data, bad ? bad_moe_post_publish_f32 : moe_post_publish_f32,
+                               bad ? bad_moe_combine_f32 : moe_combine_f32);
+        else if (dtype == "bf16")
+            ranks.emplace_back(rank_main<__nv_bfloat16>, r, W, G, Tn, BX, calls, cap, cols, tokens, K, E, slot_bytes,
+                               ptrs.data(), padptrs.data(), &data, bad ? bad_moe_post_publish_bf16 : moe_post_publish_bf16,
+                               bad ? bad_moe_combine_bf16 : moe_combine_bf16);
+        else
+            ranks.emplace_back(rank_main<__half>, r, W, G, Tn, BX, calls, cap, cols, tokens, K, E, slot_bytes,
+                               ptrs.data(), padptrs.data(), &data, bad ? bad_moe_post_publish_f16 : moe_post_publish_f16,
+                               bad ? bad_moe_combine_f16 : moe_combine_f16);
+    }
+    for (auto& th : ranks) th.join();
+    for (int r = 0; r < W; ++r) for (int i = 0; i < G * W; ++i) if (pads[r][i]) { fprintf(stderr, "pad not zero\n"); return 3; }
+    FILE* fout = fopen(out_path, "wb");
+    for (auto& call : data) fwrite(call.out.data(), elem, tokens * cols, fout);
+    fclose(fout);
+    return 0;
+}
+"""
+
+
+def build_moe_post(kernel_source: str, variant_source: str, directory: Path) -> Path:
+    """MOE_POST_HARNESS around the moe_post_all2all expert's source and a variant of it, as build_moe."""
+    source = _moe_shim() + MOE_POST_SHIM + re.sub(r"#include <[^>]+>\n", "", with_variant(kernel_source, variant_source)) + MOE_POST_HARNESS
+    (directory / "harness.cpp").write_text(source)
+    binary = directory / "harness"
+    subprocess.run([compiler(), "-std=c++20", "-O0", "-pthread", "-w", "-o", str(binary), str(directory / "harness.cpp")],
+                   check=True, capture_output=True, timeout=300)
+    return binary
+
+
+def run_moe_post(binary: Path, world: int, blocks: int, threads: int, combine_blocks: int, dtype: str, calls: int,
+                 cap: int, cols: int, tokens: int, k: int, experts: int, inputs: bytes, directory: Path,
+                 variant: bool = False) -> bytes:
+    """Every call's every rank's combined tokens (raw bytes, call-major); `variant`: the variant's kernels."""
+    (directory / "in.bin").write_bytes(inputs)
+    subprocess.run([str(binary), str(world), str(blocks), str(threads), str(combine_blocks), dtype, str(calls), str(cap),
+                    str(cols), str(tokens), str(k), str(experts), str(directory / "in.bin"), str(directory / "out.bin"),
+                    str(int(variant))], check=True, capture_output=True, timeout=300)
+    return (directory / "out.bin").read_bytes()
+
+
+# -- the moe_pre_all2all expert's two kernels (publish tokens + permutation + offsets, then the gather) -----------
+
+MOE_PRE_HARNESS = r"""
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+#include <string>
+
+struct Call { std::vector<unsigned char> map; std::vector<int> cum; std::vector<long long> counts, recv, perm;
+              std::vector<unsigned char> hidden, out; long long out_rows; };
+
+template <typename T>
+static void rank_main(int r, int W, int G, int Tn, int BX, int calls, long long tokens, long long cols, long long pairs,
+                      int E, long long slot_bytes, long long* ptrs, unsigned long long* pads, std::vector<Call>* data,
+                      void (*publish)(const T*, const bool*, const int*, long long*, const long long*, const unsigned long long*, int, int, int, long long, long long, long long, long long, long long),
+                      void (*pull)(const long long*, const long long*, T*, int, int, int, long long, long long, long long, long long, long long, long long)) {
+    for (int c = 0; c < calls; ++c) {
+        Call& call = (*data)[c * W + r];
+        std::vector<std::thread> threads;
+        std::vector<std::barrier<>*> bars;
+        for (int b = 0; b < G; ++b) {
+            auto* bb = new std::barrier<>(Tn); bars.push_back(bb);
+            for (int t = 0; t < Tn; ++t)
+                threads.emplace_back([&, b, t, bb]() {
+                    threadIdx.x = t; blockIdx.x = b; blockIdx.y = 0; gridDim.x = G; gridDim.y = 1; blockDim.x = Tn;
+                    block_bar = bb;
+                    publish((const T*)call.hidden.data(), (const bool*)call.map.data(), call.cum.data(), call.perm.data(),
+                            ptrs, pads, r, W, E, tokens, cols, pairs, slot_bytes, c % 2);
+                });
+        }
+        for (auto& th : threads) th.join();
+        for (auto* bb : bars) delete bb;
+        gridDim.x = BX; gridDim.y = E; blockDim.x = Tn;   // grid.y: every (local expert, source) chunk
+        for (int y = 0; y < E; ++y) for (int b = 0; b < BX; ++b) for (int t = 0; t < Tn; ++t) {
+            threadIdx.x = t; blockIdx.x = b; blockIdx.y = y;
+            pull(ptrs, call.counts.data(), (T*)call.out.data(), r, W, E, tokens, cols, pairs, call.out_rows, slot_bytes,
+                 c % 2);
+        }
+    }
+}
+
+int main(int argc, char** argv) {
+    int W = atoi(argv[1]), G = atoi(argv[2]), Tn = atoi(argv[3]), BX = atoi(argv[4]);
+    std::string dtype = argv[5];
+    int calls = atoi(argv[6]);
+    long long tokens = atoll(argv[7]), cols = atoll(argv[8]), pairs = atoll(argv[9]);
+    int E = atoi(argv[10]);
+    const char* in_path = argv[11]; const char* out_path = argv[12];
+    const bool bad = atoi(argv[13]) != 0;
+    int elem = dtype == "f32" ? 4 : 2;
+    long long slot_bytes = 512 + ((pairs + 1) / 2) * 16 + ((tokens * cols * elem + 15) / 16) * 16;
+    std::vector<unsigned char*> bufs(W); std::vector<unsigned*> pads(W);
+    std::vector<long long> ptrs(W); std::vector<unsigned long long> padptrs(W);
+    for (int r = 0; r < W; ++r) {
+        bufs[r] = (unsigned char*)aligned_alloc(256, ((2 * slot_bytes + 255) / 256) * 256);
+        memset(bufs[r], 0xAB, 2 * slot_bytes);  // garbage
+        pads[r] = (unsigned*)calloc(G * W + 64, 4);
+        ptrs[r] = (long long)bufs[r]; padptrs[r] = (unsigned long long)pads[r];
+    }
+    // input, per call, per rank: routing map (E T bytes), its flat cumulative sum (E T int32), counts (W x E/W
+    // int64), recv (W int64), tokens (T x cols elements)
+    FILE* fin = fopen(in_path, "rb");
+    std::vector<Call> data(calls * W);
+    for (auto& call : data) {
+        call.map.resize(E * tokens + 1); call.cum.resize(E * tokens + 1); call.counts.resize(E); call.recv.resize(W);
+        call.hidden.resize(tokens * cols * elem + 16); call.perm.assign(pairs + 1, -5);
+        if (fread(call.map.data(), 1, E * tokens, fin) != (size_t)(E * tokens)) return 2;
+        if (fread(call.cum.data(), 4, E * tokens, fin) != (size_t)(E * tokens)) return 2;
+        if (fread(call.counts.data(), 8, E, fin) != (size_t)E) return 2;
+        if (fread(call.recv.data(), 8, W, fin) != (size_t)W) return 2;
+        if (fread(call.hidden.data(), elem, tokens * cols, fin) != (size_t)(tokens * cols)) return 2;
+        call.out_rows = 0;
+        for (int s = 0; s < W; ++s) call.out_rows += call.recv[s];
+        call.out.assign(call.out_rows * cols * elem + 16, 0xCD);
+    }
+    fclose(fin);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < W; ++r) {
+        if (dtype == "f32")
+            ranks.emplace_back(rank_main<float>, r, W, G, Tn, BX, calls, tokens, cols, pairs, E, slot_bytes, ptrs.data(),
+                               padptrs.data(), &data, bad ? bad_moe_pre_publish_f32 : moe_pre_publish_f32,
+                               bad ? bad_moe_pre_pull_f32 : moe_pre_pull_f32);
+        else if (dtype == "bf16")
+            ranks.emplace_back(rank_main<__nv_bfloat16>, r, W, G, Tn, BX, calls, tokens, cols, pairs, E, slot_bytes,
+                               ptrs.data(), padptrs.data(), &data, bad ? bad_moe_pre_publish_bf16 : moe_pre_publish_bf16,
+                               bad ? bad_moe_pre_pull_bf16 : moe_pre_pull_bf16);
+        else
+            ranks.emplace_back(rank_main<__half>, r, W, G, Tn, BX, calls, tokens, cols, pairs, E, slot_bytes,
+                               ptrs.data(), padptrs.data(), &data, bad ? bad_moe_pre_publish_f16 : moe_pre_publish_f16,
+                               bad ? bad_moe_pre_pull_f16 : moe_pre_pull_f16);
+    }
+    for (auto& th : ranks) th.join();
+    for (int r = 0; r < W; ++r) for (int i = 0; i < G * W; ++i) if (pads[r][i]) { fprintf(stderr, "pad not zero\n"); return 3; }
+    FILE* fout = fopen(out_path, "wb");
+    for (auto& call : data) { fwrite(call.out.data(), elem, call.out_rows * cols, fout); fwrite(call.perm.data(), 8, pairs, fout); }
+    fclose(fout);
+    return 0;
+}
+"""
+
+
+def build_moe_pre(kernel_source: str, variant_source: str, directory: Path) -> Path:
+    """MOE_PRE_HARNESS around the moe_pre_all2all expert's source and a variant of it, as build_moe."""
+    source = _moe_shim() + re.sub(r"#include <[^>]+>\n", "", with_variant(kernel_source, variant_source)) + MOE_PRE_HARNESS
+    (directory / "harness.cpp").write_text(source)
+    binary = directory / "harness"
+    subprocess.run([compiler(), "-std=c++20", "-O0", "-pthread", "-w", "-o", str(binary), str(directory / "harness.cpp")],
+                   check=True, capture_output=True, timeout=300)
+    return binary
+
+
+def run_moe_pre(binary: Path, world: int, blocks: int, threads: int, pull_blocks: int, dtype: str, calls: int,
+                tokens: int, cols: int, pairs: int, experts: int, inputs: bytes, directory: Path,
+                variant: bool = False) -> bytes:
+    """Every call's every rank's regrouped rows then permutation (raw bytes, call-major)."""
+    (directory / "in.bin").write_bytes(inputs)
+    subprocess.run([str(binary), str(world), str(blocks), str(threads), str(pull_blocks), dtype, str(calls), str(tokens),
+                    str(cols), str(pairs), str(experts), str(directory / "in.bin"), str(directory / "out.bin"),
+                    str(int(variant))], check=True, capture_output=True, timeout=300)
+    return (directory / "out.bin").read_bytes()

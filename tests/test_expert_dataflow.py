@@ -1036,3 +1036,475 @@ def test_sample_sort_kernel_source_on_host_threads(tmp_path):
                     assert same, f"{where}: {got} != {want[r]}"
             if wrong:
                 assert caught, f"W={world}: the merge without the run in the tie order was not caught"
+
+
+# -- moe_all2all_primitive (PKB 27): the solution over torch models of its kernels, and the kernels' own source --
+
+MOE = "moe_all2all_primitive"
+
+
+def moe_signatures(source: str) -> dict[str, list[str]]:
+    """{kernel: parameter types} of an MoE expert's kernels, stamped out per dtype by one
+    `#define PKB_MOE_...(SUFFIX, T)` macro."""
+    flat = source.replace("\\\n", " ")
+    macro, body = re.search(r"#define (PKB_MOE_\w+)\(SUFFIX, T\)(.*?)\n", flat).groups()
+    found = {}
+    for suffix, ctype in re.findall(rf"^{macro}\((\w+), ([\w ]+)\)", flat, re.M):
+        for kernel, params in re.findall(r"(moe_\w+?)_##SUFFIX\(([^)]*)\)", body):
+            found[f"{kernel}_{suffix}"] = [p.strip().replace("T*", f"{ctype}*") for p in params.split(",")]
+    return found
+
+
+def moe_counts(world: int, rows: int, gen: torch.Generator, pattern: str = "random") -> torch.Tensor:
+    """(W, W) int64: counts[s, d], the rows rank s sends rank d; every rank sends its `rows` (each row sums
+    to `rows`). random: cut points drawn uniformly (zeros likely); skewed: every rank sends everything to the
+    last rank, so the others receive nothing."""
+    if pattern == "skewed":
+        counts = torch.zeros((world, world), dtype=torch.int64)
+        counts[:, -1] = rows
+        return counts
+    cuts = torch.randint(0, rows + 1, (world, world - 1), generator=gen).sort(dim=1).values
+    edges = torch.cat([torch.zeros((world, 1), dtype=torch.int64), cuts, torch.full((world, 1), rows)], dim=1)
+    return edges.diff(dim=1)
+
+
+def moe_inputs(world: int, rows: int, cols: int, dtype: torch.dtype, seed: int, pattern: str = "random") -> list[dict]:
+    """Every rank's arguments (group None) for the given split pattern; values are random bits (NaNs and
+    all), so that only an exact copy matches."""
+    gen = torch.Generator().manual_seed(seed)
+    counts = moe_counts(world, rows, gen, pattern)
+    bits = torch.int32 if dtype == torch.float32 else torch.int16
+    info = torch.iinfo(bits)
+    out = []
+    for r in range(world):
+        local = torch.randint(info.min, info.max, (rows, cols), generator=gen, dtype=bits).view(dtype)
+        out.append({"local_tensor": local, "input_split_sizes": counts[r].clone(),
+                    "output_split_sizes": counts[:, r].clone(), "group": None})
+    return out
+
+
+def moe_expected(inputs: list[dict]) -> list[torch.Tensor]:
+    return load_task(MOE).golden(inputs, types.SimpleNamespace(world_size=len(inputs)))
+
+
+def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    view = torch.int32 if a.dtype == torch.float32 else torch.int16
+    return torch.equal(a.contiguous().view(view), b.contiguous().view(view))
+
+
+class MoeWorld:
+    """One simulated world for the moe expert on CPU: symmetric buffers as CPU byte tensors (garbage-filled),
+    `ptrs` as rank indices into them, and `compile_cuda` returning torch models of the two kernels (the
+    publish's in-kernel barrier a threading barrier); every launch is checked against the kernel's CUDA
+    signature. `slow_rank` sleeps before each pull (its peers run ahead into the next call)."""
+
+    def __init__(self, world: int, slow_rank: int | None = None, task: str = MOE):
+        self.world, self.slow_rank, self.task = world, slow_rank, task
+        self.lock, self.bufs, self.barrier = threading.Lock(), {}, threading.Barrier(world, timeout=BARRIER_TIMEOUT_S)
+        self.signatures = moe_signatures(expert(task).SRC)
+        self.launches = []
+
+    def symmetric_buffer(self, rank: int):
+        world = self
+
+        def make(shape, dtype, tag="default", group=None):
+            assert dtype == torch.uint8 and tag == f"expert_{world.task}"
+            with world.lock:
+                if "tensors" not in world.bufs:
+                    world.bufs["tensors"] = [torch.full(tuple(shape), 0xAB, dtype=torch.uint8) for _ in range(world.world)]
+                tensors = world.bufs["tensors"]
+                assert tensors[0].shape == tuple(shape), "one buffer per shape; these tests use one shape"
+
+                if rank not in world.bufs:   # cached, as symmetric_buffer does
+
+                    class Buffer:
+                        local, world_size = tensors[rank], world.world
+                        ptrs = torch.arange(world.world, dtype=torch.int64)
+                        signal_pad_ptrs = torch.zeros(world.world, dtype=torch.int64)
+
+                        def __init__(self):
+                            self.rank = rank
+                    world.bufs[rank] = Buffer()
+                return world.bufs[rank]
+        return make
+
+    def compile_cuda(self, source, options=(), backend="nvrtc"):
+        assert source == expert(self.task).SRC
+        return self
+
+    def function(self, name):
+        params = self.signatures[name]
+
+        def launch(grid, block, *args):
+            assert len(args) == len(params), f"{name}: {len(args)} arguments for {len(params)} parameters"
+            for value, param in zip(args, params):
+                assert isinstance(value, kind(param)), f"{name}: {param} gets a {type(value).__name__}"
+            with self.lock:
+                self.launches.append((name, grid, block))
+            model = {"moe_publish": self.publish, "moe_pull": self.pull, "moe_post_publish": self.post_publish,
+                     "moe_combine": self.combine, "moe_pre_publish": self.pre_publish,
+                     "moe_pre_pull": self.pre_pull}[name.rsplit("_", 1)[0]]
+            model(grid, *args)
+        return launch
+
+    def _slot(self, rank, slot_bytes, slot):
+        data = self.bufs["tensors"][rank]
+        return data[int(slot) * int(slot_bytes):(int(slot) + 1) * int(slot_bytes)]
+
+    def publish(self, grid, local, send, ptrs, pads, rank, ws, n, slot_bytes, slot):
+        part = self._slot(int(ptrs[rank]), slot_bytes, slot)
+        part[:8 * int(ws)].view(torch.int64)[:] = send
+        part[512:512 + int(n) * local.element_size()].view(local.dtype)[:] = local.reshape(-1)
+        self.barrier.wait()
+
+    def pull(self, grid, ptrs, recv, out, rank, ws, cols, slot_bytes, slot, cap_rows):
+        if int(rank) == self.slow_rank:
+            time.sleep(0.2)
+        rank, ws, cols, cap_rows = int(rank), int(ws), int(cols), int(cap_rows)
+        assert grid[1] == ws
+        for y in range(ws):
+            p = (rank + y) % ws
+            part = self._slot(int(ptrs[p]), slot_bytes, slot)
+            header = part[:8 * ws].view(torch.int64)
+            src, dst, count = int(header[:rank].sum()), int(recv[:p].sum()), int(recv[p])
+            count = max(0, min(count, cap_rows - src))
+            rows = part[512:512 + cap_rows * cols * out.element_size()].view(out.dtype)
+            out.view(-1)[dst * cols:(dst + count) * cols] = rows[src * cols:(src + count) * cols]
+
+
+    def post_publish(self, grid, outputs, recv, counts, bases, ptrs, pads, rank, ws, experts, cols, cap_rows,
+                     slot_bytes, slot):
+        part = self._slot(int(ptrs[rank]), slot_bytes, slot)
+        filled = max(0, min(int(recv.sum()), int(cap_rows)))
+        part[:8 * int(experts)].view(torch.int64)[:] = counts.reshape(-1)
+        part[512:512 + filled * int(cols) * outputs.element_size()].view(outputs.dtype)[:] = outputs[:filled].reshape(-1)
+        self.barrier.wait()
+        ws, experts, rank = int(ws), int(experts), int(rank)
+        local = experts // ws
+        for e in range(experts):
+            theirs = self._slot(int(ptrs[e // local]), slot_bytes, slot)[:8 * experts].view(torch.int64).view(ws, local)
+            bases[e] = int(theirs[:, :e % local].sum()) + int(theirs[:rank, e % local].sum())
+
+    def combine(self, grid, ptrs, bases, pos, selected, weights, out, ws, experts, tokens, k_picks, cols, cap_rows,
+                slot_bytes, slot, vec):
+        local, cols, cap_rows = int(experts) // int(ws), int(cols), int(cap_rows)
+        for t in range(int(tokens)):
+            acc = torch.zeros(cols, dtype=torch.float32)
+            for k in range(int(k_picks)):
+                e = int(selected[t, k])
+                row = int(bases[e]) + int(pos[e, t]) - 1
+                part = self._slot(int(ptrs[e // local]), slot_bytes, slot)
+                src = part[512:512 + cap_rows * cols * out.element_size()].view(out.dtype).view(cap_rows, cols)[row]
+                acc = weights[t, k].float() * src.float() + acc
+            out[t] = acc.to(out.dtype)
+
+
+    @staticmethod
+    def _pre_regions(part, experts, pairs, tokens, cols, dtype):
+        """A pre-dispatch slot's header (experts + 1 offsets), permutation and tokens."""
+        perm_at = 512
+        rows_at = perm_at + -(-pairs // 2) * 16
+        return (part[:8 * (experts + 1)].view(torch.int64), part[perm_at:perm_at + 8 * pairs].view(torch.int64),
+                part[rows_at:rows_at + tokens * cols * dtype.itemsize].view(dtype).view(tokens, cols))
+
+    def pre_publish(self, grid, hidden, routing_map, cum, perm_out, ptrs, pads, rank, ws, experts, tokens, cols, pairs,
+                    slot_bytes, slot):
+        experts, tokens, cols, pairs = int(experts), int(tokens), int(cols), int(pairs)
+        header, perm, rows = self._pre_regions(self._slot(int(ptrs[rank]), slot_bytes, slot), experts, pairs, tokens,
+                                               cols, hidden.dtype)
+        header[0] = 0
+        for e in range(1, experts + 1):
+            header[e] = int(cum[e * tokens - 1]) if tokens else 0
+        picked = routing_map.reshape(-1).nonzero().flatten()
+        perm[cum.long()[picked] - 1] = picked % tokens
+        perm_out[cum.long()[picked] - 1] = picked % tokens
+        rows[:] = hidden
+        self.barrier.wait()
+
+    def pre_pull(self, grid, ptrs, counts, out, rank, ws, experts, tokens, cols, pairs, out_rows, slot_bytes, slot):
+        rank, ws, experts, tokens, cols, pairs = int(rank), int(ws), int(experts), int(tokens), int(cols), int(pairs)
+        local = experts // ws
+        counts = counts.view(ws, local)
+        assert grid[1] == ws * local
+        for y in range(grid[1]):
+            l, s = y // ws, (rank + y) % ws
+            dst, count = int(counts[:, :l].sum()) + int(counts[:s, l].sum()), int(counts[s, l])
+            header, perm, rows = self._pre_regions(self._slot(int(ptrs[s]), slot_bytes, slot), experts, pairs, tokens,
+                                                   cols, out.dtype)
+            start = int(header[rank * local + l])
+            out[dst:dst + count] = rows[perm[start:start + count]]
+
+
+def run_moe_ranks(world: int, calls: list[list[dict]], slow_rank: int | None = None,
+                  edit: tuple[str, str] | None = None, task: str = MOE) -> tuple[list, MoeWorld]:
+    """`task`'s expert `solution` on `world` threads over a MoeWorld, rank r making calls[i][r] in turn (its
+    arguments by the task's parameter names; the group: the first call's object, every call)."""
+    sim = MoeWorld(world, slow_rank, task)
+    names = load_task(task).parameters
+    outputs = [[None] * world for _ in calls]
+    errors = []
+    proxy = fake_torch()
+    proxy.empty = lambda *args, pin_memory=False, **kwargs: torch.empty(*args, **kwargs)
+
+    def rank_main(rank):
+        try:
+            mod = load_variant(task, edit) if edit else expert(task)
+            mod.torch = proxy
+            mod.dist = types.SimpleNamespace(get_world_size=lambda group=None: world,
+                                             group=types.SimpleNamespace(WORLD="world"))
+            mod.symmetric_buffer, mod.compile_cuda = sim.symmetric_buffer(rank), sim.compile_cuda
+            mod._sm_count = lambda device: 132
+            for i, args in enumerate(calls):   # the judge passes a rank the same group object every call
+                outputs[i][rank] = mod.solution(*(args[rank][n] for n in names[:-1]), calls[0][rank]["group"])
+        except BaseException as exc:  # reported below with the rank
+            errors.append(f"rank {rank}: {type(exc).__name__}: {exc}")
+            sim.barrier.abort()
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, "\n".join(errors)
+    return outputs, sim
+
+
+@pytest.mark.parametrize("world,dtype", [(1, "float32"), (2, "float32"), (4, "bfloat16"), (8, "float32")])
+def test_moe_all2all_solution_over_the_task_routing(world, dtype):
+    """The task's own inputs (a top-2-of-8 routing per call) at tiny, three calls back to back (both slots,
+    one reused): every rank's rows bit-exact, one publish and one pull a call (none where nothing arrives),
+    the publish grid within the pad and the SMs."""
+    inputs = trials(MOE, world, dtype, "tiny")
+    outputs, sim = run_moe_ranks(world, inputs)
+    for trial, got in zip(inputs, outputs):
+        assert not mismatches(MOE, world, dtype, "tiny", trial, got)
+    publishes = [g for n, g, _ in sim.launches if n.startswith("moe_publish")]
+    assert len(publishes) == world * len(inputs) and all(1 <= g[0] <= min(132, 2304 // world) for g in publishes)
+    pulls = sum(n.startswith("moe_pull") for n, _, _ in sim.launches)
+    assert pulls == sum(int(args["output_split_sizes"].sum()) > 0 for trial in inputs for args in trial)
+
+
+@pytest.mark.parametrize("world,rows,cols,dtype", [(3, 7, 5, torch.float16), (3, 0, 4, torch.float32),
+                                                   (8, 9, 3, torch.bfloat16)])
+def test_moe_all2all_solution_uneven_and_empty_splits(world, rows, cols, dtype):
+    """World sizes the routing does not take (3), odd widths, no rows at all, a call where every rank sends
+    everything to the last rank (the others receive nothing): bit-exact against the golden."""
+    calls = [moe_inputs(world, rows, cols, dtype, seed=s, pattern=p) for s, p in ((0, "random"), (1, "skewed"),
+                                                                                  (2, "random"))]
+    outputs, _ = run_moe_ranks(world, calls)
+    for trial, got in zip(calls, outputs):
+        want = moe_expected(trial)
+        assert all(bits_equal(g, w) for g, w in zip(got, want))
+
+
+def test_moe_all2all_two_slots_keep_a_slow_reader_correct_and_one_slot_would_not():
+    """Rank 1 pulls 0.2 s late, after rank 0 has published its next call: correct with the two slots; the
+    same code on one slot reads the next call's rows, and the comparison says so."""
+    calls = [moe_inputs(2, 6, 4, torch.float32, seed=s) for s in range(3)]
+    outputs, _ = run_moe_ranks(2, calls, slow_rank=1)
+    assert all(bits_equal(g, w) for trial, got in zip(calls, outputs) for g, w in zip(got, moe_expected(trial)))
+    outputs, _ = run_moe_ranks(2, calls, slow_rank=1, edit=("return calls % 2", "return 0"))
+    assert not all(bits_equal(g, w) for trial, got in zip(calls, outputs) for g, w in zip(got, moe_expected(trial)))
+
+
+@pytest.mark.skipif(_backend() is None, reason="neither NVRTC (CuPy) nor nvcc is installed")
+@pytest.mark.parametrize("task", [MOE, "moe_pre_all2all", "moe_post_all2all"])
+def test_moe_experts_compile_for_hopper(task):
+    cubin = compile_cubin(expert(task).SRC, arch="90", backend=_backend())
+    assert cubin[:4] == b"\x7fELF"
+
+
+MOE_HOST_CASES = [  # world, rows, cols, dtype (the variant is run on the W = 3 case)
+    (1, 5, 3, torch.float32),
+    (2, 16, 8, torch.bfloat16),
+    (3, 7, 5, torch.float16),
+    (4, 12, 16, torch.float32),
+    (8, 9, 24, torch.bfloat16),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(host_kernel.compiler() is None, reason="no g++ to build the host harness")
+def test_moe_all2all_kernel_source_on_host_threads(tmp_path):
+    """The expert's two kernels from its own source, every rank on its own host thread racing the others
+    through three calls on the same buffers (both slots): the publish grid's threads concurrent (two blocks of
+    eight threads, its in-kernel barrier real), then the pull grid. Both built in one binary (`with_variant`). Random, skewed (all rows to the last rank) and random
+    splits, zeros among them, odd widths (unaligned rows: scalar copies): every rank's rows bit-exact, the
+    signal pads back to zero. A variant that pulls from its own buffer instead of the peer's is rejected."""
+    source = expert(MOE).SRC
+    bad_edit = ("moe_slot(ptrs[p], slot_bytes, slot)", "moe_slot(ptrs[rank], slot_bytes, slot)")
+    assert bad_edit[0] in source
+    binary = host_kernel.build_moe(source, source.replace(*bad_edit), tmp_path)
+    suffix = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+    for world, rows, cols, dtype in MOE_HOST_CASES:
+        calls = [moe_inputs(world, rows, cols, dtype, seed=s, pattern=p)
+                 for s, p in ((0, "random"), (1, "skewed"), (2, "random"))]
+        raw = b"".join(torch.cat([a["input_split_sizes"], a["output_split_sizes"]]).numpy().tobytes()
+                       + a["local_tensor"].contiguous().view(torch.uint8).numpy().tobytes()
+                       for trial in calls for a in trial)
+        for wrong in (False, True) if world == 3 else (False,):
+            data = host_kernel.run_moe(binary, world, 2, 8, 2, suffix[dtype], len(calls), rows, cols, raw, tmp_path,
+                                       variant=wrong)
+            offset, caught = 0, False
+            for c, trial in enumerate(calls):
+                for r, want in enumerate(moe_expected(trial)):
+                    size = want.numel() * want.element_size()
+                    got = torch.frombuffer(bytearray(data[offset:offset + size]) or bytearray(1),
+                                           dtype=torch.uint8)[:size].view(dtype).view(want.shape)
+                    offset += size
+                    same = bits_equal(got, want)
+                    if wrong:
+                        caught = caught or not same
+                    else:
+                        assert same, f"W={world} {dtype} call {c} rank {r}: rows differ"
+            assert offset == len(data)
+            if wrong:
+                assert caught, f"W={world}: the variant was not caught"
+
+
+# -- moe_post_all2all (PKB 29): the same two ways, with the task's routings ----------------------------------------
+
+POST = "moe_post_all2all"
+POST_ODD = Preset({"T": 9, "N": 5, "E": 6, "K": 2}, "float16", "three ranks, 2 experts each, odd width")
+
+
+@pytest.mark.parametrize("world,dtype,preset", [(1, "float32", "tiny"), (2, "bfloat16", "tiny"), (4, "float32", "tiny"),
+                                                (8, "bfloat16", "tiny"), (3, "float16", POST_ODD)])
+def test_moe_post_all2all_solution_over_the_task_routing(world, dtype, preset):
+    """The task's inputs, three calls back to back (both slots, one reused): every rank's combined tokens
+    within the tolerance, one publish and one combine a call, launches against the CUDA signatures; W = 3
+    with 6 experts and an odd width (the combine's single-element path)."""
+    inputs = [rank_inputs(POST, world, dtype, preset, trial=t) for t in range(3)]
+    outputs, sim = run_moe_ranks(world, inputs, task=POST)
+    for trial, got in zip(inputs, outputs):
+        assert not mismatches(POST, world, dtype, preset, trial, got)
+    names = [n.rsplit("_", 1)[0] for n, _, _ in sim.launches]
+    assert names.count("moe_post_publish") == names.count("moe_combine") == world * len(inputs)
+
+
+POST_HOST_CASES = [(1, "float32", "tiny"), (2, "bfloat16", "tiny"), (3, "float16", POST_ODD), (4, "float32", "tiny"),
+                   (8, "bfloat16", "tiny")]   # the variant is run on the W = 3 case
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(host_kernel.compiler() is None, reason="no g++ to build the host harness")
+def test_moe_post_all2all_kernel_source_on_host_threads(tmp_path):
+    """The expert's publish (with its in-kernel barrier and base table) and combine from its own source, every
+    rank on its own host thread racing the others through three calls (both slots), on the task's routings:
+    every rank's tokens within the tolerance (16-byte packs, and single elements at the odd width), the signal
+    pads back to zero. A variant that counts the sources after this rank instead of before it is rejected."""
+    source = expert(POST).SRC
+    bad_edit = ("for (int s = 0; s < rank; ++s) base +=", "for (int s = rank + 1; s < ws; ++s) base +=")
+    assert bad_edit[0] in source
+    binary = host_kernel.build_moe_post(source, source.replace(*bad_edit), tmp_path)
+    suffix = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+    for world, dtype, preset in POST_HOST_CASES:
+        calls = [rank_inputs(POST, world, dtype, preset, trial=t) for t in range(3)]
+        first = calls[0][0]
+        cap, cols = first["expert_outputs"].shape
+        tokens, k = first["selected_experts"].shape
+        experts = first["routing_map"].shape[0]
+
+        def raw_bytes(t: torch.Tensor) -> bytes:
+            return t.contiguous().view(torch.uint8).numpy().tobytes()
+
+        raw = b"".join(raw_bytes(a["output_splits"]) + raw_bytes(a["num_global_tokens_per_local_expert"])
+                       + raw_bytes(a["selected_experts"]) + raw_bytes(a["routing_map"].cumsum(1, dtype=torch.int32))
+                       + raw_bytes(a["routing_weights"]) + raw_bytes(a["expert_outputs"])
+                       for trial in calls for a in trial)
+        for wrong in (False, True) if world == 3 else (False,):
+            data = host_kernel.run_moe_post(binary, world, 2, 8, 2, suffix[dtype], len(calls), cap, cols, tokens, k,
+                                            experts, raw, tmp_path, variant=wrong)
+            size = tokens * cols * first["expert_outputs"].element_size()
+            assert len(data) == size * world * len(calls)
+            caught = False
+            for c, trial in enumerate(calls):
+                got = [torch.frombuffer(bytearray(data[(c * world + r) * size:(c * world + r + 1) * size]),
+                                        dtype=torch.uint8).view(first["expert_outputs"].dtype).view(tokens, cols)
+                       for r in range(world)]
+                found = mismatches(POST, world, dtype, preset, trial, got)
+                if wrong:
+                    caught = caught or bool(found)
+                else:
+                    assert not found, f"W={world} {dtype} call {c}: {found}"
+            if wrong:
+                assert caught, f"W={world}: the variant was not caught"
+
+
+
+# -- moe_pre_all2all (PKB 28): the same two ways, with the task's routings -------------------------------------------
+
+PRE = "moe_pre_all2all"
+PRE_ODD = Preset({"T": 9, "N": 5, "E": 6, "K": 2}, "float16", "three ranks, 2 experts each, odd width")
+
+
+@pytest.mark.parametrize("world,dtype,preset", [(1, "float32", "tiny"), (2, "bfloat16", "tiny"), (4, "float32", "tiny"),
+                                                (8, "bfloat16", "tiny"), (3, "float16", PRE_ODD)])
+def test_moe_pre_all2all_solution_over_the_task_routing(world, dtype, preset):
+    """The task's inputs, three calls back to back (both slots, one reused): every rank's regrouped rows,
+    routing map and permutation exact, one publish and one pull a call, launches against the CUDA signatures;
+    W = 3 with 6 experts and an odd width."""
+    inputs = [rank_inputs(PRE, world, dtype, preset, trial=t) for t in range(3)]
+    outputs, sim = run_moe_ranks(world, inputs, task=PRE)
+    for trial, got in zip(inputs, outputs):
+        assert not mismatches(PRE, world, dtype, preset, trial, got)
+    names = [n.rsplit("_", 1)[0] for n, _, _ in sim.launches]
+    assert names.count("moe_pre_publish") == world * len(inputs)
+    assert names.count("moe_pre_pull") == sum(int(a["output_splits"].sum()) > 0 for t in inputs for a in t)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(host_kernel.compiler() is None, reason="no g++ to build the host harness")
+def test_moe_pre_all2all_kernel_source_on_host_threads(tmp_path):
+    """The expert's publish (tokens, permutation, expert offsets; in-kernel barrier) and gather from its own
+    source, every rank on its own host thread racing the others through three calls (both slots), on the task's
+    routings: every rank's regrouped rows and permutation exact (the routing map is a torch op, checked above).
+    A variant that reads the offsets of the expert after the right one is rejected."""
+    source = expert(PRE).SRC
+    bad_edit = ("const long long start = header[rank * local + l];", "const long long start = header[rank * local + l + 1];")
+    assert bad_edit[0] in source
+    binary = host_kernel.build_moe_pre(source, source.replace(*bad_edit), tmp_path)
+    suffix = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+    for world, dtype, preset in POST_HOST_CASES:
+        preset = PRE_ODD if preset is POST_ODD else preset
+        calls = [rank_inputs(PRE, world, dtype, preset, trial=t) for t in range(3)]
+        first = calls[0][0]
+        tokens, cols = first["hidden_states"].shape
+        experts, k = first["expert_mask"].shape[:2]
+        elem = first["hidden_states"].element_size()
+
+        def raw_bytes(t: torch.Tensor) -> bytes:
+            return t.contiguous().view(torch.uint8).numpy().tobytes()
+
+        raw = b""
+        for trial in calls:
+            for a in trial:
+                routing_map = a["expert_mask"].any(dim=1)
+                raw += (raw_bytes(routing_map) + raw_bytes(routing_map.view(-1).cumsum(0, dtype=torch.int32))
+                        + raw_bytes(a["num_global_tokens_per_local_expert"]) + raw_bytes(a["output_splits"])
+                        + raw_bytes(a["hidden_states"]))
+        for wrong in (False, True) if world == 3 else (False,):
+            data = host_kernel.run_moe_pre(binary, world, 2, 8, 2, suffix[dtype], len(calls), tokens, cols, tokens * k,
+                                           experts, raw, tmp_path, variant=wrong)
+            offset, caught = 0, False
+            for c, trial in enumerate(calls):
+                got = []
+                for r, a in enumerate(trial):
+                    rows = int(a["output_splits"].sum())
+                    size = rows * cols * elem
+                    permuted = torch.frombuffer(bytearray(data[offset:offset + size]) or bytearray(1),
+                                                dtype=torch.uint8)[:size].view(first["hidden_states"].dtype).view(rows, cols)
+                    offset += size
+                    perm = torch.frombuffer(bytearray(data[offset:offset + 8 * tokens * k]), dtype=torch.int64)
+                    offset += 8 * tokens * k
+                    got.append((permuted, a["expert_mask"].any(dim=1), perm))
+                found = mismatches(PRE, world, dtype, preset, trial, got)
+                if wrong:
+                    caught = caught or bool(found)
+                else:
+                    assert not found, f"W={world} {dtype} call {c}: {found}"
+            assert offset == len(data)
+            if wrong:
+                assert caught, f"W={world}: the variant was not caught"
