@@ -178,15 +178,15 @@ def test_nothing_survives_a_killed_judge(tmp_path):
     import glob
     import subprocess
     import sys
-    import tempfile
     import time
 
     marker = "7" + str(os.getpid() % 1000).zfill(3)  # a sleep length no one else uses
     tests = os.path.dirname(os.path.abspath(__file__))
-    roots = os.path.join(tempfile.gettempdir(), "pkb-env-*")
-    before = set(glob.glob(roots))
+    own_tmp = tmp_path / "tmp"   # the judge's $TMPDIR, so that no other process's executor root counts
+    own_tmp.mkdir()
+    roots = os.path.join(own_tmp, "pkb-env-*")
     judge = subprocess.Popen([sys.executable, "-c", JUDGE_SCRIPT.format(tests=tests, marker=marker)],
-                             env={**os.environ, "PKB_ENV_CACHE": str(tmp_path)})
+                             env={**os.environ, "PKB_ENV_CACHE": str(tmp_path), "TMPDIR": str(own_tmp)})
 
     def left():
         return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] and "sleep" in p.info["cmdline"][0]
@@ -205,7 +205,7 @@ def test_nothing_survives_a_killed_judge(tmp_path):
             time.sleep(0.1)
         assert not left(), f"children outlived the judge: {[p.pid for p in left()]}"
         assert not [p for p in family if running(p)]  # running(): a process may end between two looks
-        assert set(glob.glob(roots)) <= before, f"the killed judge left {set(glob.glob(roots)) - before}"
+        assert not glob.glob(roots), f"the killed judge left {glob.glob(roots)}"
     finally:
         for p in left():
             p.kill()
