@@ -26,7 +26,7 @@ import math
 
 import torch
 
-from pkb_env.contract import Const, Custom, Integers, Preset, Relative, Scalar, Sum
+from pkb_env.contract import Const, Custom, InPlace, Integers, Preset, Relative, Scalar, Sum
 
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 LR, BETA1, BETA2, EPS, WEIGHT_DECAY = 1e-3, 0.9, 0.999, 1e-8, 0.01
@@ -152,3 +152,27 @@ def step_flops(c) -> float:
 
 def flat_params(c) -> int:
     return c["H"] * c["D"] + c["H"] + c["O"] * c["H"] + c["O"]
+
+
+# Departures every task of this family shares (ddp, zero1, zero2, fsdp_step_e2e): why its state is fp32 and its
+# activation SiLU, each measured.
+MLP_STATE_DEPARTURES = (
+    "parameters, moments and the forward and backward are fp32 whatever the task dtype (the data, X and "
+    "y, has it): in bf16 a 1e-3 step is below the weights' resolution, so PKB's bf16 state hides the "
+    "update and any error in it, and Adam's normalisation carries a bf16 gradient's error (measured with "
+    "relu: up to ~1.5x the gradients' RMS at tiny) into the update at the size of the bugs to catch",
+    "SiLU instead of PKB's ReLU: ReLU's kink makes the gradient jump where a pre-activation is within "
+    "rounding of zero, which happened in 1 of 36 fp32 calls measured at bench and moves a whole row's "
+    "share of a weight's gradient; Adam carries it into the update at up to ~4000x the fp32 tolerance "
+    "(measured), so two correct fp32 steps could disagree",
+)
+
+
+def sharded_adam_state() -> tuple:
+    """The in-place results of ZeRO-1 and ZeRO-2 (41, 42): the replicated parameters, bit-identical on every
+    rank, and this rank's shard of Adam's moments."""
+    return (*(InPlace(name, identical=True, tolerance=param_tolerance(),
+                      doc=f"{name} after the step, the same bits on every rank") for name in NAMES),
+            InPlace("exp_avg_part", tolerance=moment_tolerance(), doc="this shard's first moments after the step"),
+            InPlace("exp_avg_sq_part", tolerance=second_moment_tolerance(),
+                    doc="this shard's second moments after the step"))

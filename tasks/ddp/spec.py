@@ -9,9 +9,9 @@ or reduce-scatter, update a 1/W shard and all-gather (the same bytes, a W-th of 
 import torch
 
 from pkb_env.contract import Comm, Compute, Cost, InPlace, Replicated, Sharded, TaskSpec, Tensor
-from pkb_env.tasks._mlp_step import (DTYPES, FIRST_MOMENT, NAMES, SECOND_MOMENT, SHAPES, WEIGHTS, adam, flat_params,
-                                     full_gradient, hyper, moment_tolerance, param_tolerance, presets,
-                                     second_moment_tolerance, split, step_flops)
+from pkb_env.tasks._mlp_step import (DTYPES, FIRST_MOMENT, MLP_STATE_DEPARTURES, NAMES, SECOND_MOMENT, SHAPES,
+                                     WEIGHTS, adam, flat_params, full_gradient, hyper, moment_tolerance,
+                                     param_tolerance, presets, second_moment_tolerance, split, step_flops)
 
 
 def golden(inputs, world):
@@ -90,14 +90,7 @@ SPEC = TaskSpec(
         "the state is drawn as after many steps (weights at 1/sqrt(fan-in), moments at the gradients' scale, "
         "step per call in [1, 1000]) so that the gradient, both moments and the bias corrections all change "
         "the result (PKB's moments are zero and its step is 1 + trial % 7)",
-        "parameters, moments and the forward and backward are fp32 whatever the task dtype (the data, X and "
-        "y, has it): in bf16 a 1e-3 step is below the weights' resolution, so PKB's bf16 state hides the "
-        "update and any error in it, and Adam's normalisation carries a bf16 gradient's error (measured with "
-        "relu: up to ~1.5x the gradients' RMS at tiny) into the update at the size of the bugs to catch",
-        "SiLU instead of PKB's ReLU: ReLU's kink makes the gradient jump where a pre-activation is within "
-        "rounding of zero, which happened in 1 of 36 fp32 calls measured at bench and moves a whole row's "
-        "share of a weight's gradient; Adam carries it into the update at up to ~4000x the fp32 tolerance "
-        "(measured), so two correct fp32 steps could disagree",
+        *MLP_STATE_DEPARTURES,
         "the parameters and moments are updated in place, bit-identical on every rank (the judge compares "
         "them after the call), instead of returned as twelve copies",
         "the flat parameters' sizes follow the preset only (PKB's shapes at bench: 1024 rows, 256 -> 512 -> "
