@@ -134,6 +134,20 @@ def test_non_finite_values_must_match_where_they_are():
     assert "non-finite" in judge([x], [y], FP32)[0].message
 
 
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), 0.0])
+def test_a_block_with_no_room_passes_its_exact_twin_and_catches_any_other(value):
+    """A block whose bound is zero (every value non-finite, or all zeros under a rule of rtol only: a rank
+    without valid tokens) leaves no room: equal projections pass (they gave 0/0 before, read as a difference,
+    so the reference failed against itself), any difference is caught."""
+    relative = Tolerance(0.0, 1e-5, "relative only")
+    x = torch.full((300,), value)
+    assert not judge([x, x], [x.clone(), x.clone()], relative)
+    if value == 0.0:
+        y = x.clone()
+        y[5] = 1e-30
+        assert judge([x], [y], relative)
+
+
 def test_outputs_of_any_structure():
     a, b = torch.randn(4, 4), torch.arange(6)
     out = {"values": a, "meta": (b, None, 3, 2.5)}

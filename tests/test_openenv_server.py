@@ -132,13 +132,14 @@ def test_two_sessions_on_two_tasks_judge_correct_and_wrong_code(server):
     assert proc.poll() is None
 
 
-def oversize_post(base: str) -> str:
-    """POST a body announced as 2 MB and read the answer after its first 64 KiB: the server answers before
-    reading the rest (a client sending all of it could meet the closed socket, a broken pipe)."""
+def raw_post(base: str, path: str, header: str, body: bytes) -> str:
+    """POST over a plain socket, sending the head and `body` at once, and read the answer: for the bodies the
+    server refuses unread (a client that sends the body after the head, as urllib does, can meet the closed
+    socket, a broken pipe, and never read the answer)."""
     host, port = base.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as s:
-        s.sendall(f"POST /step HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-                  f"Content-Length: {2 << 20}\r\n\r\n".encode() + b" " * (64 << 10))
+        s.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n{header}\r\n"
+                  f"\r\n".encode() + body)
         reply = b""
         while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
             chunk = s.recv(4096)
@@ -147,6 +148,11 @@ def oversize_post(base: str) -> str:
             reply += chunk
     head, _, body = reply.partition(b"\r\n\r\n")
     return f"HTTP {head.split()[1].decode()}: {json.loads(body)['detail']}"
+
+
+def oversize_post(base: str) -> str:
+    """A body announced as 2 MB, of which the first 64 KiB are sent: the server answers before reading it."""
+    return raw_post(base, "/step", f"Content-Length: {2 << 20}", b" " * (64 << 10))
 
 
 def third_session(base: str) -> dict:
@@ -199,11 +205,11 @@ def bad_requests(base: str) -> list[tuple[str, str]]:
             ("HTTP garbage JSON", "/step", b"{not json", {}),
             ("HTTP step without an episode", "/step", json.dumps({"action": {"code": WRONG}}).encode(), {}),
             ("HTTP reset to an unknown task", "/reset", json.dumps({"task": "nope"}).encode(), {}),
-            ("HTTP step with code as a list", "/step", json.dumps({"action": {"code": ["a"]}}).encode(), {}),
-            ("HTTP chunked body", "/reset", b"{}", {"Transfer-Encoding": "chunked"})):
+            ("HTTP step with code as a list", "/step", json.dumps({"action": {"code": ["a"]}}).encode(), {})):
         status, reply = post(base + path, body, headers)
         assert status >= 400, (what, status, reply)
         answers.append((what, f"HTTP {status}: {json.dumps(reply.get('detail'))[:300]}"))
+    answers.append(("HTTP chunked body", raw_post(base, "/reset", "Transfer-Encoding: chunked", b"2\r\n{}\r\n0\r\n\r\n")))
     answers.append(("HTTP 2 MB body", oversize_post(base)))
     status, _ = get(base + "/no-such-route")
     answers.append(("HTTP unknown route", f"HTTP {status}"))
@@ -225,6 +231,7 @@ def test_bad_requests_get_errors_and_the_server_keeps_serving(server):
     assert "code is empty" in said["empty code"] and "code is empty" in said["code of spaces"]
     assert said["a 2 MB message"].startswith("closed 1009")
     assert said["HTTP 2 MB body"].startswith("HTTP 413") and "limit" in said["HTTP 2 MB body"]
+    assert said["HTTP chunked body"].startswith("HTTP 411") and "Content-Length" in said["HTTP chunked body"]
     assert said["HTTP step without an episode"].startswith("HTTP 400") and "WebSocket" in said["HTTP step without an episode"]
     assert proc.poll() is None and get(base + "/health")[0] == 200
 

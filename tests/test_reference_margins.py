@@ -27,7 +27,7 @@ import tolerance_margins  # noqa: E402  (spawned ranks import it by name: it mus
 WORLD_SIZES = (2, 3, 4, 8)
 # Trials per world size: W = 8 runs 8 ranks on 2 cores and the golden of 8 ranks, so fewer (each launch must
 # stay well inside the module's timeout on a loaded 2-core machine; benchmarks/tolerance_margins.py takes more).
-TRIALS = {2: 24, 3: 24, 4: 24, 8: 12}
+TRIALS = {2: 16, 3: 12, 4: 16, 8: 8}
 # The test that launches a size carries that launch (W = 8: about 2 minutes idle, over 5 loaded).
 pytestmark = pytest.mark.timeout(900)
 LIMIT = 0.5

@@ -462,7 +462,7 @@ def test_wrong_sorts_knn_ties_and_suppressions_are_judged_wrong(env4, task, name
                         r"declared bound \[\d+\]", first), first
         return
     assert info["verdict"] == "wrong", info["feedback"]
-    assert re.match(r"rank \d, trial \d( \([^()]*\))?, output(\[\d+\])?: ", first), first
+    assert re.match(r"rank \d, trial \d( \((?:[^()]|\([^()]*\))*\))?, output(\[\d+\])?: ", first), first
 
 
 # MoE dispatch and combine (PKB 26-29), on a top-2-of-8 routing drawn per call: routing that drops or duplicates

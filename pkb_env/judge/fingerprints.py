@@ -161,7 +161,10 @@ def _differs(exp: dict, e: np.ndarray, got: dict, g: np.ndarray, tol: Tolerance)
         raise ChannelError("a fingerprint cut into other blocks than the reference's")
     limit = bound(exp["t2"].numpy()[e], exp["a"].numpy()[e], got["a"].numpy()[g], exp["block"])  # rows x blocks
     with np.errstate(all="ignore"):  # inf and NaN are answers to report, not errors
-        excess = np.abs(got["p"].numpy()[g] - exp["p"].numpy()[e]) / limit[:, None, :]  # rows x projections x blocks
+        gap = np.abs(got["p"].numpy()[g] - exp["p"].numpy()[e])  # rows x projections x blocks
+        # A block with no room (limit 0: all its values non-finite, or zero under a rule without atol) must
+        # match exactly: 0/0 is no difference there, anything else over 0 is one.
+        excess = np.where(gap == 0, 0.0, gap / limit[:, None, :])
     worst = excess.reshape(len(e), -1).max(1, initial=0.0)  # NaN propagates: it counts as a difference
     bad, first = _picked(exp["x"].numpy()[e], got["x"].numpy()[g], tol)
     texts: list[str | None] = []
