@@ -165,13 +165,15 @@ def agent_from_spec(spec: str):
 
 
 def resolve_tasks(spec: str | None, agent=None) -> list[str] | None:
-    """`a,b` -> [a, b] (checked); None/"all" -> the whole suite, or for a by-task FileAgent the tasks it has files for."""
+    """`a,b` -> [a, b] (checked: a task that cannot run here is refused, naming the sizes it takes); None/"all"
+    -> None, the whole suite as it runs here (the judge's `tasks()`: at world size 1 the tasks that take it),
+    or for a by-task FileAgent the tasks it has files for."""
     from pkb_env.agents import FileAgent
 
     by_task = isinstance(agent, FileAgent) and agent.by_task
     if spec is None or spec.strip() in ("", "all"):
         if not by_task:
-            return list(task_names())
+            return None
         names = [n for n in task_names() if any(f.stem == n for f in agent.files)]
         if not names:
             raise ValueError(f"none of the {len(agent.files)} .py files of {agent.name} is named after a task; "
