@@ -105,13 +105,20 @@ def margins(tasks: list[str], preset: str, world: int, dtypes: list[str], trials
                 for r in range(world):
                     mine = {"output": expected[r],
                             "updated": {name: _to_cpu(inputs[r][name]) for name in spec.inplace_positions}}
-                    for path, (e, g) in _by_output(spec, mine, got[r][(task, dtype, trial)]).items():
-                        worst[path] = max(worst[path], _ratio(e, g, checks[path].tolerance))
+                    for path, ratio in error_over_allowed(spec, checks, mine, got[r][(task, dtype, trial)]).items():
+                        worst[path] = max(worst[path], ratio)
             for path, ratio in worst.items():  # one row per output, each at its own tolerance
                 tol = checks[path].tolerance
                 rows.append({"task": task, "preset": preset, "world_size": world, "dtype": dtype, "output": path,
                              "max_error_over_allowed": ratio, "atol": tol.atol, "rtol": tol.rtol})
     return rows
+
+
+def error_over_allowed(spec, checks, expected, got) -> dict:
+    """{output path: max |got - expected| / allowed} for one rank, each path at its own tolerance in `checks`;
+    both sides {"output": the returned value, "updated": {input name: its final value}}. tests/test_tasks_golden.py
+    asserts it below 0.5 at every task's tiny dtype."""
+    return {path: _ratio(e, g, checks[path].tolerance) for path, (e, g) in _by_output(spec, expected, got).items()}
 
 
 def _by_output(spec, expected, got) -> dict:

@@ -1,7 +1,7 @@
 """A candidate more exact than the reference is never rejected (issue 31, item 1).
 
 The judge compares candidates with the reference's outputs at the task's tolerance T; the reference
-stays within T/2 of the float64 golden (tests/test_reference_margins.py), so every candidate within T/2
+stays within T/2 of the float64 golden (tests/test_tasks_golden.py), so every candidate within T/2
 of the golden passes (docs/task_contract.md, "Against the truth"). The issue's case: a float64 candidate
 for ring_attention_backward_dp matched the golden to 0.000 of the allowed error and was rejected in 3
 of ~95 steps at world size 8, because the float32 reference itself was up to 2.3x its allowance away.

@@ -10,8 +10,8 @@ needs no halo) and fusing the concatenation away.
 """
 import torch.nn.functional as F
 
-from pkb_env.contract import (Comm, Compute, Const, Cost, Group, Normal, Output, Preset, Replicated, Sharded,
-                              Sum, TaskSpec, Tensor)
+from pkb_env.contract import (Comm, Compute, Const, Cost, Group, Normal, Output, Preset, Relative, Replicated,
+                              Sharded, Sum, TaskSpec, Tensor)
 from pkb_env.tasks._conv import BIAS_ROUNDING, fan_in_normal
 
 
@@ -38,8 +38,14 @@ def cost(c):
 # Outputs: a 9C-term dot product of unit inputs and weights of std 1/sqrt(9C) (RMS 1), plus a unit bias.
 # cuDNN and CPU convolutions accumulate in fp32; a convolution may round its result to the dtype before
 # the bias is added (a separate add), once more at RMS 1; the final rounding is the rtol's.
+# CPU (oneDNN) convolutions with the bias fused in err more on the largest outputs than the sum alone says:
+# in 200 fp32 draws at tiny, in one process, the Sum + bias rule alone was reached to 0.57 at |y| 4-6 (0.29
+# with the bias added after the convolution), so nine partial sums (one per tap) rounded at the output's
+# magnitude are allowed too: the reference's worst then 0.32-0.33 at W = 2, 3, 4, 8 over 40 trials
+# (benchmarks/tolerance_margins.py --dtype float32; the golden test's limit is 0.5).
 TOLERANCE = (Sum("9 * C", "1 / sqrt(9 * C)", "float32", what="the 9C products of a 3x3 convolution, "
                                                                "accumulated in fp32")
+             + Relative(9, "float32", what="the nine taps' partial sums, rounded at the output's magnitude")
              + BIAS_ROUNDING)
 
 SPEC = TaskSpec(
