@@ -4,8 +4,8 @@ The golden test: each world size is ONE launch of W spawned rank processes that 
 tiny preset allows at that size, x dtype (the tiny one alone at W = 3) x trial, build the task's mesh groups
 (once per mesh shape, as the judge's ranks do), run the reference and save what each rank returned. The
 pytest process makes every rank's inputs from the same seeds, runs the task's single-process golden, and
-compares with the judge's own comparison and the task's own tolerance; it also checks each output against its declared shape and dtype.
-At the task's tiny dtype every reference stays within HALF its tolerance of the golden, so a candidate more
+compares with the judge's own comparison and the task's own tolerance; it also checks each output against
+its declared shape and dtype. At the task's tiny dtype every reference stays within HALF its tolerance of the golden, so a candidate more
 exact than the reference is never rejected (docs/task_contract.md, "Against the truth"; the sweep of record
 is benchmarks/tolerance_margins.py at 200 trials, whose ratio this test uses).
 
