@@ -8,6 +8,7 @@
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh one        # one GPU: timing, containment, fault tests, latency
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh judging    # one GPU: judging and expert tests
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh speed      # one GPU: throughput, step latency, self-speedup
+#     OUT=/path/to/out bash benchmarks/gpu_batch.sh pairs      # one GPU: interleaved pairs' tests, self-speedup, latency
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh suite      # one GPU: every reference, 4 emulated ranks and W=1
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh experts1   # one GPU: the experts of issues 26-27
 #
@@ -72,6 +73,16 @@ if [ "${1:-timing}" = experts1 ]; then   # one GPU: issues 26-27's experts (quan
     # whole selection, with the MoE experts at 2 and 8 emulated ranks, has not been timed in one call)
     part 540 python -m pytest -q -rA -s -p no:cacheprovider tests/gpu/test_experts.py \
                  -k "data_spatial or rfft or zero2 or sample_sort or moe_all2all_expert"
+    echo "== done $(date +%T)" >> "$LOG"
+    exit 0
+fi
+if [ "${1:-timing}" = pairs ]; then   # issue 23, interleaved pairs on one GPU at world size 1: the probe's and
+    # the timing tests, the reference against itself over 20 steps, the warm step
+    part 220 python -m pytest -q -rA -s -p no:cacheprovider tests/gpu/test_pairs_gpu.py tests/gpu/test_timing_gpu.py
+    part 200 python benchmarks/self_speedup.py --executor cuda --world-size 1 --preset bench \
+                 --tasks all_reduce all_gather broadcast --steps 20 --json "$OUT/self_speedup.json"
+    part 120 python benchmarks/step_latency.py --executor cuda --world-size 1 --preset bench --steps 8 --operations \
+                 --candidates reference agents/experts/all_reduce.py --json "$OUT/step_latency.json"
     echo "== done $(date +%T)" >> "$LOG"
     exit 0
 fi

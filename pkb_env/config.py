@@ -61,6 +61,8 @@ class TimingProtocol:
     clock_factor: float = 4.0        # allowance = max(floor, factor x the reference's 90th-percentile overhead)
     clock_relative: float = 0.02     # ... plus this fraction of the burst's wall time (check_claims)
     hidden_work_s: float = 50e-6     # device busy after the end beyond 2x the reference's plus this: escaped work
+    contended_s: float = 1e-3        # the reference's device wait before a replay above this: a stopped candidate's
+                                     # kernel held the GPU (ranks/clocks.device_wait; idle: tens of microseconds)
     statistic: str = "burst-median"  # the figure of a burst (BurstLog.figures): "burst-median" | "interval-min"
 
     @classmethod
@@ -122,6 +124,9 @@ class JudgeConfig:
     """All trials of one step: a hang or a deadlock costs this long, once."""
     timing_timeout_s: float = 60.0
     """One request of the timing protocol (a burst, its fingerprints, the reference's replay of it)."""
+    freeze_timeout_s: float = 1.0
+    """Stopping every process of a candidate before the reference's replay of its burst (sandbox/freezer.py);
+    a candidate whose processes keep forking past it fails the step."""
     compile_timeout_s: float = 300.0
     """One NVRTC or nvcc build in a build cell."""
     extension_timeout_s: float = 480.0
@@ -191,7 +196,7 @@ class JudgeConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "fresh_starts" else 1):
                 yield f"{name} must be a positive integer, got {value!r}"
         for name in ("step_budget_s", "start_timeout_s", "build_timeout_s", "trial_timeout_s", "timing_timeout_s",
-                     "compile_timeout_s", "extension_timeout_s", "compile_budget_s"):
+                     "freeze_timeout_s", "compile_timeout_s", "extension_timeout_s", "compile_budget_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 yield f"{name} must be a positive number of seconds, got {value!r}"

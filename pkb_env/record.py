@@ -191,6 +191,7 @@ class TimingResult:
     cached_reference_s: float | None = None  # the reference's time measured once per task (prompt, calibration)
     speedup_low: float | None = None      # a 90% interval of the speedup from its pairs (sign test; None: < 5 pairs)
     speedup_high: float | None = None
+    device_wait_s: float | None = None    # GPUs: the reference's longest probe wait before a replay (contended_s)
     suspect: str | None = None            # why the time cannot be trusted (never rewarded then)
 
 

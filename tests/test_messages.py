@@ -12,7 +12,7 @@ from pkb_env.wire.messages import ForgedMessage, check, new_nonce
 
 NONCE = new_nonce()
 BURST = {"event": "burst", "nonce": NONCE, "rank": 1, "seen_at": 1.0, "ended_at": 1.01, "busy_s": 0.01,
-         "host_s": 0.009, "idle_s": None, "marks": [0.001, 0.002], "payload": False}
+         "host_s": 0.009, "idle_s": None, "wait_s": None, "marks": [0.001, 0.002], "payload": False}
 
 
 def test_an_honest_answer_passes():
@@ -34,7 +34,7 @@ def test_an_honest_answer_passes():
     ({"marks": [0.0] * 5000}, "'marks' is out of schema"),
 ])
 def test_anything_else_is_a_forgery(change, reason):
-    header = {k: v for k, v in {**BURST, **change}.items() if v is not None or k == "idle_s"}
+    header = {k: v for k, v in {**BURST, **change}.items() if v is not None or k in ("idle_s", "wait_s")}
     with pytest.raises(ForgedMessage, match=reason):
         check(header, header.get("payload", False), "burst", NONCE, 1)
 

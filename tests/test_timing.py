@@ -5,6 +5,7 @@ claims held to the judge's clock. No wall-clock limit is asserted: only what hol
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -160,36 +161,80 @@ def solution(tensor):
 """
 
 
-def test_the_candidate_is_gone_before_the_reference_replays_its_timed_calls(monkeypatch):
-    """The reference's replay is timed (the paired half of the speedup), so nothing of the candidate may run
-    beside it: its ranks are confirmed gone when the replay starts, not merely told to end."""
+# The reference all-reduce with helpers that would run beside the reference's replay if they could: a thread
+# and a child process of its own session, both waking every millisecond.
+WITH_HELPERS = """
+import subprocess, sys, threading, time, torch.distributed as dist
+def _tick():
+    while True:
+        time.sleep(0.001)
+threading.Thread(target=_tick, daemon=True).start()
+_child = subprocess.Popen([sys.executable, "-c", "import time\\nwhile True: time.sleep(0.001)"],
+                          start_new_session=True)
+def solution(tensor):
+    out = tensor.clone()
+    dist.all_reduce(out)
+    return out
+"""
+
+
+def test_every_process_of_the_candidate_is_stopped_while_the_reference_replays_its_bursts(monkeypatch):
+    """The reference's replay of each scored burst is the timed half of its pair, right after the burst, so
+    nothing of the candidate may run beside it: every thread of every process under its cell (ranks, a
+    helper thread, a child in a session of its own) is stopped, and all run again for the next burst."""
     import psutil
+
+    from pkb_env.sandbox import freezer
 
     env = make_env(world_size=2, config=PRODUCTION, target_speedup=float("inf"))
     executor = env.unwrapped.judge.executor
-    taken, alive_at_replay = [], []
-    take, replay = executor._candidate_ranks, ReferenceRanks.replay
+    taken, at_replay, between = [], [], []
+    take, replay, burst = executor._candidate_ranks, ReferenceRanks.replay, Session.burst
 
     def spy_take():
         taken.append(take())
         return taken[-1]
 
+    def stopped(ranks: RankSet) -> dict[int, bool]:
+        """Per live process under the candidate's cell: every thread of it stopped."""
+        found = {}
+        for pid in freezer.descendants([ranks.cell.pid]):
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    found[pid] = freezer._all_threads_stopped(pid)
+            except psutil.NoSuchProcess:
+                pass
+        return found
+
     def spy_replay(session, *args, **kwargs):
-        ranks = taken[-1]
-        alive_at_replay.append((ranks.closed, [p for p in ranks.pids if psutil.pid_exists(p)
-                                               and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]))
+        at_replay.append(stopped(taken[-1]))
         return replay(session, *args, **kwargs)
+
+    def spy_burst(session, *args, **kwargs):
+        if taken and session.ranks is taken[-1] and at_replay:   # a burst after a pair: resumed (SIGCONT lands
+            for _ in range(100):                                 # within microseconds; allow a loaded machine)
+                now = stopped(taken[-1])
+                if not any(now.values()):
+                    break
+                time.sleep(0.01)
+            between.append(now)
+        return burst(session, *args, **kwargs)
 
     monkeypatch.setattr(executor, "_candidate_ranks", spy_take)
     monkeypatch.setattr(ReferenceRanks, "replay", spy_replay)
+    monkeypatch.setattr(Session, "burst", spy_burst)
     try:
         obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
-        _, _, _, _, info = env.step(obs["reference"])
+        _, _, _, _, info = env.step(WITH_HELPERS)
         assert info["correct"], info["feedback"]
-        assert alive_at_replay and all(closed and not pids for closed, pids in alive_at_replay), alive_at_replay
+        assert at_replay and all(stopped and all(stopped.values()) for stopped in at_replay), at_replay
+        # the ranks, each rank's child, and the namespace's PID 1 where there is one
+        assert all(len(stopped) >= 2 * 2 for stopped in at_replay), at_replay
+        assert between and not any(any(now.values()) for now in between), between   # resumed
         record = info["record"]
-        assert record.timing.pairs == len(alive_at_replay) >= 3 and record.timing.speedup_spread is not None
+        assert record.timing.pairs == len(at_replay) >= 3 and record.timing.speedup_spread is not None
         assert record.timing.cached_reference_s > 0 and record.speedup == record.timing.speedup
+        assert record.reference.replay_s > 0 and record.timed_check.checked == record.timing.calls * 2
         if record.timing.pairs >= 5:   # the sign test's interval exists, holds the median, and the feedback says it
             low, high = record.speedup_interval
             assert low <= record.speedup <= high and f"over {record.timing.pairs} paired bursts" in info["feedback"]

@@ -53,6 +53,7 @@ class RankBurst:
     idle_s: float | None
     marks: list[float]
     received: float
+    wait_s: float | None = None   # GPUs: a tiny kernel's launch to completion before the burst (clocks.device_wait)
 
 
 @dataclass
@@ -90,6 +91,10 @@ class CandidateSession(TimedSession, Protocol):
     def quiet(self, label: str) -> None:
         """No rank said anything nobody asked for (a late forged report), else RankSetFailed."""
 
+    def frozen(self) -> AbstractContextManager[None]:
+        """Every process of the candidate stopped for the block (sandbox/freezer.py), so that the reference
+        can be timed beside it; RankSetFailed when they cannot all be stopped (they keep forking)."""
+
     def end(self) -> None:
         """Kill the candidate's ranks now, without waiting; the session's close confirms they are gone."""
 
@@ -121,7 +126,8 @@ class Executor(Protocol):
 
     def reference(self, task: str | None, work: Callable[[ReferenceSession], T]) -> T:
         """`work` on the trusted reference ranks with `task` loaded (None: nothing loaded, the calibration);
-        retried once on fresh ranks when they died, then JudgeError."""
+        retried once on fresh ranks when they died, then JudgeError. Only while no candidate process exists
+        or runs (a candidate session's `frozen`)."""
 
     def build(self, job: dict, timeout: float) -> "BuildOutcome":
         """One build of a candidate's kernels in a build cell of its own (executors/builds.py)."""

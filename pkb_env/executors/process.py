@@ -31,6 +31,8 @@ from pkb_env.executors.interface import Services
 from pkb_env.executors.placement import ExecutorInfo, Placement
 from pkb_env.executors.rank_set import RankSet, RankSetFailed
 from pkb_env.executors.sessions import CandidateRanks, ReferenceRanks
+from pkb_env.record import RankFailure
+from pkb_env.sandbox import freezer
 from pkb_env.sandbox.containment import Containment
 from pkb_env.sandbox.limits import kill_tree
 from pkb_env.sandbox.privileges import remove_files_of, unprivileged_uid
@@ -98,7 +100,7 @@ class ProcessExecutor:
             ranks = self._candidate_ranks()
         ranks.services, ranks.hard_deadline = services, deadline
         try:
-            yield CandidateRanks(ranks, self._settle, self.tracer, self._retire, self._protection(ranks))
+            yield CandidateRanks(ranks, self._settle, self.tracer, self._retire, self._frozen, self._protection(ranks))
         finally:
             with self.tracer.span("release"):
                 self._release(ranks)
@@ -107,8 +109,8 @@ class ProcessExecutor:
         """`work` on the reference ranks with `task` loaded; once more on fresh ranks if they died.
 
         Reference ranks never run candidate code, but a candidate that ran as the same user may have killed
-        them during its step; the reference only works while no candidate process is alive, so a fresh
-        rank set cannot be reached. A second failure is the judge's own: JudgeError.
+        them during its step; the reference only works while no candidate process is alive or running
+        (`_frozen`), so a fresh rank set cannot be reached. A second failure is the judge's own: JudgeError.
         """
         for attempt in (1, 2):
             session = ReferenceRanks(self._reference_ranks(), self._settle, self.tracer)
@@ -204,13 +206,49 @@ class ProcessExecutor:
                 ranks.close()
                 self._spares.remove(ranks)
 
+    @contextmanager
+    def _frozen(self, ranks: RankSet) -> Iterator[None]:
+        """Every process of a candidate rank set stopped for the block (sandbox/freezer.py): under its cell,
+        and without namespaces whatever the zygote adopted too (a process that left its tree). One that
+        cannot be stopped in `freeze_timeout_s` (it keeps forking) fails the candidate's step."""
+        def processes() -> set[int]:
+            found = freezer.descendants([ranks.cell.pid])
+            if not ranks.cell.contained:
+                strays = self._strays(ranks)
+                found |= strays | freezer.descendants(strays)
+            return found
+
+        with self.tracer.span("freeze"):
+            try:
+                stopped = freezer.stop(processes, self.config.freeze_timeout_s)
+            except freezer.FreezeFailed as exc:
+                raise RankSetFailed([RankFailure(0, "unfreezable", f"the candidate's processes could not be stopped "
+                                                                  f"while the reference was timed: {exc}", "timing")])
+        try:
+            yield
+        finally:
+            freezer.resume(stopped)
+
+    def _strays(self, candidate: RankSet | None = None) -> set[int]:
+        """The zygote's children that are not the cell of a live rank set (or of `candidate`): processes that
+        left a cell without namespaces."""
+        if self._zygote is None or not self._zygote.alive():
+            return set()
+        import psutil
+
+        live = {r.cell.pid for r in (self._reference, *self._spares, candidate) if r is not None and not r.closed}
+        try:
+            return {c.pid for c in psutil.Process(self._zygote.pid).children() if c.pid not in live}
+        except psutil.Error:
+            return set()
+
     def _retire(self, ranks: RankSet) -> None:
         """Kill a candidate rank set now; `_release` confirms the end later.
 
         A contained rank set is told to end and not waited for: the kernel kills its processes with its
         namespace, and their CUDA contexts (0.14-0.16 s on one H200, docs/timing.md) come down meanwhile.
-        An uncontained one is ended and swept at once. The spares do not move on here: the reference's
-        timed replay of the candidate's bursts comes next (`timings_done`).
+        An uncontained one is ended and swept at once. The spares move on once the step is over
+        (`timings_done`), never beside its end.
         """
         if ranks.cell.contained and not ranks.closed:
             ranks.retire()
@@ -222,8 +260,10 @@ class ProcessExecutor:
         self._end(ranks)
 
     def timings_done(self) -> None:
-        """The step's last timed work is over (the reference's paired replay, or a step that timed nothing):
-        the spares move on a phase now, so that their starts run between timings, never beside one."""
+        """The step's last timed work is over (the candidate's last pair, or a step that timed nothing): the
+        spares move on a phase now, so that their starts run between timings, never beside one. After a timed
+        candidate its ranks are told to end already (`_retire`): gone where uncontained, and a contained one's
+        namespace is dead, so nothing of it can reach a spare that starts now."""
         with self.tracer.span("spares"):
             self._fill_spares()
 
@@ -242,17 +282,10 @@ class ProcessExecutor:
         """
         if self._zygote is None or not self._zygote.alive():
             return
-        import psutil
-
-        live = {r.cell.pid for r in (self._reference, *self._spares) if r is not None and not r.closed}
-        root = psutil.Process(self._zygote.pid)
         deadline = time.monotonic() + seconds  # bounded: a process that forks and exits faster than we scan
         first = True                           # can outrun this (a PID namespace cannot be outrun)
         while time.monotonic() < deadline:
-            try:
-                strays = [c.pid for c in root.children() if c.pid not in live]
-            except psutil.Error:
-                return
+            strays = list(self._strays())
             if not strays:
                 break
             if first:

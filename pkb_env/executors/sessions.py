@@ -10,6 +10,7 @@ timing protocol (judge/timing.py) does both.
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager
 from typing import Callable
 
 from pkb_env.executors.interface import BurstRecord, RankBurst, TrialOutputs
@@ -80,7 +81,7 @@ class Session:
         for (d,) in got:
             h = d.header
             ranks.append(RankBurst(h["seen_at"], h["ended_at"], h["busy_s"], h["host_s"], h["idle_s"], h["marks"],
-                                   d.received))
+                                   d.received, h["wait_s"]))
         return BurstRecord(calls, marks_every, released, ranks)
 
     def fingerprints(self, burst: int, seed: int, rules: Rules, sample: list[int]) -> list[dict]:
@@ -119,9 +120,11 @@ class CandidateRanks(Session):
     """A candidate's fresh ranks for one step (executors/interface.py, CandidateSession)."""
 
     def __init__(self, ranks: RankSet, before_timing: Callable[[], None], tracer: Tracer,
-                 end: Callable[[RankSet], None], containment: dict[str, str]):
+                 end: Callable[[RankSet], None], freeze: Callable[[RankSet], AbstractContextManager[None]],
+                 containment: dict[str, str]):
         super().__init__(ranks, before_timing, tracer)
         self._end = end
+        self._freeze = freeze
         self.containment = containment
 
     def load(self, task: str, source: str) -> float:
@@ -133,6 +136,9 @@ class CandidateRanks(Session):
 
     def quiet(self, label: str) -> None:
         self.ranks.quiet(label)
+
+    def frozen(self) -> AbstractContextManager[None]:
+        return self._freeze(self.ranks)
 
     def end(self) -> None:
         with self.tracer.span("end"):

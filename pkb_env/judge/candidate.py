@@ -18,7 +18,7 @@ from pkb_env.executors.interface import CandidateSession, TrialOutputs
 from pkb_env.executors.rank_set import RankSetFailed
 from pkb_env.judge.context import StepContext
 from pkb_env.config import TimingProtocol
-from pkb_env.judge.reference import ReferenceTiming, call_limits
+from pkb_env.judge.reference import Pairing, ReferenceTiming, call_limits
 from pkb_env.judge.timing import (BurstLog, TimedWork, check_claims, clock_allowance, escaped_work, run_bursts,
                                   summarize, suspect_reason)
 from pkb_env.record import BuildResult, RankFailure, RunResult, Stage, StageFailure, TimingResult
@@ -46,11 +46,13 @@ def run_trials(ctx: StepContext, ranks: CandidateSession) -> tuple[RunResult, li
 class Timed:
     result: TimingResult     # whole: figures, the reference's time, the speedup, the clock check, any suspicion
     log: BurstLog            # what the judge observed, for the check of every timed call
+    pairs: Pairing           # the reference's replay of each scored burst: its timed half and fingerprints
 
 
 def time_candidate(ctx: StepContext, ranks: CandidateSession, protocol: TimingProtocol, reference: ReferenceTiming,
-                   reuses: bool, clock: str, floor_s: float | None) -> Timed | StageFailure:
-    """Bursts with fingerprints; every report held to the judge's clock; the timing record made whole.
+                   pairs: Pairing, reuses: bool, clock: str, floor_s: float | None) -> Timed | StageFailure:
+    """Bursts with fingerprints, each followed by the reference's replay of it (`pairs`, the candidate stopped
+    meanwhile); every report held to the judge's clock; the timing record made whole.
 
     `reuses`: the candidate returned the same memory in two trials (a buffer it refills), so each of its
     timed outputs is copied as its call returns, inside the timed window, as a caller would have to.
@@ -58,7 +60,7 @@ def time_candidate(ctx: StepContext, ranks: CandidateSession, protocol: TimingPr
     work = TimedWork(ctx.workload, ctx.seeds, rules=ctx.rules, capture_every=reuses)
     limits = call_limits(protocol, ranks.memory_bytes, reference.sizes, reference)
     try:
-        log = run_bursts(ranks, work, protocol, limits, protocol.budget_s)
+        log = run_bursts(ranks, work, protocol, limits, protocol.budget_s, pair=pairs)
         ranks.quiet("timing")  # a frame nobody asked for (a forged report sent late) is caught here
     except RankSetFailed as exc:
         return failure(Stage.TIME, exc)
@@ -74,15 +76,27 @@ def time_candidate(ctx: StepContext, ranks: CandidateSession, protocol: TimingPr
     result = TimingResult(**{**vars(figures), "clock_allowance_s": claims.allowance_s,
                              "clock_margin_s": claims.margin_s, "claim_ratio": claims.claim_ratio,
                              "reference_s": reference.result.time_s, "speedup": speedup, "suspect": suspect})
-    return Timed(result, log)
+    return Timed(result, log, pairs)
 
 
-def paired(result: TimingResult, log: BurstLog, reference: BurstLog) -> TimingResult:
+def paired(result: TimingResult, log: BurstLog, reference: BurstLog, contended_s: float) -> TimingResult:
     """The speedup from the step's own pairs (docs/timing.md, "Paired speedup"): burst b of the candidate and
-    the reference's replay of the same calls, timed alike and at most a second apart, so the host's drift between
-    processes and over minutes cancels in each ratio. speedup = the median of the pairs' ratios;
+    the reference's replay of the same calls right after it, timed alike, so the host's drift between
+    processes, over minutes and over the step cancels in each ratio. speedup = the median of the pairs' ratios;
     reference_s = time_s x speedup (so speedup = reference_s / time_s still); the once-per-task time stays as
-    cached_reference_s (the prompt, the calibration and the escaped-work check use it)."""
+    cached_reference_s (the prompt, the calibration and the escaped-work check use it).
+
+    On GPUs the reference probes the device before each replay (ranks/clocks.device_wait): a wait over
+    `contended_s` means a kernel of the stopped candidate still held the GPU, slowing the reference's half of
+    the pair; such a time is not believed (`suspect`: correct, speed not rewarded)."""
+    waits = [r.wait_s for b in reference.bursts for r in b.ranks if r.wait_s is not None]
+    if waits:
+        result = replace(result, device_wait_s=max(waits))
+        if max(waits) > contended_s and result.suspect is None:
+            result = replace(result, suspect=(
+                f"the GPU was busy while the candidate's processes were stopped for the reference's replay (a "
+                f"kernel launched after a burst ended was still running: the reference waited {max(waits) * 1e3:.2f} "
+                f"ms for a tiny kernel, idle takes microseconds); work that outlives a call is not credited"))
     ratios = reference.figures() / log.figures()
     ratios = ratios[np.isfinite(ratios) & (ratios > 0)]
     if not len(ratios):

@@ -11,8 +11,10 @@ pipeline puts in its place in the record; the first that says stop ends the step
     build            judge/candidate.py     the module executed on every rank of fresh candidate ranks
     run              judge/candidate.py     the trials, on the reference's secret seeds
     verify           judge/verify.py        every rank's trial outputs, element by element
-    time             judge/candidate.py     bursts with fingerprints, every report held to the judge's clock
-                                            (only for correct code; the candidate's ranks are ended after it)
+    time             judge/candidate.py     bursts with fingerprints, each followed by the reference's replay
+                                            of its calls with the candidate stopped (the speedup's pairs),
+                                            every report held to the judge's clock (only for correct code;
+                                            the candidate's ranks are ended after it)
     timed check      judge/verify.py        every timed call against the reference's replay of its inputs
     roofline         judge/roofline.py      the cost model bounded at the machine's peaks, and the fraction
     verdict          judge/verdict.py       decided once from the results; then the feedback
@@ -141,18 +143,20 @@ class Judge:
             start = time.perf_counter()
             reference = self.reference_timing(ctx, expected)
             work.timing_s = time.perf_counter() - start
-        ran = False
+        ran = moved = False
         try:
             with self.executor.candidate(self.kernels.handle, ctx.deadline) as ranks:
                 ran = True
                 record.containment = ranks.containment
                 timed = self._candidate(ctx, record, ranks, expected, reference)
-            if timed is not None:
-                # The candidate's processes are gone (the session's close confirmed it): nothing of it runs
-                # while the reference replays its timed calls, timed alike, for the check and the paired speedup.
-                self._timed_check(ctx, record, timed)
+                if timed is not None:
+                    # Nothing more is timed in this step, and the candidate's ranks are told to end: the spares
+                    # move on a phase while they come down and the timed calls are checked.
+                    moved = True
+                    self.executor.timings_done()
+                    self._timed_check(ctx, record, timed)
         finally:
-            if ran:   # a rank set was used up: the spares move on, now that nothing is timed
+            if ran and not moved:   # a rank set was used up: the spares move on, now that nothing is timed
                 self.executor.timings_done()
 
     def _candidate(self, ctx: StepContext, record: EvaluationRecord, ranks: CandidateSession,
@@ -173,10 +177,13 @@ class Judge:
         if not record.verify.correct or reference is None:
             return None
         reuses = any(shares for trial in got for shares in trial.shares)
+        pairs = self.reference.pairing(ctx, ranks)
         with _stage(record, Stage.TIME):
-            timed = candidate.time_candidate(ctx, ranks, self.protocol, reference, reuses,
+            timed = candidate.time_candidate(ctx, ranks, self.protocol, reference, pairs, reuses,
                                              self.executor.placement.clock,
                                              physical_floor(ctx.cost, self.topology.datasheet_peaks()))
+        record.reference.replay_s = pairs.seconds   # the reference's half of the pairs is billed to it
+        record.stage_seconds[Stage.TIME.value] -= pairs.seconds
         if _stopped(record, timed):
             return None
         record.timing = timed.result
@@ -184,16 +191,14 @@ class Judge:
         return timed
 
     def _timed_check(self, ctx: StepContext, record: EvaluationRecord, timed: candidate.Timed) -> None:
-        """The reference's replay of every timed call: their check, the paired speedup, then the roofline."""
-        start = time.perf_counter()
-        reference_log, replayed = self.reference.replay(ctx, timed.log)
-        record.reference.replay_s = time.perf_counter() - start
+        """The reference's replay of every timed call (made in the pairs): their check, the paired speedup,
+        then the roofline."""
         with _stage(record, Stage.VERIFY), self.executor.tracer.span("compare"):
-            checked = verify_timed(ctx, timed.log, replayed)
+            checked = verify_timed(ctx, timed.log, timed.pairs.sketches)
         if _stopped(record, checked):
             return
         record.timed_check = checked
-        record.timing = candidate.paired(record.timing, timed.log, reference_log)
+        record.timing = candidate.paired(record.timing, timed.log, timed.pairs.log, self.protocol.contended_s)
         if checked.correct:
             with _stage(record, Stage.ROOFLINE):
                 record.roofline = roofline(ctx.timed_cost(timed.log), timed.result.time_s, self.peaks,

@@ -1,6 +1,7 @@
-"""The reference's part of a step: its outputs (what the candidate must match), its time (the speedup's
-denominator), its replay of the candidate's timed calls. All of it runs on the trusted reference ranks,
-only while no process of the step's candidate exists or after it is gone, and is billed to the reference
+"""The reference's part of a step: its outputs (what the candidate must match), its time (once per task, for
+the prompt and the plan of a candidate's bursts), its replay of the candidate's timed calls (the other half
+of each pair of the speedup, and their check). All of it runs on the trusted reference ranks, only while no
+process of the step's candidate exists or runs (stopped: `Pairing`), and is billed to the reference
 (`ReferenceWork` in the record), never to the candidate's stages.
 
 The reference's time is measured once per task, preset, dtype, world size and hardware, by the same
@@ -8,17 +9,19 @@ protocol and in the same placement as candidates, and cached in this object (`ti
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from pkb_env.contract import CostModel, Peaks
 from pkb_env.errors import JudgeError
-from pkb_env.executors.interface import Executor, ReferenceSession, TrialOutputs
+from pkb_env.executors.interface import BurstRecord, CandidateSession, Executor, ReferenceSession, TrialOutputs
 from pkb_env.judge.context import StepContext
 from pkb_env.config import TimingProtocol
 from pkb_env.judge.roofline import roofline
-from pkb_env.judge.timing import BurstLog, CallLimits, TimedWork, overheads, run_bursts, summarize, suspect_reason
+from pkb_env.judge.timing import (BurstLog, CallLimits, PairedBurst, TimedWork, overheads, run_bursts, summarize,
+                                  suspect_reason)
 from pkb_env.record import TimingResult
 
 
@@ -71,19 +74,15 @@ class Reference:
             self._times[key] = ReferenceTiming(result, overheads(log), sizes)
         return self._times[key]
 
-    def replay(self, ctx: StepContext, log: BurstLog) -> tuple[BurstLog, list[list[dict]]]:
-        """The candidate's timed calls on the reference, same inputs, burst for burst: the reference's bursts
-        (timed alike: the other half of each pair of the speedup) and, per burst and rank, its fingerprints."""
-        def run(ranks: ReferenceSession) -> tuple[BurstLog, list[list[dict]]]:
-            timed, sketches = BurstLog(statistic=log.statistic), []
-            for b, burst in enumerate(log.bursts):
-                record, fingerprints = ranks.replay(ctx.workload, log.seeds[b], burst.calls, burst.marks_every, b,
-                                                    log.sketch_seeds[b], ctx.rules, log.samples[b])
-                timed.bursts.append(record)
-                sketches.append(fingerprints)
-            return timed, sketches
+    def pairing(self, ctx: StepContext, candidate: CandidateSession) -> "Pairing":
+        return Pairing(self, ctx, candidate, self.protocol.statistic)
 
-        return self.executor.reference(ctx.task.name, run)
+    def replay(self, ctx: StepContext, paired: PairedBurst) -> tuple[BurstRecord, list[dict]]:
+        """A candidate's burst on the reference, same inputs: the reference's burst (timed alike: the other half
+        of the pair) and, per rank, its fingerprints."""
+        return self.executor.reference(ctx.task.name, lambda ranks: ranks.replay(
+            ctx.workload, paired.seeds, paired.calls, paired.marks_every, paired.burst, paired.sketch_seed,
+            ctx.rules, paired.sample))
 
     def forget(self, task: str | None) -> None:
         """Drop the cached times of `task` (None: all)."""
@@ -93,6 +92,28 @@ class Reference:
     @staticmethod
     def _key(ctx: StepContext, hardware: str) -> tuple:
         return ctx.task.name, ctx.preset, ctx.dtype, ctx.world_size, hardware
+
+
+class Pairing:
+    """The reference's half of the step's pairs (docs/timing.md, "Paired speedup"): next to each scored burst
+    of the candidate (after it and its fingerprints, or just before it: the order alternates), with every
+    process of the candidate stopped, the reference replays the same calls, timed alike. The pair is a few
+    milliseconds apart, so the host's drift cancels in its ratio; the replay's fingerprints check every timed
+    call (judge/verify.py, `verify_timed`)."""
+
+    def __init__(self, reference: Reference, ctx: StepContext, candidate: CandidateSession, statistic: str):
+        self.reference, self.ctx, self.candidate = reference, ctx, candidate
+        self.log = BurstLog(statistic=statistic)    # the reference's bursts, one per scored candidate burst
+        self.sketches: list[list[dict]] = []        # per burst, per rank
+        self.seconds = 0.0                          # the reference's part, billed to it (record.reference)
+
+    def __call__(self, paired: PairedBurst) -> None:
+        start = time.perf_counter()
+        with self.candidate.frozen():
+            record, sketches = self.reference.replay(self.ctx, paired)
+        self.log.bursts.append(record)
+        self.sketches.append(sketches)
+        self.seconds += time.perf_counter() - start
 
 
 def call_limits(protocol: TimingProtocol, memory_bytes: int, sizes: tuple[int, int],

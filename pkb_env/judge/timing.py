@@ -20,6 +20,7 @@ import random
 import secrets
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -96,26 +97,53 @@ class BurstLog:
         return np.array([max(r.busy_s for r in b.ranks) / b.calls for b in self.bursts], dtype=np.float64)
 
 
+@dataclass(frozen=True)
+class PairedBurst:
+    """What the reference's half of a pair replays: the candidate's scored burst `burst`, its calls on the
+    same seeds, and the fingerprint seed and sample the judge drew for it."""
+
+    burst: int
+    seeds: list[dict[str, int]]
+    calls: int
+    marks_every: int
+    sketch_seed: int
+    sample: list[int]
+
+
 def run_bursts(session: TimedSession, work: TimedWork, protocol: TimingProtocol, limits: CallLimits,
-               budget_s: float) -> BurstLog:
+               budget_s: float, pair: Callable[[PairedBurst], None] | None = None) -> BurstLog:
     """Warm up, then time bursts until the figures settle or the budget ends (module docstring).
 
     With `work.rules`, every scored burst is followed by a fingerprint request with a fresh secret seed.
     Warm-up bursts are not: their outputs count for nothing, and fingerprinting them cost about a quarter
     of a GPU step's timing (docs/timing.md). A rank learns that a burst was scored only after it, when its
-    outputs exist; and from the first scored burst on, every burst is checked.
+    outputs exist; and from the first scored burst on, every burst is checked. `pair(PairedBurst)` runs next to
+    each scored burst (the reference's replay of it, judge/reference.Pairing: after the burst and its
+    fingerprints, or just before the burst, alternately); its time counts in neither the budget nor the log's
+    wall time. Pairing needs `work.rules` (the replay is fingerprinted alike).
     """
+    if pair is not None and work.rules is None:
+        raise ValueError("pairing needs the rules of every timed call's check")
     rng = random.SystemRandom()
     log = BurstLog(statistic=protocol.statistic)
     marks = max(1, protocol.marks)
     started = time.monotonic()
+    paired_s = 0.0
 
     def one(calls: int, purpose: str, index: int, scored: bool) -> BurstRecord:
         seeds = [per_rank[0] for per_rank in work.seeds.per_rank(purpose, [index])]
-        record = session.burst(work.workload, seeds, calls, max(1, -(-calls // marks)), work.capture_every)
-        if work.rules is not None and scored:
+        marks_every = max(1, -(-calls // marks))
+        checked = work.rules is not None and scored
+        if checked:   # drawn now, told to the ranks only after their burst (the fingerprints' request)
             seed = secrets.randbits(62)
             sample = [rng.randrange(calls)] if len(log.bursts) < protocol.samples else []
+        # The pair's order alternates (ABBA: the candidate first in even pairs, the reference in odd ones), so
+        # that whatever favours the second of two bursts cancels over the pairs.
+        paired = PairedBurst(len(log.bursts), seeds, calls, marks_every, seed, sample) if pair and scored else None
+        if paired is not None and paired.burst % 2 == 1:
+            timed_pair(paired)
+        record = session.burst(work.workload, seeds, calls, marks_every, work.capture_every)
+        if checked:
             log.sketches.append(session.fingerprints(len(log.bursts), seed, work.rules, sample))
             log.sketch_seeds.append(seed)
             log.samples.append(sample)
@@ -124,7 +152,15 @@ def run_bursts(session: TimedSession, work: TimedWork, protocol: TimingProtocol,
             log.seeds.append(seeds)
         else:
             log.warmup_calls += calls
+        if paired is not None and paired.burst % 2 == 0:
+            timed_pair(paired)
         return record
+
+    def timed_pair(paired: PairedBurst) -> None:
+        nonlocal paired_s
+        begun = time.monotonic()
+        pair(paired)
+        paired_s += time.monotonic() - begun
 
     def per_call(record: BurstRecord) -> float:
         """The judge's own estimate: wall time from release to the last report, per call."""
@@ -160,11 +196,11 @@ def run_bursts(session: TimedSession, work: TimedWork, protocol: TimingProtocol,
         figures = log.figures()
         if len(figures) >= protocol.min_bursts and relative_standard_error(figures) < protocol.rse_target:
             break
-        if len(figures) >= protocol.min_bursts and time.monotonic() - scored_start > budget_s:
+        if len(figures) >= protocol.min_bursts and time.monotonic() - scored_start - paired_s > budget_s:
             break
         if limits.total_calls is not None and sum(b.calls for b in log.bursts) + ceiling > limits.total_calls:
             break
-    log.wall_s = time.monotonic() - started
+    log.wall_s = time.monotonic() - started - paired_s
     return log
 
 

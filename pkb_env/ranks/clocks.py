@@ -34,6 +34,7 @@ class BurstTimes:
     marks: list[float]      # seconds from start to each mark
     idle_s: float | None    # device busy after the end (GPUs), seconds
     host_s: float = 0.0     # host time to issue the calls
+    wait_s: float | None = None   # before the burst: one tiny kernel's launch to completion (GPUs; `device_wait`)
 
 
 class HostClock:
@@ -86,6 +87,8 @@ class CudaClock:
         self.cache_bytes = int(getattr(props, "L2_cache_size", 0))
         self.memory_bytes = int(props.total_memory)
         self._scratch: torch.Tensor | None = None
+        self._probe = torch.zeros(1, device=device)
+        self._wait: float | None = None
         try:
             self._gate: DeviceGate | None = DeviceGate(page.address)
             self.gate = "device"
@@ -123,6 +126,7 @@ class CudaClock:
             self._marks.append(event)
         self._used = 0
         JUDGE.synchronize()
+        self._wait = device_wait(self._probe)
         self._gated = False
         if self._gate is not None:
             try:
@@ -155,13 +159,28 @@ class CudaClock:
         busy = elapsed(self._begin, self._end) / 1e3
         if self._gated and (ended_at - self._seen) - busy > GATE_LAG_S:  # the device left its gate late
             self._disable(f"it released the device {((ended_at - self._seen) - busy) * 1e3:.0f} ms after the host")
-        return BurstTimes(0.0, ended_at, busy, marks, idle)
+        return BurstTimes(0.0, ended_at, busy, marks, idle, wait_s=self._wait)
 
     def _disable(self, why: str) -> None:
         """Fall back to a host-side start for the rest of this rank's life (facts say so at the next start)."""
         self._gate = None
         self.gate = f"host (the device gate was disabled: {why})"[:300]
         print(f"timing: {self.gate}", flush=True)  # the rank's log: a failure's log tail shows it
+
+
+def device_wait(probe: torch.Tensor, tries: int = 3) -> float:
+    """Seconds from launching one tiny kernel to seeing it complete, the least of `tries`: 10-30 us where no other
+    process has work on the GPU; up to a timeslice (milliseconds) where one does, because kernels of two
+    processes do not run together (without MPS) and the GPU switches between them. Measured by the reference
+    before each replay of a candidate's burst: a stopped candidate's kernel still running shows here
+    (docs/timing.md, "Interleaved pairs")."""
+    best = float("inf")
+    for _ in range(tries):
+        start = JUDGE.monotonic()
+        probe.add_(1)
+        JUDGE.synchronize()
+        best = min(best, JUDGE.monotonic() - start)
+    return best
 
 
 def make_clock(kind: str, page: PageView, device: torch.device) -> HostClock | CudaClock:

@@ -218,7 +218,7 @@ class RankServer:
         self.staged = (workload, sets)  # refilled by the next burst, after any fingerprints of these
         self.check_tools()
         self.send("burst", seen_at=times.seen_at, ended_at=times.ended_at, busy_s=times.busy_s,
-                  host_s=times.host_s, idle_s=times.idle_s, marks=times.marks)
+                  host_s=times.host_s, idle_s=times.idle_s, wait_s=times.wait_s, marks=times.marks)
 
     def fingerprints(self, request: Fingerprints) -> None:
         held, self.held = self.held, None
@@ -236,7 +236,7 @@ class RankServer:
         held, times = bursts.timed_burst(workload, sets, self.clock, request.epoch, request.marks_every, False,
                                          JUDGE.monotonic() + RELEASE_WAIT_S, lambda: self.send("gated"))
         self.send("burst", seen_at=times.seen_at, ended_at=times.ended_at, busy_s=times.busy_s,
-                  host_s=times.host_s, idle_s=times.idle_s, marks=times.marks)
+                  host_s=times.host_s, idle_s=times.idle_s, wait_s=times.wait_s, marks=times.marks)
         data = bursts.fingerprints(held, request.seed, request.rules, list(request.sample), bound=True)
         self.send("sketches", JUDGE.pack(data), burst=request.burst)
 
