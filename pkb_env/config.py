@@ -79,7 +79,7 @@ class TimingProtocol:
     @classmethod
     def quick(cls, kind: str) -> "TimingProtocol":
         """Shorter bursts and budgets (tests, CPU sanity runs): coarser figures, same rules."""
-        return replace(cls.for_clock(kind), burst_s=0.015, budget_s=0.08, reference_budget_s=0.3, min_bursts=3,
+        return replace(cls.for_clock(kind), burst_s=0.015, budget_s=0.08, reference_budget_s=0.15, min_bursts=3,
                        replay_budget_s=0.3)
 
 
