@@ -145,7 +145,7 @@ def test_the_config_is_one_picklable_object_that_names_bad_settings():
     config = JudgeConfig(executor="cpu", world_size=2, trials=5, protocol=FAST.protocol)
     assert pickle.loads(pickle.dumps(config)) == config
     assert JudgeConfig.from_mapping({"world-size": 2, "executor": "cpu", "trials": 5,
-                                     "protocol": {"burst_s": 0.015, "budget_s": 0.08, "reference_budget_s": 0.3,
+                                     "protocol": {"burst_s": 0.015, "budget_s": 0.08, "reference_budget_s": 0.15,
                                                   "min_bursts": 3, "replay_budget_s": 0.3,
                                                   "statistic": "interval-min", "marks": 32,
                                                   "clock_relative": 0.2}}) == config

@@ -45,19 +45,24 @@ def descendants(roots: Iterable[int]) -> set[int]:
     return found
 
 
-def _children(pid: int) -> list[int]:
-    kids: list[int] = []
+def _per_thread(pid: int, name: str) -> list[bytes]:
+    """/proc/<pid>/task/<tid>/<name> of every thread of `pid` (none once it is gone)."""
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except (FileNotFoundError, ProcessLookupError):
-        return kids
+        return []
+    found = []
     for tid in tids:
         try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
-                kids.extend(int(k) for k in f.read().split())
+            with open(f"/proc/{pid}/task/{tid}/{name}", "rb") as f:
+                found.append(f.read())
         except (FileNotFoundError, ProcessLookupError):
             continue
-    return kids
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    return [int(k) for text in _per_thread(pid, "children") for k in text.split()]
 
 
 def _table() -> Callable[[int], list[int]]:
@@ -70,20 +75,9 @@ def _table() -> Callable[[int], list[int]]:
 
 
 def _all_threads_stopped(pid: int) -> bool:
-    """Every thread of `pid` stopped (or the process gone)."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
-                stat = f.read()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3].decode() not in STOPPED:
-            return False
-    return True
+    """Every thread of `pid` stopped (or the process gone): the state after the command's closing parenthesis."""
+    return all(stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3].decode() in STOPPED
+               for stat in _per_thread(pid, "stat"))
 
 
 def stop(processes: Callable[[], set[int]], timeout_s: float) -> set[int]:
