@@ -228,20 +228,20 @@ int main(int argc, char** argv) {
 def run_zero2(binary: Path, world: int, blocks: int, threads: int, p: int, calls: int, inputs: bytes,
               directory: Path) -> bytes:
     """ZERO2_HARNESS: every call's every rank's (gradient shard, parameters, m, v), raw fp32, call-major."""
-    (directory / "in.bin").write_bytes(inputs)
-    subprocess.run([str(binary), str(world), str(blocks), str(threads), str(p), str(p // world), str(calls),
-                    str(directory / "in.bin"), str(directory / "out.bin")], check=True, capture_output=True, timeout=300)
-    return (directory / "out.bin").read_bytes()
+    return execute(binary, [world, blocks, threads, p, p // world, calls], inputs, directory)
 
 
 def compiler() -> str | None:
     return shutil.which("g++")
 
 
-def build(kernel_source: str, directory: Path, harness: str = HARNESS) -> Path:
-    """The harness around `kernel_source` (its #include lines dropped: the shim stands for them); `harness`
-    the main() that launches it (HARNESS: the quantised all-reduce's; ZERO2_HARNESS: the ZeRO-2 step's)."""
-    source = SHIM + re.sub(r"#include <[^>]+>\n", "", kernel_source) + harness
+def host_dtype(dtype) -> str:
+    """The harnesses' name of a dtype (a torch dtype or its name): f32, bf16 or f16."""
+    return {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}[str(dtype).removeprefix("torch.")]
+
+
+def compile_harness(source: str, directory: Path) -> Path:
+    """`source` (a shim, the kernels, a harness's main()) built into `directory`/harness."""
     (directory / "harness.cpp").write_text(source)
     binary = directory / "harness"
     subprocess.run([compiler(), "-std=c++20", "-O0", "-pthread", "-w", "-o", str(binary), str(directory / "harness.cpp")],
@@ -249,13 +249,24 @@ def build(kernel_source: str, directory: Path, harness: str = HARNESS) -> Path:
     return binary
 
 
+def execute(binary: Path, arguments: list, inputs: bytes, directory: Path, after: tuple = ()) -> bytes:
+    """Run a harness: `arguments`, the input file (holding `inputs`), the output file, then `after`; the output."""
+    (directory / "in.bin").write_bytes(inputs)
+    subprocess.run([str(binary), *map(str, arguments), str(directory / "in.bin"), str(directory / "out.bin"),
+                    *map(str, after)], check=True, capture_output=True, timeout=300)
+    return (directory / "out.bin").read_bytes()
+
+
+def build(kernel_source: str, directory: Path, harness: str = HARNESS) -> Path:
+    """The harness around `kernel_source` (its #include lines dropped: the shim stands for them); `harness`
+    the main() that launches it (HARNESS: the quantised all-reduce's; ZERO2_HARNESS: the ZeRO-2 step's)."""
+    return compile_harness(SHIM + re.sub(r"#include <[^>]+>\n", "", kernel_source) + harness, directory)
+
+
 def run(binary: Path, world: int, blocks: int, threads: int, nb: int, dtype: str, calls: int, two_shot: bool,
         inputs: bytes, directory: Path) -> bytes:
     """Every call's every rank's output (raw bytes, call-major), from every call's every rank's input."""
-    (directory / "in.bin").write_bytes(inputs)
-    subprocess.run([str(binary), str(world), str(blocks), str(threads), str(nb), dtype, str(calls), str(int(two_shot)),
-                    str(directory / "in.bin"), str(directory / "out.bin")], check=True, capture_output=True, timeout=300)
-    return (directory / "out.bin").read_bytes()
+    return execute(binary, [world, blocks, threads, nb, dtype, calls, int(two_shot)], inputs, directory)
 
 
 # -- a kernel source as a host library, called per launch (kernels without block-level synchronisation) -------
@@ -442,26 +453,20 @@ def with_variant(kernel_source: str, variant_source: str) -> str:
     return kernel_source + "\n" + renamed
 
 
-def build_moe(kernel_source: str, variant_source: str, directory: Path) -> Path:
-    """MOE_HARNESS around the moe_all2all_primitive expert's source and a variant of it (`with_variant`), on
-    `_moe_shim`."""
-    source = _moe_shim() + re.sub(r"#include <[^>]+>\n", "", with_variant(kernel_source, variant_source)) + MOE_HARNESS
-    (directory / "harness.cpp").write_text(source)
-    binary = directory / "harness"
-    subprocess.run([compiler(), "-std=c++20", "-O0", "-pthread", "-w", "-o", str(binary), str(directory / "harness.cpp")],
-                   check=True, capture_output=True, timeout=300)
-    return binary
+def build_moe(kernel_source: str, variant_source: str, directory: Path, harness: str | None = None,
+              shim: str = "") -> Path:
+    """`harness` (MOE_HARNESS by default) around an MoE expert's source and a variant of it (`with_variant`), on
+    `_moe_shim` and the expert's own `shim`."""
+    source = _moe_shim() + shim + re.sub(r"#include <[^>]+>\n", "", with_variant(kernel_source, variant_source))
+    return compile_harness(source + (MOE_HARNESS if harness is None else harness), directory)
 
 
 def run_moe(binary: Path, world: int, blocks: int, threads: int, pull_blocks: int, dtype: str, calls: int, rows: int,
             cols: int, inputs: bytes, directory: Path, variant: bool = False) -> bytes:
     """Every call's every rank's output (raw bytes, call-major), from every call's every rank's send counts,
     receive counts and rows; `variant`: run the variant's kernels."""
-    (directory / "in.bin").write_bytes(inputs)
-    subprocess.run([str(binary), str(world), str(blocks), str(threads), str(pull_blocks), dtype, str(calls), str(rows),
-                    str(cols), str(directory / "in.bin"), str(directory / "out.bin"), str(int(variant))], check=True,
-                   capture_output=True, timeout=300)
-    return (directory / "out.bin").read_bytes()
+    return execute(binary, [world, blocks, threads, pull_blocks, dtype, calls, rows, cols], inputs, directory,
+                   (int(variant),))
 
 
 # -- the moe_post_all2all expert's two kernels (publish + base table, then the weighted combine) ------------------
@@ -578,23 +583,15 @@ int main(int argc, char** argv) {
 
 def build_moe_post(kernel_source: str, variant_source: str, directory: Path) -> Path:
     """MOE_POST_HARNESS around the moe_post_all2all expert's source and a variant of it, as build_moe."""
-    source = _moe_shim() + MOE_POST_SHIM + re.sub(r"#include <[^>]+>\n", "", with_variant(kernel_source, variant_source)) + MOE_POST_HARNESS
-    (directory / "harness.cpp").write_text(source)
-    binary = directory / "harness"
-    subprocess.run([compiler(), "-std=c++20", "-O0", "-pthread", "-w", "-o", str(binary), str(directory / "harness.cpp")],
-                   check=True, capture_output=True, timeout=300)
-    return binary
+    return build_moe(kernel_source, variant_source, directory, MOE_POST_HARNESS, MOE_POST_SHIM)
 
 
 def run_moe_post(binary: Path, world: int, blocks: int, threads: int, combine_blocks: int, dtype: str, calls: int,
                  cap: int, cols: int, tokens: int, k: int, experts: int, inputs: bytes, directory: Path,
                  variant: bool = False) -> bytes:
     """Every call's every rank's combined tokens (raw bytes, call-major); `variant`: the variant's kernels."""
-    (directory / "in.bin").write_bytes(inputs)
-    subprocess.run([str(binary), str(world), str(blocks), str(threads), str(combine_blocks), dtype, str(calls), str(cap),
-                    str(cols), str(tokens), str(k), str(experts), str(directory / "in.bin"), str(directory / "out.bin"),
-                    str(int(variant))], check=True, capture_output=True, timeout=300)
-    return (directory / "out.bin").read_bytes()
+    return execute(binary, [world, blocks, threads, combine_blocks, dtype, calls, cap, cols, tokens, k, experts],
+                   inputs, directory, (int(variant),))
 
 
 # -- the moe_pre_all2all expert's two kernels (publish tokens + permutation + offsets, then the gather) -----------
@@ -701,20 +698,12 @@ int main(int argc, char** argv) {
 
 def build_moe_pre(kernel_source: str, variant_source: str, directory: Path) -> Path:
     """MOE_PRE_HARNESS around the moe_pre_all2all expert's source and a variant of it, as build_moe."""
-    source = _moe_shim() + re.sub(r"#include <[^>]+>\n", "", with_variant(kernel_source, variant_source)) + MOE_PRE_HARNESS
-    (directory / "harness.cpp").write_text(source)
-    binary = directory / "harness"
-    subprocess.run([compiler(), "-std=c++20", "-O0", "-pthread", "-w", "-o", str(binary), str(directory / "harness.cpp")],
-                   check=True, capture_output=True, timeout=300)
-    return binary
+    return build_moe(kernel_source, variant_source, directory, MOE_PRE_HARNESS)
 
 
 def run_moe_pre(binary: Path, world: int, blocks: int, threads: int, pull_blocks: int, dtype: str, calls: int,
                 tokens: int, cols: int, pairs: int, experts: int, inputs: bytes, directory: Path,
                 variant: bool = False) -> bytes:
     """Every call's every rank's regrouped rows then permutation (raw bytes, call-major)."""
-    (directory / "in.bin").write_bytes(inputs)
-    subprocess.run([str(binary), str(world), str(blocks), str(threads), str(pull_blocks), dtype, str(calls), str(tokens),
-                    str(cols), str(pairs), str(experts), str(directory / "in.bin"), str(directory / "out.bin"),
-                    str(int(variant))], check=True, capture_output=True, timeout=300)
-    return (directory / "out.bin").read_bytes()
+    return execute(binary, [world, blocks, threads, pull_blocks, dtype, calls, tokens, cols, pairs, experts], inputs,
+                   directory, (int(variant),))

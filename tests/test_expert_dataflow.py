@@ -83,6 +83,11 @@ class _Noop:
         return lambda *args, **kwargs: None
 
 
+def raw_bytes(t: torch.Tensor) -> bytes:
+    """A tensor's bytes as the host harnesses read them (contiguous, native order)."""
+    return t.contiguous().view(torch.uint8).numpy().tobytes()
+
+
 def fake_torch(slow_cat: float = 0.0) -> types.SimpleNamespace:
     """torch, with its `cuda` namespace replaced by streams and events that do nothing (and, for a slow
     rank, a `cat` that waits `slow_cat` seconds before it reads)."""
@@ -1003,14 +1008,14 @@ def test_sample_sort_kernel_source_on_host_threads(tmp_path):
     assert bad_edit[0] in source
     (tmp_path / "bad").mkdir()
     bad = host_sort_kernel.build(source.replace(*bad_edit), tmp_path / "bad")
-    suffix = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
     for world, dtype in ((3, torch.float32), (8, torch.bfloat16), (2, torch.float16)):
         calls = sort_host_calls(world, dtype)
         elem = torch.tensor([], dtype=dtype).element_size()
         raw = [[v.sort().values.view(torch.int16 if elem == 2 else torch.int32).numpy().tobytes() for v in call]
                for call in calls]
         for binary, wrong in ((good, False), (bad, True)) if world == 8 else ((good, False),):
-            results = host_sort_kernel.run(binary, world, 32, 32, 2, suffix[dtype], SORT_HOST_CAP, raw, elem, tmp_path)
+            results = host_sort_kernel.run(binary, world, 32, 32, 2, host_kernel.host_dtype(dtype), SORT_HOST_CAP, raw,
+                                           elem, tmp_path)
             caught = False
             for c, (values, row) in enumerate(zip(calls, results)):
                 largest = max(len(v) for v in values)
@@ -1337,16 +1342,15 @@ def test_moe_all2all_kernel_source_on_host_threads(tmp_path):
     bad_edit = ("moe_slot(ptrs[p], slot_bytes, slot)", "moe_slot(ptrs[rank], slot_bytes, slot)")
     assert bad_edit[0] in source
     binary = host_kernel.build_moe(source, source.replace(*bad_edit), tmp_path)
-    suffix = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
     for world, rows, cols, dtype in MOE_HOST_CASES:
         calls = [moe_inputs(world, rows, cols, dtype, seed=s, pattern=p)
                  for s, p in ((0, "random"), (1, "skewed"), (2, "random"))]
         raw = b"".join(torch.cat([a["input_split_sizes"], a["output_split_sizes"]]).numpy().tobytes()
-                       + a["local_tensor"].contiguous().view(torch.uint8).numpy().tobytes()
+                       + raw_bytes(a["local_tensor"])
                        for trial in calls for a in trial)
         for wrong in (False, True) if world == 3 else (False,):
-            data = host_kernel.run_moe(binary, world, 2, 8, 2, suffix[dtype], len(calls), rows, cols, raw, tmp_path,
-                                       variant=wrong)
+            data = host_kernel.run_moe(binary, world, 2, 8, 2, host_kernel.host_dtype(dtype), len(calls), rows, cols,
+                                       raw, tmp_path, variant=wrong)
             offset, caught = 0, False
             for c, trial in enumerate(calls):
                 for r, want in enumerate(moe_expected(trial)):
@@ -1367,11 +1371,11 @@ def test_moe_all2all_kernel_source_on_host_threads(tmp_path):
 # -- moe_post_all2all (PKB 29): the same two ways, with the task's routings ----------------------------------------
 
 POST = "moe_post_all2all"
-POST_ODD = Preset({"T": 9, "N": 5, "E": 6, "K": 2}, "float16", "three ranks, 2 experts each, odd width")
+MOE_ODD = Preset({"T": 9, "N": 5, "E": 6, "K": 2}, "float16", "three ranks, 2 experts each, odd width")   # 28, 29
 
 
 @pytest.mark.parametrize("world,dtype,preset", [(1, "float32", "tiny"), (2, "bfloat16", "tiny"), (4, "float32", "tiny"),
-                                                (8, "bfloat16", "tiny"), (3, "float16", POST_ODD)])
+                                                (8, "bfloat16", "tiny"), (3, "float16", MOE_ODD)])
 def test_moe_post_all2all_solution_over_the_task_routing(world, dtype, preset):
     """The task's inputs, three calls back to back (both slots, one reused): every rank's combined tokens
     within the tolerance, one publish and one combine a call, launches against the CUDA signatures; W = 3
@@ -1384,7 +1388,7 @@ def test_moe_post_all2all_solution_over_the_task_routing(world, dtype, preset):
     assert names.count("moe_post_publish") == names.count("moe_combine") == world * len(inputs)
 
 
-POST_HOST_CASES = [(1, "float32", "tiny"), (2, "bfloat16", "tiny"), (3, "float16", POST_ODD), (4, "float32", "tiny"),
+POST_HOST_CASES = [(1, "float32", "tiny"), (2, "bfloat16", "tiny"), (3, "float16", MOE_ODD), (4, "float32", "tiny"),
                    (8, "bfloat16", "tiny")]   # the variant is run on the W = 3 case
 
 
@@ -1399,7 +1403,6 @@ def test_moe_post_all2all_kernel_source_on_host_threads(tmp_path):
     bad_edit = ("for (int s = 0; s < rank; ++s) base +=", "for (int s = rank + 1; s < ws; ++s) base +=")
     assert bad_edit[0] in source
     binary = host_kernel.build_moe_post(source, source.replace(*bad_edit), tmp_path)
-    suffix = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
     for world, dtype, preset in POST_HOST_CASES:
         calls = [rank_inputs(POST, world, dtype, preset, trial=t) for t in range(3)]
         first = calls[0][0]
@@ -1407,16 +1410,13 @@ def test_moe_post_all2all_kernel_source_on_host_threads(tmp_path):
         tokens, k = first["selected_experts"].shape
         experts = first["routing_map"].shape[0]
 
-        def raw_bytes(t: torch.Tensor) -> bytes:
-            return t.contiguous().view(torch.uint8).numpy().tobytes()
-
         raw = b"".join(raw_bytes(a["output_splits"]) + raw_bytes(a["num_global_tokens_per_local_expert"])
                        + raw_bytes(a["selected_experts"]) + raw_bytes(a["routing_map"].cumsum(1, dtype=torch.int32))
                        + raw_bytes(a["routing_weights"]) + raw_bytes(a["expert_outputs"])
                        for trial in calls for a in trial)
         for wrong in (False, True) if world == 3 else (False,):
-            data = host_kernel.run_moe_post(binary, world, 2, 8, 2, suffix[dtype], len(calls), cap, cols, tokens, k,
-                                            experts, raw, tmp_path, variant=wrong)
+            data = host_kernel.run_moe_post(binary, world, 2, 8, 2, host_kernel.host_dtype(dtype), len(calls), cap,
+                                            cols, tokens, k, experts, raw, tmp_path, variant=wrong)
             size = tokens * cols * first["expert_outputs"].element_size()
             assert len(data) == size * world * len(calls)
             caught = False
@@ -1437,11 +1437,10 @@ def test_moe_post_all2all_kernel_source_on_host_threads(tmp_path):
 # -- moe_pre_all2all (PKB 28): the same two ways, with the task's routings -------------------------------------------
 
 PRE = "moe_pre_all2all"
-PRE_ODD = Preset({"T": 9, "N": 5, "E": 6, "K": 2}, "float16", "three ranks, 2 experts each, odd width")
 
 
 @pytest.mark.parametrize("world,dtype,preset", [(1, "float32", "tiny"), (2, "bfloat16", "tiny"), (4, "float32", "tiny"),
-                                                (8, "bfloat16", "tiny"), (3, "float16", PRE_ODD)])
+                                                (8, "bfloat16", "tiny"), (3, "float16", MOE_ODD)])
 def test_moe_pre_all2all_solution_over_the_task_routing(world, dtype, preset):
     """The task's inputs, three calls back to back (both slots, one reused): every rank's regrouped rows,
     routing map and permutation exact, one publish and one pull a call, launches against the CUDA signatures;
@@ -1466,17 +1465,12 @@ def test_moe_pre_all2all_kernel_source_on_host_threads(tmp_path):
     bad_edit = ("const long long start = header[rank * local + l];", "const long long start = header[rank * local + l + 1];")
     assert bad_edit[0] in source
     binary = host_kernel.build_moe_pre(source, source.replace(*bad_edit), tmp_path)
-    suffix = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
     for world, dtype, preset in POST_HOST_CASES:
-        preset = PRE_ODD if preset is POST_ODD else preset
         calls = [rank_inputs(PRE, world, dtype, preset, trial=t) for t in range(3)]
         first = calls[0][0]
         tokens, cols = first["hidden_states"].shape
         experts, k = first["expert_mask"].shape[:2]
         elem = first["hidden_states"].element_size()
-
-        def raw_bytes(t: torch.Tensor) -> bytes:
-            return t.contiguous().view(torch.uint8).numpy().tobytes()
 
         raw = b""
         for trial in calls:
@@ -1486,8 +1480,8 @@ def test_moe_pre_all2all_kernel_source_on_host_threads(tmp_path):
                         + raw_bytes(a["num_global_tokens_per_local_expert"]) + raw_bytes(a["output_splits"])
                         + raw_bytes(a["hidden_states"]))
         for wrong in (False, True) if world == 3 else (False,):
-            data = host_kernel.run_moe_pre(binary, world, 2, 8, 2, suffix[dtype], len(calls), tokens, cols, tokens * k,
-                                           experts, raw, tmp_path, variant=wrong)
+            data = host_kernel.run_moe_pre(binary, world, 2, 8, 2, host_kernel.host_dtype(dtype), len(calls), tokens,
+                                           cols, tokens * k, experts, raw, tmp_path, variant=wrong)
             offset, caught = 0, False
             for c, trial in enumerate(calls):
                 got = []
