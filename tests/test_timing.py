@@ -79,11 +79,12 @@ def test_every_timed_call_is_checked_and_the_counts_add_up(env2):
 
 
 def _spy_releases(monkeypatch, executor, seen: list) -> None:
-    """Record, at the release of every burst, its role and whether any spare was in a phase of its start."""
+    """Record, at the release of every burst, its role and whether no spare was in a phase of its start and no
+    ended candidate rank set was still coming down."""
     real = RankSet.release
 
     def release(ranks, epoch):
-        seen.append((ranks.role, not any(spare.starting for spare in executor.spares)))
+        seen.append((ranks.role, not any(spare.starting for spare in executor.spares) and not executor._ending))
         return real(ranks, epoch)
 
     monkeypatch.setattr(RankSet, "release", release)
@@ -111,7 +112,9 @@ def test_no_rank_set_starts_while_a_candidate_is_timed(monkeypatch, depth):
     """Spares start, and move from one phase of their start to the next, once a candidate's timing is over,
     and no phase is still running when a burst is released: no rank makes its context or communicators
     beside a candidate's bursts. Spares wait beside a running candidate only where cells have their own
-    namespaces (the candidate cannot reach them); elsewhere none exists until the candidate is gone."""
+    namespaces (the candidate cannot reach them); elsewhere none exists until the candidate is gone. There, too,
+    a step does not wait for its candidate's ranks to come down: they are killed with their namespace, and
+    confirmed gone before the next burst."""
     import pkb_env.judge.candidate as candidate
 
     env = make_env(world_size=2, config=PRODUCTION.replace(spares=depth), target_speedup=float("inf"))
@@ -128,12 +131,17 @@ def test_no_rank_set_starts_while_a_candidate_is_timed(monkeypatch, depth):
 
     monkeypatch.setattr(candidate, "run_bursts", spy)
     _spy_releases(monkeypatch, executor, released)
+    ended = []
     try:
         obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
         last = len(START_PHASES) - 1
         for step in range(4):
             _, _, _, _, info = env.step(obs["reference"])
             assert info["correct"], info["feedback"]
+            if executor.namespaces_missing is None:   # told to end, not waited for; the step before's confirmed
+                assert len(executor._ending) == 1 and not executor._ending[0].closed
+                assert all(r.closed for r in ended)
+                ended.append(executor._ending[0])
             assert len(executor.spares) == executor.spare_depth == depth  # started for the next steps
             assert all(not s.closed for s in executor.spares)
             if step:  # from the second step on (reset starts the held ones together): oldest first, each
@@ -181,15 +189,18 @@ def solution(tensor):
 def test_every_process_of_the_candidate_is_stopped_while_the_reference_replays_its_bursts(monkeypatch):
     """The reference's replay of each scored burst is the timed half of its pair, right after the burst, so
     nothing of the candidate may run beside it: every thread of every process under its cell (ranks, a
-    helper thread, a child in a session of its own) is stopped, and all run again for the next burst."""
+    helper thread, a child in a session of its own) is stopped, and all run again for the next burst. The
+    reference fingerprints its half while the candidate fingerprints its own where the candidate is contained
+    (it cannot reach the reference's processes), else inside the freeze."""
     import psutil
 
     from pkb_env.sandbox import freezer
 
     env = make_env(world_size=2, config=PRODUCTION, target_speedup=float("inf"))
     executor = env.unwrapped.judge.executor
-    taken, at_replay, between = [], [], []
+    taken, at_replay, between, at_fingerprints = [], [], [], []
     take, replay, burst = executor._candidate_ranks, ReferenceRanks.replay, Session.burst
+    ask = ReferenceRanks.ask_fingerprints
 
     def spy_take():
         taken.append(take())
@@ -220,8 +231,13 @@ def test_every_process_of_the_candidate_is_stopped_while_the_reference_replays_i
             between.append(now)
         return burst(session, *args, **kwargs)
 
+    def spy_ask(session, *args, **kwargs):
+        at_fingerprints.append(any(stopped(taken[-1]).values()))
+        return ask(session, *args, **kwargs)
+
     monkeypatch.setattr(executor, "_candidate_ranks", spy_take)
     monkeypatch.setattr(ReferenceRanks, "replay", spy_replay)
+    monkeypatch.setattr(ReferenceRanks, "ask_fingerprints", spy_ask)
     monkeypatch.setattr(Session, "burst", spy_burst)
     try:
         obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
@@ -231,6 +247,8 @@ def test_every_process_of_the_candidate_is_stopped_while_the_reference_replays_i
         # the ranks, each rank's child, and the namespace's PID 1 where there is one
         assert all(len(stopped) >= 2 * 2 for stopped in at_replay), at_replay
         assert between and not any(any(now.values()) for now in between), between   # resumed
+        assert len(at_fingerprints) == len(at_replay)
+        assert not any(at_fingerprints) if taken[-1].cell.contained else all(at_fingerprints), at_fingerprints
         record = info["record"]
         assert record.timing.pairs == len(at_replay) >= 3 and record.timing.speedup_spread is not None
         assert record.timing.cached_reference_s > 0 and record.speedup == record.timing.speedup

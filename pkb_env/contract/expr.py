@@ -16,7 +16,7 @@ import ast
 import math
 import operator
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Mapping, Union
 
 
@@ -39,8 +39,9 @@ class Expr:
     def __post_init__(self) -> None:
         _parse(self.text)  # fail at declaration time, not when a rank first makes inputs
 
-    @property
+    @cached_property
     def names(self) -> frozenset[str]:
+        """The names the expression reads (cached: every input set a rank makes asks for them)."""
         return frozenset(n.id for n in ast.walk(_parse(self.text)) if isinstance(n, ast.Name)
                          and n.id not in _FUNCTIONS)
 

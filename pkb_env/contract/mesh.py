@@ -56,6 +56,7 @@ class Mesh:
             if name in size.names:
                 raise MeshError(f"mesh dimension {name} = {size} names itself")
         self._order()  # refuses sizes that depend on each other in a cycle
+        self._resolved: dict[tuple, MeshLayout] = {}
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -87,7 +88,14 @@ class Mesh:
         return order
 
     def resolve(self, world_size: int, dims: Mapping[str, int] | None = None) -> MeshLayout:
-        """The mesh at `world_size` with the preset's `dims` (needed only where a size names one)."""
+        """The mesh at `world_size` with the preset's `dims` (needed only where a size names one); remembered,
+        as a rank resolves it for every input set it makes (hundreds a burst)."""
+        key = (world_size, tuple(sorted((dims or {}).items())))
+        if key not in self._resolved:
+            self._resolved[key] = self._resolve(world_size, dims)
+        return self._resolved[key]
+
+    def _resolve(self, world_size: int, dims: Mapping[str, int] | None) -> MeshLayout:
         missing = self.preset_names - set(dims or {})
         if missing:
             raise MeshError(f"the mesh {self.describe()} names the preset's {', '.join(sorted(missing))}: resolve "

@@ -77,6 +77,12 @@ class TimedSession(Protocol):
     def fingerprints(self, burst: int, seed: int, rules: Rules, sample: list[int]) -> list[dict]:
         """Per rank: fingerprints of the last burst's outputs and inputs, its problems, the sampled outputs."""
 
+    def ask_fingerprints(self, burst: int, seed: int, rules: Rules, sample: list[int]) -> None:
+        """`fingerprints` asked for without waiting; `sketches` reads them."""
+
+    def sketches(self) -> list[dict]:
+        """The answer to the last `ask_fingerprints`."""
+
 
 class CandidateSession(TimedSession, Protocol):
     containment: dict[str, str]   # what protects the judge while these ranks run, in words (for the record)
@@ -98,15 +104,19 @@ class CandidateSession(TimedSession, Protocol):
     def end(self) -> None:
         """Kill the candidate's ranks now, without waiting; the session's close confirms they are gone."""
 
+    @property
+    def contained(self) -> bool:
+        """The ranks run in namespaces of their own: they cannot see or signal a process of the judge's, so
+        the reference's untimed work may run while they run (judge/reference.Pairing)."""
+
 
 class ReferenceSession(TimedSession, Protocol):
     def trials(self, workload: Workload, seeds: list[list[Seeds]]) -> list[TrialOutputs]:
         """As the candidate's."""
 
-    def replay(self, workload: Workload, seeds: list[Seeds], calls: int, marks_every: int, burst: int, seed: int,
-               rules: Rules, sample: list[int]) -> tuple[BurstRecord, list[dict]]:
-        """The inputs of a candidate's burst on the reference, timed as a burst (gated and released at once),
-        and per rank its fingerprints with the bound terms."""
+    def replay(self, workload: Workload, seeds: list[Seeds], calls: int, marks_every: int) -> BurstRecord:
+        """The inputs of a candidate's burst on the reference, timed as a burst (gated and released at once);
+        its fingerprints next (`fingerprints`, with the bound terms)."""
 
     def copy_rates(self, size: int) -> list[list[float]]:
         """[src, dst, GB/s] for every ordered GPU pair (the calibration)."""
@@ -124,10 +134,11 @@ class Executor(Protocol):
         """Fresh ranks for one candidate, ready to load it; closed (every process gone) when the block ends.
         No wait inside outlasts `deadline` (time.monotonic())."""
 
-    def reference(self, task: str | None, work: Callable[[ReferenceSession], T]) -> T:
+    def reference(self, task: str | None, work: Callable[[ReferenceSession], T], retry: bool = True) -> T:
         """`work` on the trusted reference ranks with `task` loaded (None: nothing loaded, the calibration);
-        retried once on fresh ranks when they died, then JudgeError. Only while no candidate process exists
-        or runs (a candidate session's `frozen`)."""
+        retried once on fresh ranks when they died (unless `retry` is False: work on what they hold), then
+        JudgeError. Only while no candidate process exists or runs (a candidate session's `frozen`), or the
+        candidate is `contained`."""
 
     def build(self, job: dict, timeout: float) -> "BuildOutcome":
         """One build of a candidate's kernels in a build cell of its own (executors/builds.py)."""

@@ -85,14 +85,20 @@ class Session:
         return BurstRecord(calls, marks_every, released, ranks)
 
     def fingerprints(self, burst: int, seed: int, rules: Rules, sample: list[int]) -> list[dict]:
-        with self.tracer.span("fingerprints"):
-            self.ranks.ask(Fingerprints(burst, seed, rules, tuple(sample)))
-            return self._sketches(Fingerprints.label)
+        self.ask_fingerprints(burst, seed, rules, sample)
+        return self.sketches()
 
-    def _sketches(self, label: str) -> list[dict]:
-        got = self.ranks.collect("sketches", 1, self._deadline(self.config.timing_timeout_s), label,
-                                 limit=self._limit("timing_timeout_s"))
-        return [self._unpack(d[0], r, label) for r, d in enumerate(got)]
+    def ask_fingerprints(self, burst: int, seed: int, rules: Rules, sample: list[int]) -> None:
+        """Ask for the last burst's fingerprints without waiting (`sketches` reads them), so that two rank sets
+        fingerprint their halves of a pair at once."""
+        self.ranks.ask(Fingerprints(burst, seed, rules, tuple(sample)))
+
+    def sketches(self) -> list[dict]:
+        """Per rank, the fingerprints asked for last."""
+        with self.tracer.span("fingerprints"):
+            got = self.ranks.collect("sketches", 1, self._deadline(self.config.timing_timeout_s), Fingerprints.label,
+                                     limit=self._limit("timing_timeout_s"))
+            return [self._unpack(d[0], r, Fingerprints.label) for r, d in enumerate(got)]
 
     def _deadline(self, seconds: float) -> float:
         return time.monotonic() + seconds
@@ -140,6 +146,10 @@ class CandidateRanks(Session):
     def frozen(self) -> AbstractContextManager[None]:
         return self._freeze(self.ranks)
 
+    @property
+    def contained(self) -> bool:
+        return self.ranks.cell.contained
+
     def end(self) -> None:
         with self.tracer.span("end"):
             self._end(self.ranks)
@@ -148,13 +158,11 @@ class CandidateRanks(Session):
 class ReferenceRanks(Session):
     """The trusted reference ranks (executors/interface.py, ReferenceSession)."""
 
-    def replay(self, workload: Workload, seeds: list[Seeds], calls: int, marks_every: int, burst: int, seed: int,
-               rules: Rules, sample: list[int]) -> tuple[BurstRecord, list[dict]]:
+    def replay(self, workload: Workload, seeds: list[Seeds], calls: int, marks_every: int) -> BurstRecord:
+        """A candidate's burst on the same inputs, timed alike; its fingerprints (with the bound terms) next."""
         with self.tracer.span("replay"):
-            record = self._gated(lambda epoch: [Replay(workload, s, calls, burst, seed, rules, epoch, marks_every,
-                                                       tuple(sample)) for s in seeds], calls, marks_every,
-                                 Replay.label)
-            return record, self._sketches(Replay.label)
+            return self._gated(lambda epoch: [Replay(workload, s, calls, epoch, marks_every) for s in seeds], calls,
+                               marks_every, Replay.label)
 
     def copy_rates(self, size: int) -> list[list[float]]:
         self.ranks.ask([Copies(size if r == 0 else 0) for r in range(self.world_size)])

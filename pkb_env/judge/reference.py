@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -77,12 +78,20 @@ class Reference:
     def pairing(self, ctx: StepContext, candidate: CandidateSession) -> "Pairing":
         return Pairing(self, ctx, candidate, self.protocol.statistic)
 
-    def replay(self, ctx: StepContext, paired: PairedBurst) -> tuple[BurstRecord, list[dict]]:
-        """A candidate's burst on the reference, same inputs: the reference's burst (timed alike: the other half
-        of the pair) and, per rank, its fingerprints."""
+    def replay(self, ctx: StepContext, paired: PairedBurst) -> BurstRecord:
+        """A candidate's burst on the reference, same inputs, timed alike: the other half of the pair. Its
+        outputs stay on the reference ranks for `ask_fingerprints`."""
         return self.executor.reference(ctx.task.name, lambda ranks: ranks.replay(
-            ctx.workload, paired.seeds, paired.calls, paired.marks_every, paired.burst, paired.sketch_seed,
-            ctx.rules, paired.sample))
+            ctx.workload, paired.seeds, paired.calls, paired.marks_every))
+
+    def ask_fingerprints(self, ctx: StepContext, paired: PairedBurst) -> None:
+        """The last replay's fingerprints, with the candidate's seed and sample (and the bound terms), asked for
+        without waiting; `sketches` reads them. Not retried: fresh ranks would not hold the replay."""
+        self.executor.reference(ctx.task.name, lambda ranks: ranks.ask_fingerprints(
+            paired.burst, paired.sketch_seed, ctx.rules, paired.sample), retry=False)
+
+    def sketches(self, ctx: StepContext) -> list[dict]:
+        return self.executor.reference(ctx.task.name, lambda ranks: ranks.sketches(), retry=False)
 
     def forget(self, task: str | None) -> None:
         """Drop the cached times of `task` (None: all)."""
@@ -96,24 +105,43 @@ class Reference:
 
 class Pairing:
     """The reference's half of the step's pairs (docs/timing.md, "Paired speedup"): next to each scored burst
-    of the candidate (after it and its fingerprints, or just before it: the order alternates), with every
-    process of the candidate stopped, the reference replays the same calls, timed alike. The pair is a few
-    milliseconds apart, so the host's drift cancels in its ratio; the replay's fingerprints check every timed
-    call (judge/verify.py, `verify_timed`)."""
+    of the candidate (right after it, or just before it: the order alternates), with every process of the
+    candidate stopped, the reference replays the same calls, timed alike (`timed`). The pair's halves are
+    milliseconds apart, so the host's drift cancels in its ratio. Then both sides fingerprint their halves
+    (`fingerprints`): at once where the candidate is contained (it cannot reach the reference's processes,
+    and neither half is timed then), else inside the freeze. The replay's fingerprints check every timed call
+    (judge/verify.py, `verify_timed`)."""
 
     def __init__(self, reference: Reference, ctx: StepContext, candidate: CandidateSession, statistic: str):
         self.reference, self.ctx, self.candidate = reference, ctx, candidate
+        self.concurrent = candidate.contained
         self.log = BurstLog(statistic=statistic)    # the reference's bursts, one per scored candidate burst
         self.sketches: list[list[dict]] = []        # per burst, per rank
         self.seconds = 0.0                          # the reference's part, billed to it (record.reference)
 
-    def __call__(self, paired: PairedBurst) -> None:
+    def timed(self, paired: PairedBurst) -> None:
+        """The reference's timed half of pair `paired.burst`, every process of the candidate stopped."""
         start = time.perf_counter()
         with self.candidate.frozen():
-            record, sketches = self.reference.replay(self.ctx, paired)
-        self.log.bursts.append(record)
-        self.sketches.append(sketches)
+            self.log.bursts.append(self.reference.replay(self.ctx, paired))
+            if not self.concurrent:
+                self.reference.ask_fingerprints(self.ctx, paired)
+                self.sketches.append(self.reference.sketches(self.ctx))
         self.seconds += time.perf_counter() - start
+
+    def fingerprints(self, paired: PairedBurst) -> Callable[[], None]:
+        """Start the fingerprints of the reference's half (where they are not made already); the function
+        returned waits for them. The candidate fingerprints its own half in between."""
+        if not self.concurrent:
+            return lambda: None
+        self.reference.ask_fingerprints(self.ctx, paired)
+
+        def finish() -> None:
+            start = time.perf_counter()
+            self.sketches.append(self.reference.sketches(self.ctx))
+            self.seconds += time.perf_counter() - start
+
+        return finish
 
 
 def call_limits(protocol: TimingProtocol, memory_bytes: int, sizes: tuple[int, int],

@@ -20,7 +20,7 @@ import random
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -110,17 +110,28 @@ class PairedBurst:
     sample: list[int]
 
 
+class PairHalf(Protocol):
+    """The reference's half of each pair (judge/reference.Pairing)."""
+
+    def timed(self, paired: PairedBurst) -> None:
+        """The reference's timed burst on the candidate's inputs, every process of the candidate stopped."""
+
+    def fingerprints(self, paired: PairedBurst) -> Callable[[], None]:
+        """Start fingerprinting the reference's half; the function returned waits for the result."""
+
+
 def run_bursts(session: TimedSession, work: TimedWork, protocol: TimingProtocol, limits: CallLimits,
-               budget_s: float, pair: Callable[[PairedBurst], None] | None = None) -> BurstLog:
+               budget_s: float, pair: PairHalf | None = None) -> BurstLog:
     """Warm up, then time bursts until the figures settle or the budget ends (module docstring).
 
     With `work.rules`, every scored burst is followed by a fingerprint request with a fresh secret seed.
     Warm-up bursts are not: their outputs count for nothing, and fingerprinting them cost about a quarter
     of a GPU step's timing (docs/timing.md). A rank learns that a burst was scored only after it, when its
-    outputs exist; and from the first scored burst on, every burst is checked. `pair(PairedBurst)` runs next to
-    each scored burst (the reference's replay of it, judge/reference.Pairing: after the burst and its
-    fingerprints, or just before the burst, alternately); its time counts in neither the budget nor the log's
-    wall time. Pairing needs `work.rules` (the replay is fingerprinted alike).
+    outputs exist; and from the first scored burst on, every burst is checked. `pair` times the reference's half
+    next to each scored burst (right after the burst, or just before it, alternately), then both halves are
+    fingerprinted (the reference's while the candidate's are made, where `pair` allows); the reference's part
+    counts in neither the budget nor the log's wall time. Pairing needs `work.rules` (the replay is
+    fingerprinted alike).
     """
     if pair is not None and work.rules is None:
         raise ValueError("pairing needs the rules of every timed call's check")
@@ -138,13 +149,20 @@ def run_bursts(session: TimedSession, work: TimedWork, protocol: TimingProtocol,
             seed = secrets.randbits(62)
             sample = [rng.randrange(calls)] if len(log.bursts) < protocol.samples else []
         # The pair's order alternates (ABBA: the candidate first in even pairs, the reference in odd ones), so
-        # that whatever favours the second of two bursts cancels over the pairs.
+        # that whatever favours the second of two bursts cancels over the pairs; the halves are adjacent.
         paired = PairedBurst(len(log.bursts), seeds, calls, marks_every, seed, sample) if pair and checked else None
         if paired is not None and paired.burst % 2 == 1:
-            timed_pair(paired)
+            reference_part(pair.timed, paired)
         record = session.burst(work.workload, seeds, calls, marks_every, work.capture_every)
+        if paired is not None and paired.burst % 2 == 0:
+            reference_part(pair.timed, paired)
         if checked:
-            log.sketches.append(session.fingerprints(len(log.bursts), seed, work.rules, sample))
+            finish = pair.fingerprints(paired) if paired is not None else None
+            try:
+                log.sketches.append(session.fingerprints(len(log.bursts), seed, work.rules, sample))
+            finally:   # the reference's answer is read even where the candidate's failed: none is left unread
+                if finish is not None:
+                    reference_part(finish)
             log.sketch_seeds.append(seed)
             log.samples.append(sample)
         if scored:
@@ -152,14 +170,12 @@ def run_bursts(session: TimedSession, work: TimedWork, protocol: TimingProtocol,
             log.seeds.append(seeds)
         else:
             log.warmup_calls += calls
-        if paired is not None and paired.burst % 2 == 0:
-            timed_pair(paired)
         return record
 
-    def timed_pair(paired: PairedBurst) -> None:
+    def reference_part(work: Callable[..., None], *args) -> None:
         nonlocal paired_s
         begun = time.monotonic()
-        pair(paired)
+        work(*args)
         paired_s += time.monotonic() - begun
 
     def per_call(record: BurstRecord) -> float:

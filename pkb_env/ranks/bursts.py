@@ -55,6 +55,7 @@ class HeldBurst:
     last: Any
     workload: Workload
     last_inputs: tuple | None = None  # the last call's inputs, its in-place results copied in stream order
+    bound: bool = False               # the reference's replay: its fingerprints carry the comparison's bound terms
 
 
 def make_sets(workload: Workload, base: dict[str, int], calls: int, into: list[tuple] | None = None) -> list[tuple]:

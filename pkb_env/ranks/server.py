@@ -13,7 +13,7 @@ echoes the request's nonce (wire/messages.py has the answers' schemas):
   Trials       -> trial {index, seconds, aliases, mutated, shares, ...} + outputs, per seed
   Burst        -> gated, then (after the judge's release) burst {times}
   Fingerprints -> sketches + payload (of the last burst)
-  Replay       -> sketches + payload (reference ranks: the same calls, untimed)
+  Replay       -> gated, then burst {times} (reference ranks: the candidate's calls; Fingerprints next)
   Copies       -> copies {table} (rank 0 of the reference: copy-engine rates)
 Any failure is answered by `error {phase, message, tampered}`; the judge then ends the rank set.
 The judge decides every count (calls per burst, bursts, which outputs to ship in full); a rank only
@@ -27,6 +27,7 @@ import signal
 import sys
 import traceback
 import types
+from dataclasses import replace
 from datetime import timedelta
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import recv_handle
@@ -224,21 +225,21 @@ class RankServer:
         held, self.held = self.held, None
         if held is None:
             raise RuntimeError("no burst to fingerprint")
-        data = bursts.fingerprints(held, request.seed, request.rules, list(request.sample))
+        data = bursts.fingerprints(held, request.seed, request.rules, list(request.sample), bound=held.bound)
         self.check_tools()  # a candidate's thread may have patched the fingerprinting meanwhile
         self.send("sketches", JUDGE.pack(data), burst=request.burst)
 
     def replay(self, request: Replay) -> None:
-        """The reference's outputs for a candidate's burst: the same inputs, timed as a burst (the paired half
-        of the speedup), then fingerprinted alike."""
+        """The reference's half of a pair: a candidate's burst on the same inputs, timed as a burst; held for
+        `fingerprints`, which adds the comparison's bound terms (only trusted ranks are asked to replay)."""
+        self.held = None
         workload = self.workload(request.workload)
         sets = bursts.make_sets(workload, request.seeds, request.calls)
         held, times = bursts.timed_burst(workload, sets, self.clock, request.epoch, request.marks_every, False,
                                          JUDGE.monotonic() + RELEASE_WAIT_S, lambda: self.send("gated"))
+        self.held = replace(held, bound=True)
         self.send("burst", seen_at=times.seen_at, ended_at=times.ended_at, busy_s=times.busy_s,
                   host_s=times.host_s, idle_s=times.idle_s, wait_s=times.wait_s, marks=times.marks)
-        data = bursts.fingerprints(held, request.seed, request.rules, list(request.sample), bound=True)
-        self.send("sketches", JUDGE.pack(data), burst=request.burst)
 
     def copies(self, request: Copies) -> None:
         wanted = self.gpu and request.bytes > 0

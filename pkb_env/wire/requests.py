@@ -13,7 +13,7 @@ to and another forgets (the old `capture_every` and `rules` went through four la
     Trials(workload, seeds)               -> trial {...} + outputs, one per seed
     Burst(workload, seeds, calls, ...)    -> gated, then burst {times}
     Fingerprints(burst, seed, rules, ...) -> sketches + payload
-    Replay(workload, seeds, calls, ...)   -> sketches + payload
+    Replay(workload, seeds, calls, ...)   -> gated, then burst {times} (reference ranks; Fingerprints next)
     Copies(bytes)                         -> copies {table}
 
 A rank set's ranks are never asked to exit: they end with their cell (sandbox/cell.py).
@@ -201,24 +201,19 @@ class Fingerprints(Request):
 @dataclass(frozen=True)
 class Replay(Request):
     """The reference's side of a candidate's burst: the same calls on the same inputs, timed as a burst behind
-    the gate of `epoch` (its time is the reference's half of the step's paired speedup: docs/timing.md), then
-    fingerprinted with the same seed and rules, with the bound terms of the comparison."""
+    the gate of `epoch` (its time is the reference's half of the step's paired speedup: docs/timing.md). Its
+    outputs are held for `Fingerprints`, which the reference answers with the comparison's bound terms too."""
 
     op: ClassVar[str] = "replay"
     label: ClassVar[str] = "timed-output check"
     workload: Workload
     seeds: Seeds
     calls: int
-    burst: int
-    seed: int
-    rules: Rules
     epoch: int
     marks_every: int
-    sample: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _check_seeds(self.seeds)
-        _check_rules(self.rules)
         _require(self.calls >= 1, "calls must be positive")
 
 
