@@ -9,6 +9,7 @@
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh judging    # one GPU: judging and expert tests
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh speed      # one GPU: throughput, step latency, self-speedup
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh pairs      # one GPU: interleaved pairs' tests, self-speedup, latency
+#     OUT=/path/to/out bash benchmarks/gpu_batch.sh truth1     # one GPU: candidates in plain processes beside the judge
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh suite      # one GPU: every reference, 4 emulated ranks and W=1
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh experts1   # one GPU: the experts of issues 26-27
 #
@@ -83,6 +84,21 @@ if [ "${1:-timing}" = pairs ]; then   # issue 23, interleaved pairs on one GPU a
                  --tasks all_reduce all_gather broadcast --steps 20 --json "$OUT/self_speedup.json"
     part 120 python benchmarks/step_latency.py --executor cuda --world-size 1 --preset bench --steps 8 --operations \
                  --candidates reference agents/experts/all_reduce.py --json "$OUT/step_latency.json"
+    part 200 python benchmarks/repeatability.py --executor cuda --world-size 1 --presets bench --processes 4 \
+                 --self-steps 0 --out "$OUT"
+    echo "== done $(date +%T)" >> "$LOG"
+    exit 0
+fi
+if [ "${1:-timing}" = truth1 ]; then   # issue 23 on one GPU: a candidate's speedup in plain fresh processes (one
+    # core each, then where the scheduler puts them), the load_inline candidate beside the judge's steps, and how
+    # two windows of the same code differ (2026-12-03: 40-90 s each, the load_inline build ~60 s of its part)
+    part 100 python benchmarks/candidate_truth.py --candidate agents/experts/all_reduce.py --processes 4 --pairs 16 \
+                 --pin 1/5/9/13 --out "$OUT/truth_cores"
+    part 100 python benchmarks/candidate_truth.py --candidate agents/experts/all_reduce.py --processes 4 --pairs 16 \
+                 --out "$OUT/truth_expert"
+    part 240 python benchmarks/candidate_truth.py --candidate benchmarks/pkb_way/candidate_load_inline.py --processes 2 \
+                 --pairs 30 --judge-steps 8 --out "$OUT/truth_inline"
+    part 100 python benchmarks/candidate_truth.py --noise --pairs 40 --out "$OUT/truth_noise"
     echo "== done $(date +%T)" >> "$LOG"
     exit 0
 fi

@@ -144,6 +144,11 @@ class JudgeConfig:
     """Tries at a new candidate rank set when no spare answered (a host briefly out of processes: EAGAIN)."""
     fresh_start_pause_s: float = 1.0
     """Between those tries."""
+    pin_ranks: bool = True
+    """On GPUs, rank r of every rank set (the reference's and each candidate's) runs on one core, the same for
+    all, once it serves a step: a core's speed is its process's (host-bound calls read up to 1.8x apart on
+    different cores of one H200 host), and a pair's ratio cancels it only where both halves ran on one core
+    (docs/timing.md, "Paired speedup"). Needs two cores per rank; off only to compare."""
 
     # -- containment (defaults from the environment: the module docstring) --------------------------
     namespaces: bool = field(default_factory=lambda: _env_flag("PKB_ENV_NAMESPACES", True))

@@ -436,3 +436,50 @@ def test_a_speedup_whose_interval_straddles_the_target_does_not_end_the_episode(
     assert reached(record(1.3, 1.1, 1.5), 1.0) and record(1.3, 1.1, 1.5).distinguishable_from(1.0)
     assert reached(record(1.3, None, None), 1.0) and not reached(record(0.9, None, None), 1.0)
 
+
+
+MOVES_OFF_ITS_CORE = """
+import os, torch.distributed as dist
+def solution(tensor):
+    os.sched_setaffinity(0, {0, 1})   # every core this machine has, whichever the judge gave this rank
+    out = tensor.clone()
+    dist.all_reduce(out)
+    return out
+"""
+
+
+def test_rank_r_of_every_rank_set_runs_on_one_core_and_a_candidate_that_leaves_it_fails(monkeypatch):
+    """Where the placement gives each rank a core (GPUs: sandbox/cores.py), every thread of the candidate's rank r
+    and of the reference's rank r runs there while they are timed, so a pair's two halves share the core's
+    speed; a candidate that widens its affinity is caught at the next freeze, and its step fails."""
+    import pkb_env.executors as executors
+    from pkb_env.executors.placement import Placement
+
+    pinned = lambda world_size: replace(cpu_placement(world_size), cpus=(1, 0))   # noqa: E731
+    cpu_placement = executors.cpu_placement
+    monkeypatch.setattr(executors, "cpu_placement", pinned)
+    env = make_env(world_size=2, config=PRODUCTION, target_speedup=float("inf"))
+    executor = env.unwrapped.judge.executor
+    assert isinstance(executor.placement, Placement) and executor.placement.cpus == (1, 0)
+    seen = []
+    release = RankSet.release
+
+    def spy_release(ranks, epoch):   # every rank gated, about to be timed
+        seen.append((ranks.role, [{tid: os.sched_getaffinity(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
+                                  for pid in ranks.pids]))
+        return release(ranks, epoch)
+
+    monkeypatch.setattr(RankSet, "release", spy_release)
+    try:
+        obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
+        _, _, _, _, info = env.step(obs["reference"])
+        assert info["correct"], info["feedback"]
+        roles = {role for role, _ in seen}
+        assert roles == {"candidate", "reference"}, roles
+        for role, per_rank in seen:
+            for rank, threads in enumerate(per_rank):
+                assert all(cores == {(1, 0)[rank]} for cores in threads.values()), (role, rank, threads)
+        _, _, _, _, info = env.step(MOVES_OFF_ITS_CORE)
+        assert info["verdict"] == "runtime_error" and "moved off the cores" in info["feedback"], info["feedback"]
+    finally:
+        env.close()

@@ -24,7 +24,7 @@ from pkb_env.config import EXECUTORS, JudgeConfig
 from pkb_env.errors import ExecutorError
 from pkb_env.hardware import GPU_DEVICE_NODES
 from pkb_env.executors.capacity import world_size_limit
-from pkb_env.executors.placement import ExecutorInfo, Placement
+from pkb_env.executors.placement import ExecutorInfo, Placement, rank_cores
 from pkb_env.executors.process import ProcessExecutor
 from pkb_env.sandbox.limits import ResourceLimits
 from pkb_env.wire.messages import HOST_STAGED, START_PHASES
@@ -92,7 +92,8 @@ def make_executor(config: JudgeConfig) -> ProcessExecutor:
     topology = machine.topology_name if machine.gpus else "unknown_gpu"
     if name == "cuda":
         placement = Placement(tuple(f"cuda:{r}" for r in range(world_size)), "nccl", ResourceLimits(), clock="cuda",
-                              calibration_sizes=GPU_CALIBRATION_SIZES, spares=len(START_PHASES) + 1)
+                              calibration_sizes=GPU_CALIBRATION_SIZES, spares=len(START_PHASES) + 1,
+                              cpus=rank_cores(world_size) if config.pin_ranks else None)
         info = ExecutorInfo("cuda", f"cuda/{model}/x{world_size}", True, topology)
     else:
         # gloo's transport with CUDA tensors staged through host memory (ranks/host_staged.py): plain gloo

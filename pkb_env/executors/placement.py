@@ -2,6 +2,7 @@
 (no other module asks an executor for its name)."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from pkb_env.sandbox.limits import ResourceLimits
@@ -14,7 +15,8 @@ class Placement:
     bus bandwidth is the calibrated B (GPUs need large messages to saturate a link); spares: candidate
     rank sets kept pre-started where cells have namespaces (executors/process.py, `_fill_spares`): a GPU
     rank starts in three phases of 0.2-0.4 s each (wire/messages.START_PHASES), CPU ranks in a fraction of
-    that.
+    that; cpus: per rank, the one core rank r of every rank set runs on once it serves a step (the reference's
+    and each candidate's alike: sandbox/cores.py), None where the scheduler decides.
     """
 
     devices: tuple[str, ...]
@@ -24,6 +26,7 @@ class Placement:
     calibration_sizes: tuple[int, ...] = (1 << 20, 8 << 20)
     pg_timeout_s: float = 120.0
     spares: int = 1
+    cpus: tuple[int, ...] | None = None
 
     @property
     def world_size(self) -> int:
@@ -36,6 +39,15 @@ class Placement:
     @property
     def on_cpu(self) -> bool:
         return all(device == "cpu" for device in self.devices)
+
+
+def rank_cores(world_size: int) -> tuple[int, ...] | None:
+    """One core per rank, the highest-numbered this process may use (rank 0 the last), where it may use at
+    least two per rank (the others for the judge, starting rank sets and the system); else None."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2 * world_size:
+        return None
+    return tuple(cores[-1 - rank] for rank in range(world_size))
 
 
 @dataclass(frozen=True)

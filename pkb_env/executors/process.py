@@ -32,7 +32,7 @@ from pkb_env.executors.placement import ExecutorInfo, Placement
 from pkb_env.executors.rank_set import RankSet, RankSetFailed
 from pkb_env.executors.sessions import CandidateRanks, ReferenceRanks
 from pkb_env.record import RankFailure
-from pkb_env.sandbox import freezer
+from pkb_env.sandbox import cores, freezer
 from pkb_env.sandbox.containment import Containment
 from pkb_env.sandbox.limits import kill_tree
 from pkb_env.sandbox.privileges import remove_files_of, unprivileged_uid
@@ -230,10 +230,23 @@ class ProcessExecutor:
             except freezer.FreezeFailed as exc:
                 raise RankSetFailed([RankFailure(0, "unfreezable", f"the candidate's processes could not be stopped "
                                                                   f"while the reference was timed: {exc}", "timing")])
+            moved = self._off_cores(ranks)
+        if moved:   # its calls ran on other cores than the reference's: the pair's ratio would not cancel them
+            freezer.resume(stopped)
+            raise RankSetFailed([RankFailure(0, "unpinned", f"the candidate moved off the cores the judge gave its "
+                                                            f"ranks: {moved}", "timing")])
         try:
             yield
         finally:
             freezer.resume(stopped)
+
+    def _off_cores(self, ranks: RankSet) -> str | None:
+        """Where a thread of rank r's processes may run beyond rank r's core (`placement.cpus`), in words."""
+        for rank, pid in enumerate(ranks.pids if self.placement.cpus else ()):
+            found = cores.off_cores([pid, *freezer.descendants([pid])], {self.placement.cpus[rank]})
+            if found:
+                return f"rank {rank}'s {found}"
+        return None
 
     def _strays(self, candidate: RankSet | None = None) -> set[int]:
         """The zygote's children that are not the cell of a live rank set (or of `candidate`): processes that

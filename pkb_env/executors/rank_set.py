@@ -99,7 +99,8 @@ class RankSet:
                     "env": {**env, "TMPDIR": self.workdir, "HOME": self.workdir,
                             "CUPY_CACHE_DIR": os.path.join(self.workdir, "cupy"),
                             "TRITON_CACHE_DIR": os.path.join(self.workdir, "triton")},
-                    "limits": asdict(placement.limits), "pg_timeout_s": placement.pg_timeout_s, "uid": uid}
+                    "limits": asdict(placement.limits), "pg_timeout_s": placement.pg_timeout_s, "uid": uid,
+                    "cpu": placement.cpus[rank] if placement.cpus else None}
             self.pids.append(self.cell.spawn(spec, theirs.fileno()))
             theirs.close()
             conn = Connection(os.dup(ours.fileno()))

@@ -43,6 +43,7 @@ from pkb_env.ranks.outputs import (OutputError, aliases, check_size, clone_args,
                                   stage, updated)
 from pkb_env.ranks.tripwire import JUDGE, tampered, watch
 from pkb_env.runtime import link
+from pkb_env.sandbox import cores
 from pkb_env.task import load_reference, load_task
 from pkb_env.wire import channel, requests
 from pkb_env.wire.gate import PageView
@@ -146,6 +147,12 @@ class RankServer:
             except BaseException as exc:  # candidate code may raise anything, SystemExit included
                 self.send("error", phase=label, message=describe_exception(exc), tampered=isinstance(exc, Tampered))
 
+    def pin(self) -> None:
+        """Every thread of this rank on the core rank r of every rank set runs on, where the placement gives one
+        (sandbox/cores.py): set once this rank serves a step, not while it starts as a spare."""
+        if self.spec.get("cpu") is not None:
+            cores.pin_process(self.spec["cpu"])
+
     def send(self, event: str, payload: bytes | None = None, **fields: Any) -> None:
         JUDGE.send(self.conn, {"event": event, "nonce": self.nonce, "rank": self.rank, **fields}, payload)
 
@@ -174,6 +181,7 @@ class RankServer:
 
     def load(self, request: Load) -> None:
         start = JUDGE.clock()
+        self.pin()   # before candidate code: threads it makes inherit the core
         self.task = load_task(request.task)
         # Before candidate code runs, so every rank builds them in step; once per mesh shape per rank set, for
         # every preset's mesh (a mesh sized by a preset's dims differs by preset; contract/mesh.py).
@@ -209,6 +217,7 @@ class RankServer:
     def burst(self, request: Burst) -> None:
         """One timed burst (bursts.py); the outputs are held for `fingerprints`."""
         self.held = None  # the previous burst's outputs go before this burst's sets are made
+        self.pin()        # the calibration's bursts come before any load
         workload = self.workload(request.workload)
         staged, self.staged = self.staged, None   # its inputs stay, refilled: every burst on the same buffers
         sets = bursts.make_sets(workload, request.seeds, request.calls,

@@ -1,0 +1,58 @@
+"""Cores: rank r of every rank set on one core of its own, and the check that a candidate stayed there.
+
+A host-bound call's time is the core's: on one H200 host (16 vCPUs, one NUMA node) the same code read 26 to
+47 us a call depending on the core its process ran on, and a process keeps its core's speed for its life, so
+the two halves of a pair (the candidate's rank r and the reference's, different processes by design) can
+only be compared where both ran on one core (docs/timing.md, "Paired speedup"; `benchmarks/candidate_truth.py
+--pin`). A rank pins every thread of its process when it loads a task (`pin_process`, before any candidate
+code; threads and processes made later inherit it). A process may still change its own affinity, so the
+judge looks at every thread of the candidate's processes whenever it stops them for a pair (`off_cores`).
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterable
+
+
+def pin_process(cpu: int) -> None:
+    """Every thread of this process (CUDA's and NCCL's included) on core `cpu`."""
+    try:
+        threads = [int(tid) for tid in os.listdir("/proc/self/task")]
+    except OSError:      # no /proc: this thread at least (the rank's calls run on it)
+        threads = [0]
+    for tid in threads:
+        try:
+            os.sched_setaffinity(tid, {cpu})
+        except (ProcessLookupError, PermissionError):  # a thread that ended meanwhile
+            continue
+
+
+def off_cores(pids: Iterable[int], allowed: set[int]) -> str | None:
+    """The first thread of `pids` that may run on a core outside `allowed`, in words; None when none may."""
+    for pid in pids:
+        try:
+            threads = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            continue
+        for tid in threads:
+            try:
+                cores = os.sched_getaffinity(tid)
+            except OSError:
+                continue
+            if not cores <= allowed:
+                return (f"thread {tid} of process {pid} may run on cores {_spans(cores)}; its rank was given "
+                        f"{_spans(allowed)}")
+    return None
+
+
+def _spans(cores: set[int]) -> str:
+    """1,2,3,7 -> "1-3,7"."""
+    ordered, parts = sorted(cores), []
+    start = prev = ordered[0] if ordered else None
+    for c in ordered[1:] + [None]:
+        if c is not None and c == prev + 1:
+            prev = c
+            continue
+        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+        start = prev = c
+    return ",".join(parts)
