@@ -221,7 +221,7 @@ class JudgeConfig:
                 isinstance(self.calibration_sizes, tuple) and self.calibration_sizes
                 and all(isinstance(s, int) and s > 0 for s in self.calibration_sizes)):
             yield f"calibration_sizes must be a tuple of positive byte counts or None, got {self.calibration_sizes!r}"
-        for name in ("namespaces", "require_containment", "drop_privileges"):
+        for name in ("namespaces", "require_containment", "drop_privileges", "pin_ranks"):
             if not isinstance(getattr(self, name), bool):
                 yield f"{name} must be true or false, got {getattr(self, name)!r}"
         if not isinstance(self.cache_dir, str) or not self.cache_dir:

@@ -154,6 +154,7 @@ def test_the_config_is_one_picklable_object_that_names_bad_settings():
                             ({"world_size": 0}, "world_size must be a positive integer"),
                             ({"step_budget_s": -1}, "step_budget_s must be a positive number"),
                             ({"calibration": "sometimes"}, "calibration 'sometimes' is unknown"),
+                            ({"pin_ranks": "yes"}, "pin_ranks must be true or false"),
                             ({"protocol": {"burst": 1}}, "protocol: unknown setting")]:
         with pytest.raises(ConfigError, match=message):
             JudgeConfig.from_mapping(values)
