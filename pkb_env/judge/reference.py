@@ -84,6 +84,12 @@ class Reference:
         return self.executor.reference(ctx.task.name, lambda ranks: ranks.replay(
             ctx.workload, paired.seeds, paired.calls, paired.marks_every))
 
+    def fingerprints(self, ctx: StepContext, paired: PairedBurst) -> list[dict]:
+        """Per rank, the last replay's fingerprints with the candidate's seed and sample (and the bound terms).
+        Not retried: fresh ranks would not hold the replay."""
+        return self.executor.reference(ctx.task.name, lambda ranks: ranks.fingerprints(
+            paired.burst, paired.sketch_seed, ctx.rules, paired.sample), retry=False)
+
     def ask_fingerprints(self, ctx: StepContext, paired: PairedBurst) -> None:
         """The last replay's fingerprints, with the candidate's seed and sample (and the bound terms), asked for
         without waiting; `sketches` reads them. Not retried: fresh ranks would not hold the replay."""
@@ -91,6 +97,7 @@ class Reference:
             paired.burst, paired.sketch_seed, ctx.rules, paired.sample), retry=False)
 
     def sketches(self, ctx: StepContext) -> list[dict]:
+        """The answer to `ask_fingerprints`."""
         return self.executor.reference(ctx.task.name, lambda ranks: ranks.sketches(), retry=False)
 
     def forget(self, task: str | None) -> None:
@@ -125,8 +132,7 @@ class Pairing:
         with self.candidate.frozen():
             self.log.bursts.append(self.reference.replay(self.ctx, paired))
             if not self.concurrent:
-                self.reference.ask_fingerprints(self.ctx, paired)
-                self.sketches.append(self.reference.sketches(self.ctx))
+                self.sketches.append(self.reference.fingerprints(self.ctx, paired))
         self.seconds += time.perf_counter() - start
 
     def fingerprints(self, paired: PairedBurst) -> Callable[[], None]:

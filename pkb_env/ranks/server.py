@@ -38,7 +38,7 @@ import torch.distributed as dist
 
 from pkb_env.contract import GroupCache
 from pkb_env.ranks import bursts, fingerprints, host_staged, probes
-from pkb_env.ranks.clocks import make_clock
+from pkb_env.ranks.clocks import BurstTimes, make_clock
 from pkb_env.ranks.outputs import (OutputError, aliases, check_size, clone_args, export, mutated, nbytes, shared_with,
                                   stage, updated)
 from pkb_env.ranks.tripwire import JUDGE, tampered, watch
@@ -227,8 +227,7 @@ class RankServer:
                                               request.capture_every, deadline, lambda: self.send("gated"))
         self.staged = (workload, sets)  # refilled by the next burst, after any fingerprints of these
         self.check_tools()
-        self.send("burst", seen_at=times.seen_at, ended_at=times.ended_at, busy_s=times.busy_s,
-                  host_s=times.host_s, idle_s=times.idle_s, wait_s=times.wait_s, marks=times.marks)
+        self.report(times)
 
     def fingerprints(self, request: Fingerprints) -> None:
         held, self.held = self.held, None
@@ -247,6 +246,10 @@ class RankServer:
         held, times = bursts.timed_burst(workload, sets, self.clock, request.epoch, request.marks_every, False,
                                          JUDGE.monotonic() + RELEASE_WAIT_S, lambda: self.send("gated"))
         self.held = replace(held, bound=True)
+        self.report(times)
+
+    def report(self, times: BurstTimes) -> None:
+        """A burst's times, as the judge's clock check reads them (judge/timing.py, `check_claims`)."""
         self.send("burst", seen_at=times.seen_at, ended_at=times.ended_at, busy_s=times.busy_s,
                   host_s=times.host_s, idle_s=times.idle_s, wait_s=times.wait_s, marks=times.marks)
 
@@ -295,7 +298,7 @@ class RankServer:
         return self._workloads[key]
 
 
-watch(RankServer, "send", "check_tools", "burst", "trials", "fingerprints", "replay", "load")
+watch(RankServer, "send", "report", "check_tools", "burst", "trials", "fingerprints", "replay", "load")
 
 
 def _connect(device: torch.device) -> None:

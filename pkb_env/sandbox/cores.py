@@ -16,11 +16,7 @@ from typing import Iterable
 
 def pin_process(cpu: int) -> None:
     """Every thread of this process (CUDA's and NCCL's included) on core `cpu`."""
-    try:
-        threads = [int(tid) for tid in os.listdir("/proc/self/task")]
-    except OSError:      # no /proc: this thread at least (the rank's calls run on it)
-        threads = [0]
-    for tid in threads:
+    for tid in _threads("self") or [0]:   # no /proc: this thread at least (the rank's calls run on it)
         try:
             os.sched_setaffinity(tid, {cpu})
         except (ProcessLookupError, PermissionError):  # a thread that ended meanwhile
@@ -30,11 +26,7 @@ def pin_process(cpu: int) -> None:
 def off_cores(pids: Iterable[int], allowed: set[int]) -> str | None:
     """The first thread of `pids` that may run on a core outside `allowed`, in words; None when none may."""
     for pid in pids:
-        try:
-            threads = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
-        except OSError:
-            continue
-        for tid in threads:
+        for tid in _threads(pid):
             try:
                 cores = os.sched_getaffinity(tid)
             except OSError:
@@ -43,6 +35,14 @@ def off_cores(pids: Iterable[int], allowed: set[int]) -> str | None:
                 return (f"thread {tid} of process {pid} may run on cores {_spans(cores)}; its rank was given "
                         f"{_spans(allowed)}")
     return None
+
+
+def _threads(pid: int | str) -> list[int]:
+    """The thread ids of process `pid` ("self": this one); none once it is gone, or without /proc."""
+    try:
+        return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []
 
 
 def _spans(cores: set[int]) -> str:
