@@ -144,8 +144,9 @@ def test_no_rank_set_starts_while_a_candidate_is_timed(monkeypatch, depth):
                 ended.append(executor._ending[0])
             assert len(executor.spares) == executor.spare_depth == depth  # started for the next steps
             assert all(not s.closed for s in executor.spares)
-            if step:  # from the second step on (reset starts the held ones together): oldest first, each
-                # one phase further on than the next, the newest in its first; a lone one started whole
+            if step >= last - 1:  # once the pipeline is full (reset starts the held ones together, each step
+                # moves them a phase): oldest first, each one phase further on than the next, the newest in its
+                # first; a lone one started whole
                 asked = [min(last, depth - 1 - i) for i in range(depth)] if depth > 1 else [last]
                 assert [s.asked for s in executor.spares] == asked
         assert waiting == [(depth - 1, True)] * 4, waiting

@@ -93,7 +93,7 @@ def make_executor(config: JudgeConfig) -> ProcessExecutor:
     if name == "cuda":
         placement = Placement(tuple(f"cuda:{r}" for r in range(world_size)), "nccl", ResourceLimits(), clock="cuda",
                               calibration_sizes=GPU_CALIBRATION_SIZES, spares=len(START_PHASES) + 1,
-                              cpus=rank_cores(world_size) if config.pin_ranks else None)
+                              cpus=rank_cores(world_size) if config.pin_ranks else None, symmetric=True)
         info = ExecutorInfo("cuda", f"cuda/{model}/x{world_size}", True, topology)
     else:
         # gloo's transport with CUDA tensors staged through host memory (ranks/host_staged.py): plain gloo

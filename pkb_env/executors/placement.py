@@ -14,9 +14,10 @@ class Placement:
     or "cuda" (CUDA events behind a device gate); calibration_sizes: all_reduce sizes (bytes) whose best
     bus bandwidth is the calibrated B (GPUs need large messages to saturate a link); spares: candidate
     rank sets kept pre-started where cells have namespaces (executors/process.py, `_fill_spares`): a GPU
-    rank starts in three phases of 0.2-0.4 s each (wire/messages.START_PHASES), CPU ranks in a fraction of
+    rank starts in four phases of 0.1-0.5 s each (wire/messages.START_PHASES), CPU ranks in a fraction of
     that; cpus: per rank, the one core rank r of every rank set runs on once it serves a step (the reference's
-    and each candidate's alike: sandbox/cores.py), None where the scheduler decides.
+    and each candidate's alike: sandbox/cores.py), None where the scheduler decides; symmetric: every rank
+    sets torch's symmetric memory up as it starts (ranks/server.py, `symmetric`), where candidates may use it.
     """
 
     devices: tuple[str, ...]
@@ -27,6 +28,7 @@ class Placement:
     pg_timeout_s: float = 120.0
     spares: int = 1
     cpus: tuple[int, ...] | None = None
+    symmetric: bool = False
 
     @property
     def world_size(self) -> int:

@@ -63,8 +63,8 @@ class RankSet:
                  root: str, uid: int | None = None, containment: Containment = Containment(),
                  progress: Callable[[str, str, int, int], None] | None = None, hold: bool = False):
         """Fork the ranks; they start at once. A start runs in phases (messages.START_PHASES: each rank's
-        CUDA context, the process group with NCCL's communicator and connections, the warm-up of the
-        kernels a step's requests launch). With `hold`, the ranks stop after the first until `advance`,
+        CUDA context, the process group with NCCL's communicator and connections, torch's symmetric memory,
+        the warm-up of the kernels a step's requests launch). With `hold`, the ranks stop after the first until `advance`,
         so that the judge can run each phase when nothing is being timed."""
         self.placement = placement
         self.config = config
@@ -100,7 +100,7 @@ class RankSet:
                             "CUPY_CACHE_DIR": os.path.join(self.workdir, "cupy"),
                             "TRITON_CACHE_DIR": os.path.join(self.workdir, "triton")},
                     "limits": asdict(placement.limits), "pg_timeout_s": placement.pg_timeout_s, "uid": uid,
-                    "cpu": placement.cpus[rank] if placement.cpus else None}
+                    "cpu": placement.cpus[rank] if placement.cpus else None, "symmetric": placement.symmetric}
             self.pids.append(self.cell.spawn(spec, theirs.fileno()))
             theirs.close()
             conn = Connection(os.dup(ours.fileno()))

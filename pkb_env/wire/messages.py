@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 # A rank's start, in order: its CUDA context (made as the process starts), its rank set's process group
-# (NCCL's communicator, its connections, the collectives' kernels), the kernels of a step's own requests.
-# The judge asks for them one at a time for a held spare (executors/process.py), all at once otherwise;
-# each is answered `started`, the last `ready`.
-START_PHASES = ("context", "group", "warm")
+# (NCCL's communicator, its connections, the collectives' kernels), torch's symmetric memory set up (where
+# the placement asks for it), the kernels of a step's own requests. The judge asks for them one at a time
+# for a held spare (executors/process.py), all at once otherwise; each is answered `started`, the last `ready`.
+START_PHASES = ("context", "group", "symmetric", "warm")
 # The process-group backend of candidates on emulated ranks (ranks/host_staged.py), named in a rank's spec.
 HOST_STAGED = "host_staged"
 NONCE_CHARS = 32

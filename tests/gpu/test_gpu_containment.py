@@ -78,3 +78,39 @@ def solution(tensor):
 ''')
     assert info["verdict"] == "build_error" and "absolute paths and '..' are not allowed" in info["feedback"], \
         info["feedback"]
+
+
+# Symmetric memory is set up in every rank as it starts (ranks/server.py, `symmetric`): a candidate writes a
+# marker into symmetric buffers; the next candidate's uninitialised ones (torch's own and the runtime's, the
+# same sizes) must not hold it.
+MARKER = 0x5EC2E7_0BAD_C0DE
+SYMMETRIC_WRITER = f'''import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from pkb_env.runtime import symmetric_buffer
+own = symm_mem.empty(1 << 22, dtype=torch.int64, device="cuda")
+symm_mem.rendezvous(own, dist.group.WORLD)
+for made in (own, symmetric_buffer((1 << 22,), torch.int64).local):
+    made.fill_({MARKER})
+torch.cuda.synchronize()
+def solution(tensor):
+    return tensor
+'''
+SYMMETRIC_READER = f'''import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from pkb_env.runtime import symmetric_buffer
+own = symm_mem.empty(1 << 22, dtype=torch.int64, device="cuda")
+symm_mem.rendezvous(own, dist.group.WORLD)
+found = [int((made == {MARKER}).sum()) for made in (own, symmetric_buffer((1 << 22,), torch.int64).local)]
+raise RuntimeError(f"MARKERS {{found}}")
+'''
+
+
+def test_a_candidate_cannot_reach_an_earlier_candidates_symmetric_memory(cuda1):
+    facts = cuda1.unwrapped.judge.reference_facts()
+    assert all("symmetric_s" in f for f in facts), facts   # the start set it up (not "unavailable")
+    _, _, _, _, info = cuda1.step(SYMMETRIC_WRITER)
+    assert info["verdict"] == "correct", info["feedback"]
+    _, _, _, _, info = cuda1.step(SYMMETRIC_READER)
+    assert "MARKERS [0, 0]" in info["feedback"], info["feedback"]
