@@ -23,6 +23,18 @@ def pin_process(cpu: int) -> None:
             continue
 
 
+def move(pids: Iterable[int], allowed: set[int]) -> None:
+    """Every thread of `pids` onto `allowed` (processes about to be killed: what their end costs the kernel,
+    their CUDA contexts' teardown above all, then runs there, not on a rank's core). Threads that end or
+    refuse meanwhile are left as they are."""
+    for pid in pids:
+        for tid in _threads(pid):
+            try:
+                os.sched_setaffinity(tid, allowed)
+            except OSError:
+                continue
+
+
 def off_cores(pids: Iterable[int], allowed: set[int]) -> str | None:
     """The first thread of `pids` that may run on a core outside `allowed`, in words; None when none may."""
     for pid in pids:
