@@ -10,6 +10,8 @@
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh speed      # one GPU: throughput, step latency, self-speedup
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh pairs      # one GPU: interleaved pairs' tests, self-speedup, latency
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh truth1     # one GPU: candidates in plain processes beside the judge
+#     OUT=/path/to/out bash benchmarks/gpu_batch.sh symmetric  # one GPU: GPU tests and the warm step (issue 23)
+#     OUT=/path/to/out bash benchmarks/gpu_batch.sh protocols  # one GPU: the reference against itself per burst length
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh suite      # one GPU: every reference, 4 emulated ranks and W=1
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh experts1   # one GPU: the experts of issues 26-27
 #
@@ -85,6 +87,26 @@ if [ "${1:-timing}" = pairs ]; then   # issue 23, interleaved pairs on one GPU a
     part 120 python benchmarks/step_latency.py --executor cuda --world-size 1 --preset bench --steps 8 --operations \
                  --candidates reference agents/experts/all_reduce.py --json "$OUT/step_latency.json"
     part 200 python benchmarks/repeatability.py --executor cuda --world-size 1 --presets bench --processes 4 \
+                 --self-steps 0 --out "$OUT"
+    echo "== done $(date +%T)" >> "$LOG"
+    exit 0
+fi
+if [ "${1:-timing}" = symmetric ]; then   # issue 23 on one GPU: symmetric memory set up in the spares' start;
+    # the containment (an earlier candidate's symmetric memory), pairs, timing and fault tests; the warm step
+    part 330 python -m pytest -q -rA -s -p no:cacheprovider tests/gpu/test_gpu_containment.py tests/gpu/test_pairs_gpu.py \
+                 tests/gpu/test_timing_gpu.py tests/gpu/test_gpu_faults.py
+    part 150 python benchmarks/step_latency.py --executor cuda --world-size 1 --preset bench --steps 8 --operations \
+                 --candidates reference agents/experts/all_reduce.py --json "$OUT/step_latency.json"
+    echo "== done $(date +%T)" >> "$LOG"
+    exit 0
+fi
+if [ "${1:-timing}" = protocols ]; then   # issue 23 on one GPU: the reference against itself, 20 steps, with the
+    # cuda protocol's 8 ms bursts and shorter ones (more pairs in the same budget), then the expert in fresh processes
+    for change in "" "burst_s=0.004" "burst_s=0.002" "burst_s=0.004 budget_s=0.15"; do
+        part 80 python benchmarks/self_speedup.py --executor cuda --world-size 1 --preset bench --tasks all_reduce \
+                     --steps 20 --protocol $change --json "$OUT/self_speedup_${change// /_}.json"
+    done
+    part 220 python benchmarks/repeatability.py --executor cuda --world-size 1 --presets bench --processes 4 \
                  --self-steps 0 --out "$OUT"
     echo "== done $(date +%T)" >> "$LOG"
     exit 0

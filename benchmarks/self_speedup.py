@@ -3,11 +3,13 @@ reference time would give, per task, over several steps of one service.
 
     python benchmarks/self_speedup.py --executor cpu --world-size 4 --steps 3             # the eight primitives
     python benchmarks/self_speedup.py --executor cuda --world-size 1 --preset bench --tasks all_reduce --steps 20
+    python benchmarks/self_speedup.py ... --protocol burst_s=0.004 budget_s=0.15   # the protocol's defaults changed
 
 Both figures come from the same steps: `paired` is the record's speedup (the median of the step's
 candidate-burst / reference-replay ratios, docs/timing.md "Paired speedup"); `cached` is
 cached_reference_s / time_s, what the reward used before (the reference timed once per task, earlier, in
-another rank set). The ideal is 1.0 for both; the gap between their spreads is what pairing removes.
+another rank set). The ideal is 1.0 for both; the gap between their spreads is what pairing removes. Each
+step's wall time and pair count are printed too, so that a protocol's cost is read beside its spread.
 """
 from __future__ import annotations
 
@@ -15,10 +17,13 @@ import argparse
 import json
 import statistics
 import sys
+import time
+from dataclasses import fields, replace
 
 from tqdm import tqdm
 
 from pkb_env import JudgeConfig, JudgeService
+from pkb_env.config import TimingProtocol
 from pkb_env.tables import table
 from pkb_env.task import load_task
 
@@ -32,31 +37,39 @@ def main() -> int:
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--tasks", nargs="+", default=list(PRIMITIVES))
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--protocol", nargs="*", default=[], metavar="FIELD=VALUE",
+                        help="TimingProtocol fields changed from the clock's defaults, e.g. burst_s=0.004")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
-    config = JudgeConfig(executor=args.executor, world_size=args.world_size, preset=args.preset)
+    config = JudgeConfig(executor=args.executor, world_size=args.world_size, preset=args.preset,
+                         protocol=_protocol(args.executor, args.protocol))
     rows, results = [], {}
     with JudgeService(config) as judge, tqdm(total=len(args.tasks) * args.steps, unit="step") as bar:
         for task in args.tasks:
-            session, paired, cached, spreads = judge.open(task), [], [], []
+            session, paired, cached, spreads, walls, pairs = judge.open(task), [], [], [], [], []
             for _ in range(args.steps):
+                begun = time.monotonic()
                 record = session.judge(load_task(task).reference_source)
+                walls.append(time.monotonic() - begun)
                 t = record.timing
+                pairs.append(t.pairs if t else 0)
                 paired.append(record.speedup)
                 cached.append(t.cached_reference_s / t.time_s if t and t.cached_reference_s else None)
                 spreads.append(t.speedup_spread if t else None)
                 bar.update()
-            results[task] = {"paired": paired, "cached": cached, "spread": spreads}
+            results[task] = {"paired": paired, "cached": cached, "spread": spreads, "wall_s": walls, "pairs": pairs}
             good = [p for p in paired if p is not None]
             old = [c for c in cached if c is not None]
             rows.append([task, len(good), f"{min(good):.3f}-{max(good):.3f}" if good else "-",
                          f"{statistics.median(good):.3f}" if good else "-",
                          f"{min(old):.3f}-{max(old):.3f}" if old else "-",
-                         f"{statistics.median([s for s in spreads if s is not None]):.3f}" if good else "-"])
+                         f"{statistics.median([s for s in spreads if s is not None]):.3f}" if good else "-",
+                         f"{statistics.median(pairs):.0f}", f"{1e3 * statistics.median(walls[1:] or walls):.0f}"])
     print(f"\nthe reference against itself, {args.executor} at world size {args.world_size}, {args.preset}, "
-          f"{args.steps} steps per task")
-    print(table(["task", "steps", "paired range", "paired median", "cached range", "pairs' spread"], rows))
+          f"{args.steps} steps per task" + (f", protocol {' '.join(args.protocol)}" if args.protocol else ""))
+    print(table(["task", "steps", "paired range", "paired median", "cached range", "pairs' spread", "pairs",
+                 "warm step ms"], rows))
     every = [p for r in results.values() for p in r["paired"]]
     old = [c for r in results.values() for c in r["cached"]]
     print(f"all steps: paired {min(p for p in every if p is not None):.3f}-{max(p for p in every if p is not None):.3f}"
@@ -65,6 +78,21 @@ def main() -> int:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
     return 0
+
+
+def _protocol(executor: str, changes: list[str]) -> TimingProtocol | None:
+    """The clock's default protocol with FIELD=VALUE changes (floats, ints or strings as the field is)."""
+    if not changes:
+        return None
+    base = TimingProtocol.for_clock("host" if executor == "cpu" else "cuda")
+    kinds = {f.name: type(getattr(base, f.name)) for f in fields(base)}
+    updates = {}
+    for change in changes:
+        name, _, value = change.partition("=")
+        if name not in kinds:
+            raise SystemExit(f"--protocol: unknown field {name!r}; TimingProtocol has {sorted(kinds)}")
+        updates[name] = kinds[name](value)
+    return replace(base, **updates)
 
 
 if __name__ == "__main__":
