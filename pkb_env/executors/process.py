@@ -89,7 +89,8 @@ class ProcessExecutor:
     @property
     def zygote(self) -> Zygote:
         if self._zygote is None or not self._zygote.alive():
-            self._zygote = Zygote(self.env, self.config.start_timeout_s, cache=self.config.cache_dir, root=self.root)
+            self._zygote = Zygote(self.env, self.config.start_timeout_s, cache=self.config.cache_dir, root=self.root,
+                                  gpu=self.placement.gpu)
             self._zygotes.append(self._zygote.process)
         return self._zygote
 
@@ -175,7 +176,7 @@ class ProcessExecutor:
 
         Called only once a timing is over: a starting rank makes its CUDA context or communicator or loads
         kernels, GPU and host work beside any burst, and `_settle` waits for the running phases before the
-        next bursts. With one spare per phase and a ready one (GPU placements: four), each phase of a
+        next bursts. With one spare per phase and a ready one (GPU placements: five), each phase of a
         start has the time between two timings to itself, and phases of different spares run side by
         side, so a step back to back waits only for the longest phase beyond that time (on one H200 the
         context took 0.42-0.57 s, the process group 0.40-0.52 s, the warm-up 0.20-0.44 s; the time

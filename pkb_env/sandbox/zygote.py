@@ -37,12 +37,12 @@ BOOT = ("import sys; sys.path[:] = [p for p in sys.path if p]; "
 
 
 class Zygote(ForkServer):
-    def __init__(self, env: dict[str, str], start_timeout: float, cache: str, root: str):
+    def __init__(self, env: dict[str, str], start_timeout: float, cache: str, root: str, gpu: bool = False):
         """Start the zygote with `env` (the scrubbed environment); `cache` is the judge's cache directory,
         which no cell may show; `root` the executor's directory, which the zygote removes if the judge dies
-        without closing it (`main`)."""
+        without closing it (`main`); `gpu`: its ranks are GPU ones (what they may import is imported first)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        judge = json.dumps({"home": os.path.expanduser("~"), "cache": cache, "root": root})
+        judge = json.dumps({"home": os.path.expanduser("~"), "cache": cache, "root": root, "gpu": gpu})
         cmd = [sys.executable, "-c", BOOT, str(theirs.fileno()), judge]
         self.process = subprocess.Popen(cmd, env=env, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                                         start_new_session=True)
@@ -114,6 +114,8 @@ def main() -> None:
     # where no .pyc can be written): 1.9-3.2 s in every fresh rank on one H200, 1-2 ms once it is imported here
     # (benchmarks/symmetric_setup_cost.py). Pure Python: no CUDA is touched.
     import torch.fx.experimental.symbolic_shapes  # noqa: F401
+    if judge.get("gpu"):
+        _import_cupy()
 
     from pkb_env.ranks import server  # noqa: F401  (imported before any fork: inherited warm)
     from pkb_env.sandbox import builder, cell, rootfs  # noqa: F401
@@ -122,6 +124,18 @@ def main() -> None:
     conn = Connection(fd)
     channel.send(conn, {"event": "ready"})
     serve(conn, "cell", cell.run_cell)  # cells and ranks die with us: each sets PR_SET_PDEATHSIG
+
+
+def _import_cupy() -> None:
+    """CuPy, through which the runtime loads and launches a candidate's compiled kernels (pkb_env/runtime/
+    kernels.py): imported in every fresh rank it cost a candidate's first kernel tens to hundreds of
+    milliseconds of its trials (docs/timing.md, "Symmetric memory set up in the start"). Its import touches
+    no CUDA (the ranks forked after it make their own contexts). Where it is missing or broken the ranks
+    import it themselves, and say why there."""
+    try:
+        import cupy  # noqa: F401
+    except Exception:  # noqa: BLE001  (optional: a rank that needs it raises its own error)
+        pass
 
 
 def _orphaned(root: str) -> None:
