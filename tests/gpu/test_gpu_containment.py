@@ -94,7 +94,7 @@ for made in (own, symmetric_buffer((1 << 22,), torch.int64).local):
     made.fill_({MARKER})
 torch.cuda.synchronize()
 def solution(tensor):
-    return tensor
+    return tensor.clone()
 '''
 SYMMETRIC_READER = f'''import torch
 import torch.distributed as dist
@@ -104,6 +104,8 @@ own = symm_mem.empty(1 << 22, dtype=torch.int64, device="cuda")
 symm_mem.rendezvous(own, dist.group.WORLD)
 found = [int((made == {MARKER}).sum()) for made in (own, symmetric_buffer((1 << 22,), torch.int64).local)]
 raise RuntimeError(f"MARKERS {{found}}")
+def solution(tensor):
+    return tensor.clone()
 '''
 
 
