@@ -16,6 +16,7 @@ import os
 import sys
 import tempfile
 import traceback
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
@@ -120,12 +121,10 @@ def _rank_main(rank: int, world_size: int, init_method: str, out_dir: str, only:
 
 
 def launch(world_size: int, out_dir: Path, only: tuple[str, ...] | None = None) -> list[dict]:
-    """One launch of `world_size` spawned gloo ranks; returns each rank's reference outputs, per case (of the
-    tasks in `only`, default every task)."""
+    """One launch of `world_size` fresh gloo ranks, forked by `rank_server()`'s fork server; returns each rank's
+    reference outputs, per case (of the tasks in `only`, default every task)."""
     init_method = f"file://{out_dir / 'store'}"  # a FileStore: no port to find, nothing to race for
-    # Forked from a fork server that imported this module, torch and the tasks once (set up by `rank_outputs`):
-    # as fresh as spawned processes, without 2-3 s of imports per rank (17 ranks over the four world sizes).
-    ctx = mp.get_context("forkserver")
+    ctx = mp.get_context("forkserver")   # call inside `rank_server()`
     procs = [ctx.Process(target=_rank_main, args=(r, world_size, init_method, str(out_dir), only), daemon=True)
              for r in range(world_size)]
     for p in procs:
@@ -144,21 +143,29 @@ def launch(world_size: int, out_dir: Path, only: tuple[str, ...] | None = None) 
     return [torch.load(out_dir / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
 
 
+@contextmanager
+def rank_server():
+    """Where `launch` forks its ranks: a fork server that imported this module, torch and the tasks once. As
+    fresh as spawned processes, without 2-3 s of imports per rank (17 ranks over the four world sizes); the
+    server is stopped at the end of the block, so that no process of it outlives the block."""
+    mp.get_context("forkserver").set_forkserver_preload([__name__])   # before the fork server starts
+    try:
+        yield
+    finally:
+        forkserver._forkserver._stop()
+
+
 @pytest.fixture(scope="module")
 def rank_outputs():
     """{world_size: [per-rank {case: {"out", "mutated"}}]}: one launch per world size, run once for the module."""
     results = {}
-    mp.get_context("forkserver").set_forkserver_preload([__name__])   # before the fork server starts
-    try:
-        with tempfile.TemporaryDirectory(prefix="pkb_golden_") as tmp:
-            for w in WORLD_SIZES:
-                if not any(runnable(t, w) for t in task_names()):
-                    continue
-                out_dir = Path(tmp, f"w{w}")
-                out_dir.mkdir()
-                results[w] = launch(w, out_dir)
-    finally:
-        forkserver._forkserver._stop()   # no process of this module outlives it (the later modules count theirs)
+    with rank_server(), tempfile.TemporaryDirectory(prefix="pkb_golden_") as tmp:
+        for w in WORLD_SIZES:
+            if not any(runnable(t, w) for t in task_names()):
+                continue
+            out_dir = Path(tmp, f"w{w}")
+            out_dir.mkdir()
+            results[w] = launch(w, out_dir)
     return results
 
 
