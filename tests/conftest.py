@@ -10,6 +10,7 @@ import time
 import gymnasium
 import psutil
 import pytest
+from pathlib import Path
 
 # Calibrations and kernels go to a private cache, not the user's ~/.cache; set before any JudgeConfig is made
 # (a config reads PKB_ENV_CACHE when it is made, FAST below at import).
@@ -24,6 +25,24 @@ from pkb_env.config import TimingProtocol  # noqa: E402
 # speed (tests about timing itself use the production protocol, TimingProtocol.for_clock("host")).
 FAST = JudgeConfig(trials=2, trial_timeout_s=6.0, build_timeout_s=20.0, timing_timeout_s=30.0,
                    protocol=TimingProtocol.quick("host"))
+
+
+TESTS = Path(__file__).resolve().parent
+SUITE_SIZE = pytest.StashKey[int]()   # tests/test_docs.py: the README's quoted count against it
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    """Count the suite as `pytest --collect-only -m "not gpu" tests` does (items without the gpu marker, which
+    tests/gpu/conftest.py adds), where this session collected the whole of tests/ and selected by nothing but
+    "not gpu" (each xdist worker of the CI run does): test_docs then need not collect it again in a subprocess
+    (20 s on the 2-core CI machine). Last, after the markers are added and -m has deselected."""
+    whole = any("::" not in arg and Path(config.invocation_params.dir, arg).resolve() in (TESTS, TESTS.parent)
+                for arg in config.args)
+    narrowed = config.getoption("keyword", "") or config.getoption("markexpr", "") not in ("", "not gpu") or any(
+        config.getoption(name, None) for name in ("deselect", "ignore", "ignore_glob", "lf", "stepwise"))
+    if whole and not narrowed:
+        config.stash[SUITE_SIZE] = sum(1 for item in items if item.get_closest_marker("gpu") is None)
 
 
 @pytest.fixture(scope="session", autouse=True)

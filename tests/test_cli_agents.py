@@ -60,19 +60,32 @@ def test_errors_are_clear(capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
-def test_eval_folder_prints_stage_tables(tmp_path, capsys):
-    ring = resources.files("pkb_env.agents").joinpath("candidates/all_reduce_ring.py").read_text()
-    (tmp_path / "a_ring.py").write_text(ring)
-    (tmp_path / "b_broken.py").write_text("def solution(tensor):\n    raise RuntimeError('nope')\n")
-    (tmp_path / "c_in_place.py").write_text("import torch.distributed as dist\ndef solution(tensor):\n"
-                                            "    dist.all_reduce(tensor)\n    return tensor\n")
-    assert main(["eval", "all_reduce", str(tmp_path), "--executor", "cpu", "--world-size", "2"]) == 3  # runtime_error
-    out = capsys.readouterr().out
+@pytest.fixture(scope="module")
+def folder_eval(tmp_path_factory):
+    """One `eval` of a folder (one judge) for the two tests below: (exit code, stdout, folder)."""
+    import contextlib
+    import io
+
+    folder = tmp_path_factory.mktemp("eval_folder")
+    (folder / "a_ring.py").write_text(RING)
+    (folder / "b_broken.py").write_text("def solution(tensor):\n    raise RuntimeError('nope')\n")
+    (folder / "c_in_place.py").write_text("import torch.distributed as dist\ndef solution(tensor):\n"
+                                          "    dist.all_reduce(tensor)\n    return tensor\n")
+    (folder / "d_latin1.py").write_bytes("# résumé of the ring\n".encode("latin-1") + RING.encode())
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["eval", "all_reduce", str(folder), "--executor", "cpu", "--world-size", "2"])
+    text = out.getvalue()
+    return code, text, folder, {block.split(" ==")[0]: block for block in text.split("== ")[1:]}
+
+
+def test_eval_folder_prints_stage_tables(folder_eval):
+    code, out, folder, tables = folder_eval
+    assert code == 3  # runtime_error, the worst of the folder's verdicts
     assert "== " in out and "stage" in out and "verify" in out
     assert "verdict correct" in out and "verdict runtime_error" in out and "verdict wrong" in out
     assert "a_ring.py" in out and "b_broken.py" in out
-    tables = {block.split(" ==")[0]: block for block in out.split("== ")[1:]}
-    broken, in_place = tables[str(tmp_path / "b_broken.py")], tables[str(tmp_path / "c_in_place.py")]
+    broken, in_place = tables[str(folder / "b_broken.py")], tables[str(folder / "c_in_place.py")]
     # a candidate never timed shows no time row: the reference's work is a row of its own
     assert "\ntime " not in broken and "\ntime " not in in_place and "\nreference " in in_place
     # notes are not flags, and the verify row says how many rank outputs were checked and were wrong
@@ -89,14 +102,13 @@ def test_eval_json_lines(tmp_path, capsys):
     assert record["verdict"] == "wrong" and record["verify"]["mismatches"]
 
 
-def test_eval_notes_bytes_that_were_not_utf8(tmp_path, capsys):
-    """A Latin-1 file is judged as read (its bad byte replaced), and the feedback says so."""
-    path = tmp_path / "latin1.py"
-    path.write_bytes("# résumé of the ring\n".encode("latin-1") + RING.encode())
-    assert main(["eval", "all_reduce", str(path), "--executor", "cpu", "--world-size", "2"]) == 0
-    out = capsys.readouterr().out
-    assert "verdict correct" in out
-    assert "Notes: the code holds 2 U+FFFD replacement character(s), the first on line 1" in out
+def test_eval_notes_bytes_that_were_not_utf8(folder_eval):
+    """A Latin-1 file is judged as read (its bad byte replaced), and the feedback says so (its table in the
+    folder's output; the exit code of one correct file is test_cli_contract's)."""
+    _, _, folder, tables = folder_eval
+    latin1 = tables[str(folder / "d_latin1.py")]
+    assert "verdict correct" in latin1
+    assert "Notes: the code holds 2 U+FFFD replacement character(s), the first on line 1" in latin1
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")

@@ -46,7 +46,8 @@ def test_exit_codes_are_distinct_and_documented():
         assert f"  {code}" in text and verdict in text
 
 
-@pytest.mark.parametrize("verdict", ["correct", "wrong", "unparsable"])
+# "wrong": test_eval_exit_code_from_the_console_script (the same `main`, the same two checks, from the console)
+@pytest.mark.parametrize("verdict", ["correct", "unparsable"])
 def test_eval_exit_code_per_verdict(tmp_path, capsys, verdict):
     path = tmp_path / f"{verdict}.py"
     path.write_text(CANDIDATES[verdict])

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import examples_importable, make_env, variant
-from test_tasks_golden import check_golden, launch
+from test_tasks_golden import check_golden, launch, rank_server
 
 from pkb_env.contract import (Check, Comm, Cost, Fft, InPlace, OnRanks, Output, PerRank, Preset, Replicated, Sum,
                               TaskError, TaskSpec, Tensor, Tolerance)
@@ -55,7 +55,7 @@ def assert_correct(env, task: str, *sources: str) -> None:
 
 
 def test_the_references_equal_their_goldens():
-    with tempfile.TemporaryDirectory(prefix="pkb_contract_") as tmp:
+    with rank_server(), tempfile.TemporaryDirectory(prefix="pkb_contract_") as tmp:
         ranks = launch(2, Path(tmp), only=TASKS)
     for task in TASKS:
         check_golden(ranks, task, 2, "float32")

@@ -2,7 +2,8 @@
 size 2: the verdicts local judging gives, a killed actor, a batch deadline, backpressure, the VectorEnv, the
 TRL reward and `evaluate` over the pool, and nothing left running at close.
 
-One cluster and one pool of two actors serve the module (each actor starts a JudgeService: seconds)."""
+One cluster and one pool of two actors serve the module (each actor starts a JudgeService: seconds); the last
+test closes that pool."""
 from __future__ import annotations
 
 import asyncio
@@ -197,8 +198,8 @@ def test_the_vector_env_steps_its_actors_at_once_and_autoresets_next_step(cluste
     assert still_alive(pids, 10) == []
 
 
-def test_close_leaves_no_process_of_the_pool(cluster):
-    pool = JudgePool(CONFIG, address="auto", actors=1, cpus_per_actor=1)
+def test_close_leaves_no_process_of_the_pool(pool):
+    """The module's pool, closed here (its fixture's close() afterwards does nothing): keep this test last."""
     assert pool.map([("all_reduce", RING)])[0].correct
     pids = [p for ps in pool.process_ids().values() for p in ps]
     assert len(pids) > 3   # the actor, its zygote, cells and ranks

@@ -1,6 +1,6 @@
 """Every task of the suite, checked against its own declarations, on real gloo ranks. No hand list of tasks.
 
-The golden test: each world size is ONE launch of W spawned rank processes that loop over every task the
+The golden test: each world size is ONE launch of W fresh rank processes that loop over every task the
 tiny preset allows at that size, x dtype (the tiny one alone at W = 3) x trial (two at the tiny dtype, one
 at the others), build the task's mesh groups (once per mesh shape, as the judge's ranks do), run the
 reference and save what each rank returned. The pytest process makes every rank's inputs from the same
@@ -16,12 +16,14 @@ import os
 import sys
 import tempfile
 import traceback
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import torch
 import torch.multiprocessing as mp
+from multiprocessing import forkserver
 
 from pkb_env.contract import (FAMILIES, GroupCache, GroupInfo, Normal, Replicated, Scalar, Sharded, Tensor,
                               rank_seeds)
@@ -119,10 +121,10 @@ def _rank_main(rank: int, world_size: int, init_method: str, out_dir: str, only:
 
 
 def launch(world_size: int, out_dir: Path, only: tuple[str, ...] | None = None) -> list[dict]:
-    """One launch of `world_size` spawned gloo ranks; returns each rank's reference outputs, per case (of the
-    tasks in `only`, default every task)."""
+    """One launch of `world_size` fresh gloo ranks, forked by `rank_server()`'s fork server; returns each rank's
+    reference outputs, per case (of the tasks in `only`, default every task)."""
     init_method = f"file://{out_dir / 'store'}"  # a FileStore: no port to find, nothing to race for
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")   # call inside `rank_server()`
     procs = [ctx.Process(target=_rank_main, args=(r, world_size, init_method, str(out_dir), only), daemon=True)
              for r in range(world_size)]
     for p in procs:
@@ -141,11 +143,23 @@ def launch(world_size: int, out_dir: Path, only: tuple[str, ...] | None = None) 
     return [torch.load(out_dir / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
 
 
+@contextmanager
+def rank_server():
+    """Where `launch` forks its ranks: a fork server that imported this module, torch and the tasks once. As
+    fresh as spawned processes, without 2-3 s of imports per rank (17 ranks over the four world sizes); the
+    server is stopped at the end of the block, so that no process of it outlives the block."""
+    mp.get_context("forkserver").set_forkserver_preload([__name__])   # before the fork server starts
+    try:
+        yield
+    finally:
+        forkserver._forkserver._stop()
+
+
 @pytest.fixture(scope="module")
 def rank_outputs():
     """{world_size: [per-rank {case: {"out", "mutated"}}]}: one launch per world size, run once for the module."""
     results = {}
-    with tempfile.TemporaryDirectory(prefix="pkb_golden_") as tmp:
+    with rank_server(), tempfile.TemporaryDirectory(prefix="pkb_golden_") as tmp:
         for w in WORLD_SIZES:
             if not any(runnable(t, w) for t in task_names()):
                 continue

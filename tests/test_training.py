@@ -1,4 +1,4 @@
-"""Training against the env: the GRPO sanity run, the TRL reward function, a tiny TRL GRPOTrainer run, vector envs.
+"""Training against the env: the GRPO sanity run, vector envs, the TRL reward function, a tiny TRL GRPOTrainer run.
 
 Vectorising an env that owns rank processes (`gymnasium.make_vec`), and its limits:
   * each sub-env owns its own executor, so num_envs x world_size rank processes (plus each env's
@@ -77,92 +77,7 @@ def test_grpo_sanity_run_raises_reward_and_best_choice(tmp_path):
     assert (saved / "config.json").exists() and (saved / "tokenizer.json").exists()
 
 
-# ---- (b) the TRL reward function ---------------------------------------------------------------------------
-def test_trl_reward_function_returns_env_rewards():
-    reward = make_trl_reward(FAST.replace(world_size=2, executor="cpu"))
-    try:
-        fenced = [{"role": "assistant", "content": f"Here it is:\n```python\n{REFERENCE}```\n"}]
-        completions = [REFERENCE, "this is not python ((", fenced, load_task("all_gather").reference_source]
-        rewards = reward(prompts=["p"] * 4, completions=completions,
-                         task=["all_reduce", "all_reduce", "all_reduce", "all_gather"], completion_ids=[[]] * 4)
-        assert len(rewards) == 4 and all(isinstance(r, float) for r in rewards)
-        assert rewards[0] > 0 and rewards[2] > 0 and rewards[3] > 0, rewards
-        assert rewards[1] < 0, rewards
-        assert [i["correct"] for i in reward.last_infos] == [True, False, True, True]
-        assert reward.last_infos[1]["verdict"] == "unparsable"
-        copy = pickle.loads(pickle.dumps(reward))  # the judge (rank processes) does not travel; its config does
-        assert copy.judge is None and copy.config == reward.config
-        with pytest.raises(ValueError, match="task"):
-            reward(prompts=["p"], completions=["x", "y"], task=["all_reduce"])
-    finally:
-        reward.close()
-    assert reward.judge is None
-
-
-def test_trl_reward_refuses_rows_without_a_task():
-    """Without a task column and without one task given, nothing is judged (it used to judge all_reduce)."""
-    reward = make_trl_reward(FAST.replace(world_size=2, executor="cpu"))
-    try:
-        broadcast = load_task("broadcast").reference_source
-        with pytest.raises(ValueError, match="no task for the completions.*'task' column.*make_trl_reward"):
-            reward(prompts=["p"], completions=[broadcast], problem=["broadcast"])
-        assert reward.judge is None  # refused before any rank process started
-    finally:
-        reward.close()
-
-
-def test_trl_reward_takes_task_id_and_a_single_task():
-    reward = make_trl_reward(FAST.replace(world_size=2, executor="cpu"))
-    fixed = make_trl_reward({"task": "broadcast", "world_size": 2, "executor": "cpu", "trials": 2, "trial_timeout_s": 6.0})
-    broadcast = load_task("broadcast").reference_source
-    try:
-        assert reward(prompts=["p"], completions=[broadcast], task_id=["broadcast"])[0] > 0
-        assert reward.last_infos[0]["correct"] and reward.last_infos[0]["verdict"] == "correct"
-        assert fixed(prompts=["p"], completions=[broadcast])[0] > 0 and fixed.last_infos[0]["correct"]
-    finally:
-        reward.close()
-        fixed.close()
-
-
-def test_completion_text_shapes():
-    assert completion_text("abc") == "abc"
-    assert completion_text([{"role": "assistant", "content": "abc"}]) == "abc"
-    assert completion_text({"role": "assistant", "content": "abc"}) == "abc"
-    with pytest.raises(TypeError, match="str or a list"):
-        completion_text(3)
-
-
-# ---- (c) a tiny TRL GRPOTrainer run ------------------------------------------------------------------------
-def test_trl_grpo_trainer_two_steps(tmp_path):
-    import datasets  # installed with trl (the dev and train extras)
-    import trl
-
-    from pkb_env.agents.train_grpo import make_tiny_model, make_tiny_tokenizer
-
-    tokenizer = make_tiny_tokenizer()
-    model = make_tiny_model(tokenizer, seed=0)
-    tasks = ["all_reduce", "all_gather", "all_reduce", "broadcast"]
-    dataset = datasets.Dataset.from_list([{"prompt": [{"role": "user", "content": f"Write {t} for 2 ranks."}], "task": t}
-                                          for t in tasks])
-    reward = make_trl_reward(FAST.replace(world_size=2, executor="cpu"))
-    config = trl.GRPOConfig(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=2, num_generations=2,
-                            max_completion_length=8, use_cpu=True, report_to=[], logging_steps=1,
-                            save_strategy="no", seed=0)
-    try:
-        trainer = trl.GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[reward],
-                                  train_dataset=dataset, args=config)
-        result = trainer.train()
-    finally:
-        reward.close()
-    assert result.global_step == 2
-    logged = [h for h in trainer.state.log_history if "rewards/pkb_env/mean" in h]
-    assert len(logged) == 2
-    # a random model writes no solution: the env says unparsable (-0.8), not an error in the plumbing
-    assert all(-1.0 <= h["rewards/pkb_env/mean"] <= 1.0 for h in logged)
-    assert "pkb_env/frac_correct" in logged[-1]
-
-
-# ---- (d) gymnasium vector envs -----------------------------------------------------------------------------
+# ---- (b) gymnasium vector envs (before the judge of (c) starts: they count new processes) -----------------------
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_make_vec_reset_step_close(mode):
     before = {p.pid for p in psutil.Process().children(recursive=True)}
@@ -185,3 +100,92 @@ def test_make_vec_reset_step_close(mode):
         envs.close()
     left = new_children(before)
     assert not left, f"processes left after close(): {[(p.pid, p.name(), p.cmdline()[:4]) for p in left]}"
+
+
+# ---- (c) the TRL reward function ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def trl_reward():
+    """One TRL reward function (and so one judge, started at its first call) for the tests below that judge
+    at FAST on 2 CPU ranks; close() must drop the judge."""
+    reward = make_trl_reward(FAST.replace(world_size=2, executor="cpu"))
+    try:
+        yield reward
+    finally:
+        reward.close()
+    assert reward.judge is None
+
+
+def test_trl_reward_function_returns_env_rewards(trl_reward):
+    reward = trl_reward
+    fenced = [{"role": "assistant", "content": f"Here it is:\n```python\n{REFERENCE}```\n"}]
+    completions = [REFERENCE, "this is not python ((", fenced, load_task("all_gather").reference_source]
+    rewards = reward(prompts=["p"] * 4, completions=completions,
+                     task=["all_reduce", "all_reduce", "all_reduce", "all_gather"], completion_ids=[[]] * 4)
+    assert len(rewards) == 4 and all(isinstance(r, float) for r in rewards)
+    assert rewards[0] > 0 and rewards[2] > 0 and rewards[3] > 0, rewards
+    assert rewards[1] < 0, rewards
+    assert [i["correct"] for i in reward.last_infos] == [True, False, True, True]
+    assert reward.last_infos[1]["verdict"] == "unparsable"
+    copy = pickle.loads(pickle.dumps(reward))  # the judge (rank processes) does not travel; its config does
+    assert copy.judge is None and copy.config == reward.config
+    with pytest.raises(ValueError, match="task"):
+        reward(prompts=["p"], completions=["x", "y"], task=["all_reduce"])
+
+
+def test_trl_reward_refuses_rows_without_a_task():
+    """Without a task column and without one task given, nothing is judged (it used to judge all_reduce)."""
+    reward = make_trl_reward(FAST.replace(world_size=2, executor="cpu"))
+    try:
+        broadcast = load_task("broadcast").reference_source
+        with pytest.raises(ValueError, match="no task for the completions.*'task' column.*make_trl_reward"):
+            reward(prompts=["p"], completions=[broadcast], problem=["broadcast"])
+        assert reward.judge is None  # refused before any rank process started
+    finally:
+        reward.close()
+
+
+def test_trl_reward_takes_task_id_and_a_single_task(trl_reward):
+    reward = trl_reward
+    fixed = make_trl_reward({"task": "broadcast", "world_size": 2, "executor": "cpu", "trials": 2, "trial_timeout_s": 6.0})
+    broadcast = load_task("broadcast").reference_source
+    try:
+        assert reward(prompts=["p"], completions=[broadcast], task_id=["broadcast"])[0] > 0
+        assert reward.last_infos[0]["correct"] and reward.last_infos[0]["verdict"] == "correct"
+        assert fixed(prompts=["p"], completions=[broadcast])[0] > 0 and fixed.last_infos[0]["correct"]
+    finally:
+        fixed.close()
+
+
+def test_completion_text_shapes():
+    assert completion_text("abc") == "abc"
+    assert completion_text([{"role": "assistant", "content": "abc"}]) == "abc"
+    assert completion_text({"role": "assistant", "content": "abc"}) == "abc"
+    with pytest.raises(TypeError, match="str or a list"):
+        completion_text(3)
+
+
+# ---- (d) a tiny TRL GRPOTrainer run ------------------------------------------------------------------------
+def test_trl_grpo_trainer_two_steps(tmp_path, trl_reward):
+    import datasets  # installed with trl (the dev and train extras)
+    import trl
+
+    from pkb_env.agents.train_grpo import make_tiny_model, make_tiny_tokenizer
+
+    tokenizer = make_tiny_tokenizer()
+    model = make_tiny_model(tokenizer, seed=0)
+    tasks = ["all_reduce", "all_gather", "all_reduce", "broadcast"]
+    dataset = datasets.Dataset.from_list([{"prompt": [{"role": "user", "content": f"Write {t} for 2 ranks."}], "task": t}
+                                          for t in tasks])
+    reward = trl_reward
+    config = trl.GRPOConfig(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=2, num_generations=2,
+                            max_completion_length=8, use_cpu=True, report_to=[], logging_steps=1,
+                            save_strategy="no", seed=0)
+    trainer = trl.GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[reward],
+                              train_dataset=dataset, args=config)
+    result = trainer.train()
+    assert result.global_step == 2
+    logged = [h for h in trainer.state.log_history if "rewards/pkb_env/mean" in h]
+    assert len(logged) == 2
+    # a random model writes no solution: the env says unparsable (-0.8), not an error in the plumbing
+    assert all(-1.0 <= h["rewards/pkb_env/mean"] <= 1.0 for h in logged)
+    assert "pkb_env/frac_correct" in logged[-1]
