@@ -159,6 +159,14 @@ def test_outputs_of_any_structure():
     assert judge([a], [a.double()], FP32)  # dtype is part of the structure
 
 
+def test_empty_outputs_pass_and_an_empty_one_where_the_reference_has_values_is_caught():
+    """A rank may rightly return no elements (gsplat: no Gaussian visible on it): projected and exact."""
+    empty = [torch.zeros(0, 3), torch.zeros(0, dtype=torch.int64)]
+    assert not judge([empty, empty], [[t.clone() for t in empty], [t.clone() for t in empty]], FP32)
+    full = [torch.randn(2, 3), torch.arange(2)]
+    assert judge([full], [empty], FP32)
+
+
 def test_mutated_inputs_are_caught():
     x = torch.randn(64)
     before = [(x.clone(),)]

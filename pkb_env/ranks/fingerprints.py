@@ -130,9 +130,10 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
 
 
 def _spans(n: int, block: int) -> list[tuple[int, int]]:
-    """Column ranges [start, stop) made of whole blocks (the last may end in a partial block)."""
+    """Column ranges [start, stop) made of whole blocks (the last may end in a partial block); none for an
+    empty tensor (its fingerprint is the zeros it starts from: a rank may rightly return no elements)."""
     width = block * max(1, COLUMNS // block)
-    return [(start, min(start + width, n)) for start in range(0, max(n, 1), width)]
+    return [(start, min(start + width, n)) for start in range(0, n, width)]
 
 
 def _generator(device: torch.device, seed: int) -> torch.Generator:
