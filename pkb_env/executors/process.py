@@ -271,19 +271,22 @@ class ProcessExecutor:
         (`timings_done`), never beside its end.
         """
         if ranks.cell.contained and not ranks.closed:
-            self._off_rank_cores(ranks)
-            ranks.retire()
+            self._kill_contained(ranks)
         else:
             self._end(ranks)
 
-    def _off_rank_cores(self, ranks: RankSet) -> None:
-        """Move a candidate rank set that is about to be killed off the ranks' cores (`placement.cpus`): its
-        processes' end runs where they are, and the next step's rank r, already pinned to rank r's core, would
-        share it with the teardown of this set's CUDA contexts (0.1-0.16 s on one H200, docs/timing.md)."""
+    def _kill_contained(self, ranks: RankSet) -> None:
+        """Kill a contained rank set with its namespace, not waiting, once (a set retired after its timing is
+        released at the step's end). First off the ranks' cores (`placement.cpus`): its processes' end runs
+        where they are, and the next step's rank r, already pinned to rank r's core, would share it with the
+        teardown of this set's CUDA contexts (0.1-0.16 s on one H200, docs/timing.md)."""
+        if ranks.cell.ending:
+            return
         if self.placement.cpus:
             rest = os.sched_getaffinity(0) - set(self.placement.cpus)
             if rest:
                 cores.move([ranks.cell.pid, *freezer.descendants([ranks.cell.pid])], rest)
+        ranks.retire()
 
     def _release(self, ranks: RankSet) -> None:
         """End a candidate rank set for good, and everything it left behind.
@@ -294,8 +297,7 @@ class ProcessExecutor:
         CUDA contexts come down (0.1-0.14 s on one H200, docs/timing.md). An uncontained one is ended and
         swept now."""
         if ranks.cell.contained and not ranks.closed:
-            self._off_rank_cores(ranks)
-            ranks.retire()
+            self._kill_contained(ranks)
             self._ending.append(ranks)
         else:
             self._end(ranks)

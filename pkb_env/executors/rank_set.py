@@ -64,8 +64,8 @@ class RankSet:
                  progress: Callable[[str, str, int, int], None] | None = None, hold: bool = False):
         """Fork the ranks; they start at once. A start runs in phases (messages.START_PHASES: each rank's
         CUDA context, the process group with NCCL's communicator and connections, torch's symmetric memory,
-        the warm-up of the kernels a step's requests launch). With `hold`, the ranks stop after the first until `advance`,
-        so that the judge can run each phase when nothing is being timed."""
+        the warm-up of the kernels a step's requests launch). With `hold`, the ranks stop after the first
+        until `advance`, so that the judge can run each phase when nothing is being timed."""
         self.placement = placement
         self.config = config
         self.role = role

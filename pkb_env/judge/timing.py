@@ -150,7 +150,8 @@ def run_bursts(session: TimedSession, work: TimedWork, protocol: TimingProtocol,
             sample = [rng.randrange(calls)] if len(log.bursts) < protocol.samples else []
         # The pair's order alternates (ABBA: the candidate first in even pairs, the reference in odd ones), so
         # that whatever favours the second of two bursts cancels over the pairs; the halves are adjacent.
-        paired = PairedBurst(len(log.bursts), seeds, calls, marks_every, seed, sample) if pair is not None and checked else None
+        paired = (PairedBurst(len(log.bursts), seeds, calls, marks_every, seed, sample)
+                  if pair is not None and checked else None)
         if paired is not None and paired.burst % 2 == 1:
             reference_part(pair.timed, paired)
         record = session.burst(work.workload, seeds, calls, marks_every, work.capture_every)

@@ -16,23 +16,23 @@ from typing import Iterable
 
 def pin_process(cpu: int) -> None:
     """Every thread of this process (CUDA's and NCCL's included) on core `cpu`."""
-    for tid in _threads("self") or [0]:   # no /proc: this thread at least (the rank's calls run on it)
-        try:
-            os.sched_setaffinity(tid, {cpu})
-        except (ProcessLookupError, PermissionError):  # a thread that ended meanwhile
-            continue
+    _confine(_threads("self") or [0], {cpu})   # no /proc: this thread at least (the rank's calls run on it)
 
 
 def move(pids: Iterable[int], allowed: set[int]) -> None:
     """Every thread of `pids` onto `allowed` (processes about to be killed: what their end costs the kernel,
-    their CUDA contexts' teardown above all, then runs there, not on a rank's core). Threads that end or
-    refuse meanwhile are left as they are."""
+    their CUDA contexts' teardown above all, then runs there, not on a rank's core)."""
     for pid in pids:
-        for tid in _threads(pid):
-            try:
-                os.sched_setaffinity(tid, allowed)
-            except OSError:
-                continue
+        _confine(_threads(pid), allowed)
+
+
+def _confine(tids: Iterable[int], allowed: set[int]) -> None:
+    """Threads `tids` onto cores `allowed`; one that ended meanwhile (or is not ours to move) is left as it is."""
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, allowed)
+        except (ProcessLookupError, PermissionError):
+            continue
 
 
 def off_cores(pids: Iterable[int], allowed: set[int]) -> str | None:
