@@ -2,7 +2,8 @@
 
 `JudgeService(config, trace=sink)` calls `sink(name, seconds)` after each operation of a step: the
 requests to the ranks (load, trials, burst, fingerprints, replay), waiting for a candidate's ranks
-(candidate ranks), ending them (end, release), waiting for spares before a burst (settle, inside burst),
+(candidate ranks), ending them (end, release), stopping the starting spares before a burst (settle, inside
+burst), letting them go on after a step's timing (spares),
 and comparing fingerprints (compare). benchmarks/step_latency.py --operations tabulates them. Without a
 sink a span costs one attribute test.
 """

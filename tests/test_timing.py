@@ -78,13 +78,36 @@ def test_every_timed_call_is_checked_and_the_counts_add_up(env2):
     assert 0.25 <= info["speedup"] <= 4.0, info["feedback"]  # a gross error (the old 4-8x) cannot hide in this
 
 
+def _stopped(ranks: RankSet) -> bool:
+    """Every thread of every process under the rank set's cell stopped (/proc's state letter)."""
+    def threads(pid: int) -> list[str]:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except FileNotFoundError:
+            return []
+        states = []
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:
+                pass
+        return states
+
+    import psutil
+
+    processes = psutil.Process(ranks.cell.pid).children(recursive=True)
+    return bool(processes) and all(state in "tTZX" for p in processes for state in threads(p.pid))
+
+
 def _spy_releases(monkeypatch, executor, seen: list) -> None:
-    """Record, at the release of every burst, its role and whether no spare was in a phase of its start and no
-    ended candidate rank set was still coming down."""
+    """Record, at the release of every burst, its role and whether every spare in a phase of its start was
+    stopped (`starting` and `_stopped`) and no ended candidate rank set was still coming down."""
     real = RankSet.release
 
     def release(ranks, epoch):
-        seen.append((ranks.role, not any(spare.starting for spare in executor.spares) and not executor._ending))
+        quiet = all(_stopped(spare) for spare in executor.spares if spare.starting) and not executor._ending
+        seen.append((ranks.role, quiet, sum(spare.starting for spare in executor.spares)))
         return real(ranks, epoch)
 
     monkeypatch.setattr(RankSet, "release", release)
@@ -101,7 +124,7 @@ def test_the_reference_is_timed_while_no_rank_is_starting(monkeypatch):
         obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
         _, _, _, _, info = env.step(obs["reference"])
         assert info["correct"], info["feedback"]
-        reference = [quiet for role, quiet in seen if role == "reference"]
+        reference = [quiet for role, quiet, _ in seen if role == "reference"]
         assert reference and all(reference), seen
     finally:
         env.close()
@@ -109,9 +132,9 @@ def test_the_reference_is_timed_while_no_rank_is_starting(monkeypatch):
 
 @pytest.mark.parametrize("depth", [1, 4])
 def test_no_rank_set_starts_while_a_candidate_is_timed(monkeypatch, depth):
-    """Spares start, and move from one phase of their start to the next, once a candidate's timing is over,
-    and no phase is still running when a burst is released: no rank makes its context or communicators
-    beside a candidate's bursts. Spares wait beside a running candidate only where cells have their own
+    """Spares start, and move from one phase of their start to the next, only at untimed work, and every
+    spare still in a phase is stopped when a burst is released: no rank makes its context or communicators
+    beside a candidate's bursts, and no step waits for a phase to end. Spares wait beside a running candidate only where cells have their own
     namespaces (the candidate cannot reach them); elsewhere none exists until the candidate is gone. There, too,
     a step does not wait for its candidate's ranks to come down: they are killed with their namespace, and
     confirmed gone before the next burst."""
@@ -144,13 +167,10 @@ def test_no_rank_set_starts_while_a_candidate_is_timed(monkeypatch, depth):
                 ended.append(executor._ending[0])
             assert len(executor.spares) == executor.spare_depth == depth  # started for the next steps
             assert all(not s.closed for s in executor.spares)
-            if step >= last - 1:  # once the pipeline is full (reset starts the held ones together, each step
-                # moves them a phase): oldest first, each one phase further on than the next, the newest in its
-                # first; a lone one started whole
-                asked = [min(last, depth - 1 - i) for i in range(depth)] if depth > 1 else [last]
-                assert [s.asked for s in executor.spares] == asked
+            asked = [s.asked for s in executor.spares]   # oldest first, none behind a younger one; a lone one whole
+            assert asked == sorted(asked, reverse=True) and (depth > 1 or asked == [last]), asked
         assert waiting == [(depth - 1, True)] * 4, waiting
-        candidate_bursts = [quiet for role, quiet in released if role == "candidate"]
+        candidate_bursts = [quiet for role, quiet, _ in released if role == "candidate"]
         assert len(candidate_bursts) >= 4 * PRODUCTION.protocol.min_bursts and all(candidate_bursts), released
     finally:
         env.close()

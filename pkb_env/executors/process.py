@@ -6,8 +6,8 @@ interface (interface.py) and owns:
   * the zygote (torch imported once; each rank set is a forked cell with its own namespaces, whose ranks
     are forks of it),
   * the trusted reference rank set, reused across steps (it never runs candidate code),
-  * candidate rank sets, one per step, pre-started (spares) so that a step rarely waits for one, and
-    moved on a phase of their start at a time, only between timings (docs/timing.md),
+  * candidate rank sets, one per step, pre-started (spares) so that a step rarely waits for one, starting
+    in phases while nothing is timed and stopped while something is (docs/timing.md),
   * build cells, one per build of a candidate's kernels (builds.py; the compile service is judge/compiler.py).
 The choreography of spares, retries and sweeps is all here: a caller asks for a session and gets one.
 """
@@ -74,6 +74,7 @@ class ProcessExecutor:
         # Pre-started candidate rank sets, oldest first (see _fill_spares).
         self._spares: list[RankSet] = []
         self._ending: list[RankSet] = []  # contained candidate rank sets told to end, not yet confirmed gone
+        self._held: set[int] | None = None  # the starting spares' processes stopped for timed work (_hold_spares)
         depth = config.spares or placement.spares
         self.spare_depth = depth if self.namespaces_missing is None else 1
 
@@ -102,7 +103,8 @@ class ProcessExecutor:
             ranks = self._candidate_ranks()
         ranks.services, ranks.hard_deadline = services, deadline
         try:
-            yield CandidateRanks(ranks, self._settle, self.tracer, self._retire, self._frozen, self._protection(ranks))
+            yield CandidateRanks(ranks, self._hold_spares, self._free_spares, self.tracer, self._retire, self._frozen,
+                                 self._protection(ranks))
         finally:
             with self.tracer.span("release"):
                 self._release(ranks)
@@ -118,7 +120,7 @@ class ProcessExecutor:
         """
         attempts = 2 if retry else 1
         for attempt in range(1, attempts + 1):
-            session = ReferenceRanks(self._reference_ranks(), self._settle, self.tracer)
+            session = ReferenceRanks(self._reference_ranks(), self._hold_spares, self._free_spares, self.tracer)
             try:
                 session.ranks.wait_ready()
                 session.load(task)
@@ -139,6 +141,7 @@ class ProcessExecutor:
         rank set is started up to `fresh_starts` times (a host briefly out of processes or threads answers
         EAGAIN). After that, JudgeError: the judge's to report.
         """
+        self._free_spares()
         self._drop_dead_spares()
         while self._spares:
             ranks = self._spares.pop(0)
@@ -172,37 +175,57 @@ class ProcessExecutor:
             self._spares.remove(ranks)
 
     def _fill_spares(self) -> None:
-        """Move every spare one phase of its start on and start new ones up to `spare_depth`.
+        """Let the spares run, move each one whose phase is over to its next, and start new ones up to
+        `spare_depth` (once a step's timing is over: a spare was used).
 
-        Called only once a timing is over: a starting rank makes its CUDA context or communicator or loads
-        kernels, GPU and host work beside any burst, and `_settle` waits for the running phases before the
-        next bursts. With one spare per phase and a ready one (GPU placements: five), each phase of a
-        start has the time between two timings to itself, and phases of different spares run side by
-        side, so a step back to back waits only for the longest phase beyond that time (on one H200 the
-        context took 0.42-0.57 s, the process group 0.40-0.52 s, the warm-up 0.20-0.44 s; the time
-        between two timings is about 0.4 s: docs/timing.md). With one (CPU ranks, whose start is short,
-        or cells without namespaces, where a spare beside a running candidate could be reached by it:
-        same uid) the spare is started whole once the candidate's timing is over (and, without
-        namespaces, once the candidate is gone). A start that fails (START_FAILURES) is not the calling
-        step's: its result stands, and the next step starts its own rank set or says why it cannot.
+        A starting rank makes its CUDA context or communicator or loads kernels, GPU and host work that must
+        not run beside a burst: `_hold_spares` stops every spare in the middle of a phase before anything is
+        timed, and `_free_spares` lets them go on at the untimed work between bursts (the fingerprints of a
+        pair) and once the step's timing is over. So a phase runs in the untimed parts of one step or
+        several, and no step waits for one. With one spare per phase and a ready one (GPU placements: five),
+        phases of different spares run side by side (on one H200 the context took 0.42-0.57 s, the process
+        group 0.40-0.52 s; docs/timing.md). With one (CPU ranks, whose start is short, or cells without
+        namespaces, where a spare beside a running candidate could be reached by it: same uid) the spare
+        is started whole once the candidate's timing is over (and, without namespaces, once the candidate is
+        gone). A start that fails (START_FAILURES) is not the calling step's: its result stands, and the
+        next step starts its own rank set or says why it cannot.
         """
         self._drop_dead_spares()
-        self._each_spare(lambda ranks: ranks.advance())
+        self._free_spares()
         try:
             while len(self._spares) < self.spare_depth:
                 self._spares.append(self._start("candidate", hold=self.spare_depth > 1))
         except START_FAILURES:
             pass
 
-    def _settle(self) -> None:
-        """Wait until no spare is in the middle of a phase of its start, before anything is timed (a
-        reference, a calibration, a candidate's bursts): its ranks make CUDA contexts and communicators,
-        the judge's own work, competing for the cores and the GPU with the ranks being timed; and until the
-        candidate rank sets told to end are gone (their contexts coming down would compete alike). A spare
-        that fails to start is dropped; the next step starts another."""
+    def _hold_spares(self) -> None:
+        """Before anything is timed (a reference, a calibration, a candidate's burst): every spare in the middle
+        of a phase of its start is stopped (SIGSTOP on its ranks and whatever they forked, each thread seen
+        stopped: sandbox/freezer.py) until `_free_spares`; a spare whose phase is over waits idle for its
+        next. Before that, the candidate rank sets told to end must be gone (their contexts coming down would
+        compete with the ranks being timed). A spare that failed to start, or cannot be stopped, is dropped;
+        the next step starts another."""
         with self.tracer.span("settle"):
             self._confirm_ended()
-            self._each_spare(lambda ranks: ranks.settle())
+            if self._held is not None:   # held since the last timed work; no phase has begun since
+                return
+            self._held = set()
+            for ranks in list(self._spares):
+                try:
+                    if ranks.phase_over():
+                        continue
+                    self._held |= freezer.stop(lambda: freezer.descendants([ranks.cell.pid]),
+                                               self.config.freeze_timeout_s)
+                except (RankSetFailed, freezer.FreezeFailed):
+                    ranks.close()
+                    self._spares.remove(ranks)
+
+    def _free_spares(self) -> None:
+        """Untimed work begins: the held spares go on, and each one whose phase is over begins its next."""
+        if self._held:
+            freezer.resume(self._held)
+        self._held = None
+        self._each_spare(lambda ranks: ranks.advance() if ranks.phase_over() else None)
 
     def _each_spare(self, step: Callable[[RankSet], None]) -> None:
         """`step` on every spare; one whose start failed meanwhile is closed and dropped."""
@@ -267,8 +290,7 @@ class ProcessExecutor:
 
         A contained rank set is told to end and not waited for: the kernel kills its processes with its
         namespace, and their CUDA contexts (0.14-0.16 s on one H200, docs/timing.md) come down meanwhile.
-        An uncontained one is ended and swept at once. The spares move on once the step is over
-        (`timings_done`), never beside its end.
+        An uncontained one is ended and swept at once.
         """
         if ranks.cell.contained and not ranks.closed:
             self._kill_contained(ranks)
@@ -309,9 +331,9 @@ class ProcessExecutor:
 
     def timings_done(self) -> None:
         """The step's last timed work is over (the candidate's last pair, or a step that timed nothing): the
-        spares move on a phase now, so that their starts run between timings, never beside one. After a timed
-        candidate its ranks are told to end already (`_retire`): gone where uncontained, and a contained one's
-        namespace is dead, so nothing of it can reach a spare that starts now."""
+        spares go on with their starts and new ones begin (`_fill_spares`). After a timed candidate its ranks
+        are told to end already (`_retire`): gone where uncontained, and a contained one's namespace is dead,
+        so nothing of it can reach a spare that starts now."""
         with self.tracer.span("spares"):
             self._fill_spares()
 
@@ -442,6 +464,9 @@ class ProcessExecutor:
 
     def close(self) -> None:
         self._confirm_ended()
+        if self._held:
+            freezer.resume(self._held)
+        self._held = None
         for ranks in (*self._spares, self._reference):
             if ranks is not None:
                 ranks.close()

@@ -138,6 +138,17 @@ class RankSet:
                 self.facts = [dict(d[0].header["facts"]) for d in got]
             self.done = self.asked
 
+    def phase_over(self) -> bool:
+        """Whether the phase of the start that was asked for has ended on every rank, without waiting: once
+        every rank has something to read (its end of the phase, or the end of its channel), `settle` reads
+        it. RankSetFailed where a rank failed."""
+        if self.done >= self.asked:
+            return True
+        if not all(conn.poll(0) for conn in self.conns):
+            return False
+        self.settle()
+        return True
+
     def _start_deadline(self) -> float:
         return time.monotonic() + self.config.start_timeout_s
 

@@ -22,12 +22,15 @@ from pkb_env.wire.requests import Burst, Copies, Fingerprints, Load, Replay, Rul
 
 
 class Session:
-    """Operations common to candidate and reference ranks. `before_timing` runs before every burst (the
-    executor's `settle`: no rank set may be starting beside one)."""
+    """Operations common to candidate and reference ranks. `before_timing` runs before every burst and
+    `untimed` when the judge asks for the untimed work between bursts, their fingerprints (the executor's
+    `_hold_spares` and `_free_spares`: no rank set may run a phase of its start beside a burst)."""
 
-    def __init__(self, ranks: RankSet, before_timing: Callable[[], None], tracer: Tracer):
+    def __init__(self, ranks: RankSet, before_timing: Callable[[], None], untimed: Callable[[], None],
+                 tracer: Tracer):
         self.ranks = ranks
         self._before_timing = before_timing
+        self._untimed = untimed
         self.tracer = tracer
         self.config = ranks.config
 
@@ -91,6 +94,7 @@ class Session:
     def ask_fingerprints(self, burst: int, seed: int, rules: Rules, sample: list[int]) -> None:
         """Ask for the last burst's fingerprints without waiting (`sketches` reads them), so that two rank sets
         fingerprint their halves of a pair at once."""
+        self._untimed()
         self.ranks.ask(Fingerprints(burst, seed, rules, tuple(sample)))
 
     def sketches(self) -> list[dict]:
@@ -125,10 +129,10 @@ class Session:
 class CandidateRanks(Session):
     """A candidate's fresh ranks for one step (executors/interface.py, CandidateSession)."""
 
-    def __init__(self, ranks: RankSet, before_timing: Callable[[], None], tracer: Tracer,
-                 end: Callable[[RankSet], None], freeze: Callable[[RankSet], AbstractContextManager[None]],
-                 containment: dict[str, str]):
-        super().__init__(ranks, before_timing, tracer)
+    def __init__(self, ranks: RankSet, before_timing: Callable[[], None], untimed: Callable[[], None],
+                 tracer: Tracer, end: Callable[[RankSet], None],
+                 freeze: Callable[[RankSet], AbstractContextManager[None]], containment: dict[str, str]):
+        super().__init__(ranks, before_timing, untimed, tracer)
         self._end = end
         self._freeze = freeze
         self.containment = containment
