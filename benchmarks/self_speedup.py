@@ -5,8 +5,9 @@ reference time would give, per task, over several steps of one service.
     python benchmarks/self_speedup.py --executor cuda --world-size 1 --preset bench --tasks all_reduce --steps 20
     python benchmarks/self_speedup.py ... --protocol burst_s=0.004 budget_s=0.15   # the protocol's defaults changed
 
-Both figures come from the same steps: `paired` is the record's speedup (the median of the step's
-candidate-burst / reference-replay ratios, docs/timing.md "Paired speedup"); `cached` is
+Both figures come from the same steps: `paired` is the record's speedup (the pseudo-median of the step's
+candidate-burst / reference-replay ratios, docs/timing.md "Paired speedup"), `median` the plain median of
+the same ratios (the record's `pair_ratios`: the estimator used until 2026-12-03); `cached` is
 cached_reference_s / time_s, what the reward used before (the reference timed once per task, earlier, in
 another rank set). The ideal is 1.0 for both; the gap between their spreads is what pairing removes. Each
 step's wall time and pair count are printed too, so that a protocol's cost is read beside its spread.
@@ -47,7 +48,7 @@ def main() -> int:
     rows, results = [], {}
     with JudgeService(config) as judge, tqdm(total=len(args.tasks) * args.steps, unit="step") as bar:
         for task in args.tasks:
-            session, paired, cached, spreads, walls, pairs = judge.open(task), [], [], [], [], []
+            session, paired, cached, spreads, walls, pairs, medians = judge.open(task), [], [], [], [], [], []
             for _ in range(args.steps):
                 begun = time.monotonic()
                 record = session.judge(load_task(task).reference_source)
@@ -55,20 +56,24 @@ def main() -> int:
                 t = record.timing
                 pairs.append(t.pairs if t else 0)
                 paired.append(record.speedup)
+                medians.append(statistics.median(t.pair_ratios) if t and t.pair_ratios else None)
                 cached.append(t.cached_reference_s / t.time_s if t and t.cached_reference_s else None)
                 spreads.append(t.speedup_spread if t else None)
                 bar.update()
-            results[task] = {"paired": paired, "cached": cached, "spread": spreads, "wall_s": walls, "pairs": pairs}
+            results[task] = {"paired": paired, "median": medians, "cached": cached, "spread": spreads,
+                             "wall_s": walls, "pairs": pairs}
             good = [p for p in paired if p is not None]
+            plain = [m for m in medians if m is not None]
             old = [c for c in cached if c is not None]
             rows.append([task, len(good), f"{min(good):.3f}-{max(good):.3f}" if good else "-",
                          f"{statistics.median(good):.3f}" if good else "-",
+                         f"{min(plain):.3f}-{max(plain):.3f}" if plain else "-",
                          f"{min(old):.3f}-{max(old):.3f}" if old else "-",
                          f"{statistics.median([s for s in spreads if s is not None]):.3f}" if good else "-",
                          f"{statistics.median(pairs):.0f}", f"{1e3 * statistics.median(walls[1:] or walls):.0f}"])
     print(f"\nthe reference against itself, {args.executor} at world size {args.world_size}, {args.preset}, "
           f"{args.steps} steps per task" + (f", protocol {' '.join(args.protocol)}" if args.protocol else ""))
-    print(table(["task", "steps", "paired range", "paired median", "cached range", "pairs' spread", "pairs",
+    print(table(["task", "steps", "paired range", "paired median", "median-of-ratios range", "cached range", "pairs' spread", "pairs",
                  "warm step ms"], rows))
     every = [p for r in results.values() for p in r["paired"]]
     old = [c for r in results.values() for c in r["cached"]]
