@@ -19,7 +19,7 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import fields, replace
+from dataclasses import fields
 
 from tqdm import tqdm
 
@@ -44,7 +44,7 @@ def main() -> int:
     args = parser.parse_args()
 
     config = JudgeConfig(executor=args.executor, world_size=args.world_size, preset=args.preset,
-                         protocol=_protocol(args.executor, args.protocol))
+                         protocol_changes=_changes(args.protocol))
     rows, results = [], {}
     with JudgeService(config) as judge, tqdm(total=len(args.tasks) * args.steps, unit="step") as bar:
         for task in args.tasks:
@@ -85,19 +85,16 @@ def main() -> int:
     return 0
 
 
-def _protocol(executor: str, changes: list[str]) -> TimingProtocol | None:
-    """The clock's default protocol with FIELD=VALUE changes (floats, ints or strings as the field is)."""
-    if not changes:
-        return None
-    base = TimingProtocol.for_clock("host" if executor == "cpu" else "cuda")
-    kinds = {f.name: type(getattr(base, f.name)) for f in fields(base)}
-    updates = {}
+def _changes(changes: list[str]) -> tuple[tuple[str, object], ...]:
+    """FIELD=VALUE changes to the clock's default protocol (floats, ints or strings as the field is)."""
+    kinds = {f.name: type(getattr(TimingProtocol(), f.name)) for f in fields(TimingProtocol)}
+    updates = []
     for change in changes:
         name, _, value = change.partition("=")
         if name not in kinds:
             raise SystemExit(f"--protocol: unknown field {name!r}; TimingProtocol has {sorted(kinds)}")
-        updates[name] = kinds[name](value)
-    return replace(base, **updates)
+        updates.append((name, kinds[name](value)))
+    return tuple(updates)
 
 
 if __name__ == "__main__":

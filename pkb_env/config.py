@@ -111,7 +111,12 @@ class JudgeConfig:
     """Untimed calls checked element by element before any timing: enough for a wrong shard or a skipped
     rank to show, few enough that a CPU step stays well under a second (every timed call is checked too)."""
     protocol: TimingProtocol | None = None
-    """The burst protocol's targets and budgets; None: the placement clock's defaults (TimingProtocol.for_clock)."""
+    """The burst protocol's targets and budgets; None: the placement clock's defaults (TimingProtocol.for_clock)
+    with `protocol_changes`."""
+    protocol_changes: tuple[tuple[str, Any], ...] = ()
+    """(field, value) pairs of TimingProtocol changed from the clock's defaults (a config file's `protocol:`
+    mapping): the clock is the placement's, known only where the judge runs (`executor="auto"`), and its
+    defaults differ (2 ms bursts on GPUs, 40 ms on CPU ranks; interval-min there). Unused with `protocol`."""
     max_action_chars: int = 200_000
     """An action (a model's completion) longer than this is refused unread: no kernel module needs more."""
 
@@ -221,6 +226,13 @@ class JudgeConfig:
         if self.protocol is not None and not isinstance(self.protocol, TimingProtocol):
             yield (f"protocol must be a TimingProtocol (e.g. TimingProtocol.for_clock('host')) or None, got "
                    f"{type(self.protocol).__name__}")
+        known = {f.name for f in dataclasses.fields(TimingProtocol)}
+        if not isinstance(self.protocol_changes, tuple) or not all(
+                isinstance(c, tuple) and len(c) == 2 for c in self.protocol_changes):
+            yield f"protocol_changes must be a tuple of (field, value) pairs, got {self.protocol_changes!r}"
+        elif sorted({name for name, _ in self.protocol_changes} - known):
+            yield (f"protocol: unknown setting(s) {sorted({name for name, _ in self.protocol_changes} - known)}; "
+                   f"TimingProtocol takes {sorted(known)}")
         if self.calibration not in CALIBRATIONS:
             yield f"calibration {self.calibration!r} is unknown; choose one of {', '.join(CALIBRATIONS)}"
         if self.calibration_sizes is not None and not (
@@ -233,6 +245,11 @@ class JudgeConfig:
         if not isinstance(self.cache_dir, str) or not self.cache_dir:
             yield f"cache_dir must be a directory's path, got {self.cache_dir!r}"
 
+    def protocol_for(self, clock: str) -> TimingProtocol:
+        """The protocol a judge whose placement has `clock` runs: `protocol`, else the clock's defaults with
+        `protocol_changes`."""
+        return self.protocol or replace(TimingProtocol.for_clock(clock), **dict(self.protocol_changes))
+
     def replace(self, **changes: Any) -> "JudgeConfig":
         """A copy with `changes` (unknown names refused with the closest known one)."""
         _check_names(changes)
@@ -241,7 +258,8 @@ class JudgeConfig:
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "JudgeConfig":
         """From plain data (YAML, a trainer's reward kwargs, a request body): keys are field names (dashes
-        allowed), `protocol` a mapping of TimingProtocol's fields, `calibration_sizes` a list."""
+        allowed), `protocol` a mapping of TimingProtocol's fields changed from the placement clock's defaults
+        (`protocol_changes`), `calibration_sizes` a list."""
         if not isinstance(values, Mapping):
             raise ConfigError(f"a judge config must be a mapping of setting: value, got {type(values).__name__}")
         data = {str(k).replace("-", "_"): v for k, v in values.items()}
@@ -251,7 +269,7 @@ class JudgeConfig:
             unknown = sorted(set(data["protocol"]) - known)
             if unknown:
                 raise ConfigError(f"protocol: unknown setting(s) {unknown}; TimingProtocol takes {sorted(known)}")
-            data["protocol"] = TimingProtocol(**data["protocol"])
+            data["protocol_changes"] = tuple(sorted(data.pop("protocol").items()))
         if isinstance(data.get("calibration_sizes"), list):
             data["calibration_sizes"] = tuple(data["calibration_sizes"])
         return cls(**data)

@@ -28,7 +28,6 @@ from pkb_env.executors import make_executor
 from pkb_env.executors.placement import ExecutorInfo
 from pkb_env.judge.calibration import calibrate
 from pkb_env.judge.pipeline import Judge
-from pkb_env.config import TimingProtocol
 from pkb_env.prompt import build_prompt
 from pkb_env.record import EvaluationRecord, TimingResult
 from pkb_env.task import TaskSpec, load_task, runnable_tasks, size_problem
@@ -59,7 +58,7 @@ class JudgeService:
         self.executor = make_executor(self.config)   # ExecutorError (a ValueError) when the machine cannot
         self.executor.progress = progress
         self.executor.tracer.sink = trace            # `trace(operation, seconds)`: pkb_env/tracing.py
-        self.protocol = self.config.protocol or TimingProtocol.for_clock(self.executor.placement.clock)
+        self.protocol = self.config.protocol_for(self.executor.placement.clock)
         self.topology = load_topology(self.executor.info.topology)
         self._judge = Judge(self.executor, self.config, self.protocol, self.topology)
         self._calibration_known = False

@@ -8,12 +8,13 @@ import pickle
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 
 import pytest
 
 from conftest import FAST
 from pkb_env import EvaluationRecord, JudgeConfig, JudgeService
-from pkb_env.config import ConfigError
+from pkb_env.config import ConfigError, TimingProtocol
 from pkb_env.judge.verdict import decide
 from pkb_env.record import Flag, RankFailure, ScreenResult, ParseResult, Severity, Stage, StageFailure, Verdict, VerifyResult
 from pkb_env.task import load_task
@@ -145,10 +146,14 @@ def test_the_config_is_one_picklable_object_that_names_bad_settings():
     config = JudgeConfig(executor="cpu", world_size=2, trials=5, protocol=FAST.protocol)
     assert pickle.loads(pickle.dumps(config)) == config
     assert JudgeConfig.from_mapping({"world-size": 2, "executor": "cpu", "trials": 5,
-                                     "protocol": {"burst_s": 0.015, "budget_s": 0.08, "reference_budget_s": 0.15,
-                                                  "min_bursts": 3, "replay_budget_s": 0.3,
-                                                  "statistic": "interval-min", "marks": 32,
-                                                  "clock_relative": 0.2}}) == config
+                                     "protocol": FAST.protocol}) == config
+    # A mapping changes the defaults of the clock the judge's placement has, known only where it runs
+    changed = JudgeConfig.from_mapping({"executor": "auto", "protocol": {"budget_s": 0.5, "min_bursts": 7}})
+    assert changed.protocol is None and pickle.loads(pickle.dumps(changed)) == changed
+    for clock in ("cuda", "host"):
+        assert changed.protocol_for(clock) == replace(TimingProtocol.for_clock(clock), budget_s=0.5, min_bursts=7)
+    assert changed.protocol_for("cuda").burst_s == 0.002 and changed.protocol_for("host").statistic == "interval-min"
+    assert config.protocol_for("cuda") == FAST.protocol
     for values, message in [({"world_sizes": 2}, "did you mean 'world_size'"),
                             ({"executor": "tpu"}, "unknown executor 'tpu'"),
                             ({"world_size": 0}, "world_size must be a positive integer"),
