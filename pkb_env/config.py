@@ -229,7 +229,8 @@ class JudgeConfig:
         known = {f.name for f in dataclasses.fields(TimingProtocol)}
         if not isinstance(self.protocol_changes, tuple) or not all(
                 isinstance(c, tuple) and len(c) == 2 for c in self.protocol_changes):
-            yield f"protocol_changes must be a tuple of (field, value) pairs, got {self.protocol_changes!r}"
+            yield (f"protocol_changes must be a tuple of (field, value) pairs (in a config file or request, write a "
+                   f"`protocol:` mapping of field: value), got {self.protocol_changes!r}")
         elif sorted({name for name, _ in self.protocol_changes} - known):
             yield (f"protocol: unknown setting(s) {sorted({name for name, _ in self.protocol_changes} - known)}; "
                    f"TimingProtocol takes {sorted(known)}")
