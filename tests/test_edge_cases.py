@@ -114,3 +114,34 @@ def test_an_edge_case_must_rewrite_a_tensor_input():
     k = next(k for k, label in enumerate(labels) if "zeros" in label)
     made = [spec.make_inputs(spec.input_context(r, 2, "tiny", "float32", "cpu", seeds[r][k]))[0] for r in range(2)]
     assert sorted(bool(m.eq(0).all()) for m in made) == [False, True]
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_every_call_with_the_iou_edge_case_tells_at_least_from_above_the_threshold(world_size):
+    """sam3_allgather_iou_suppression's edge case puts pairs of objects at IoU exactly 0.7; their occlusion
+    frames are drawn so that the rule decides each such pair (both >= 0 and different), so in every call
+    with it, suppressing at IoU > 0.7 differs from >= (with uniform frames about 1 call in 5 at world size 2
+    decided nothing there, and the `>` variant passed a step now and then)."""
+    from pkb_env.contract.inputs import rank_seeds
+
+    spec = load_task("sam3_allgather_iou_suppression")
+    names = [d.name for d in spec.inputs]
+    layout = spec.layout(world_size, spec.preset("tiny").dims)
+    calls = 0
+    for secret in range(60):
+        seeds = [rank_seeds(secret, layout, rank, "edge") for rank in range(world_size)]
+        if edge_of(seeds[0][SHARED], spec.edges) is None:
+            continue
+        calls += 1
+        made = [dict(zip(names, spec.make_inputs(spec.input_context(rank, world_size, "tiny", "float32", "cpu",
+                                                                    seeds[rank], groups=None))))
+                for rank in range(world_size)]
+        binary = torch.cat([m["low_res_masks_local"] for m in made]).flatten(1).gt(0).double()
+        last = torch.cat([m["last_occluded_local"] for m in made])
+        intersection = binary @ binary.T
+        area = binary.sum(dim=1)
+        iou = intersection / (area[:, None] + area[None, :] - intersection).clamp_min(1.0)
+        at = torch.triu(iou == 0.7, diagonal=1).nonzero().tolist()
+        assert at, f"call {secret}: no pair at IoU 0.7"
+        assert all(last[i] >= 0 and last[j] >= 0 and last[i] != last[j] for i, j in at), (secret, at, last)
+    assert calls >= 20
