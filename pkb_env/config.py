@@ -260,7 +260,7 @@ class JudgeConfig:
     def from_mapping(cls, values: Mapping[str, Any]) -> "JudgeConfig":
         """From plain data (YAML, a trainer's reward kwargs, a request body): keys are field names (dashes
         allowed), `protocol` a mapping of TimingProtocol's fields changed from the placement clock's defaults
-        (`protocol_changes`), `calibration_sizes` a list."""
+        (`protocol_changes`; one that names every field is the whole protocol), `calibration_sizes` a list."""
         if not isinstance(values, Mapping):
             raise ConfigError(f"a judge config must be a mapping of setting: value, got {type(values).__name__}")
         data = {str(k).replace("-", "_"): v for k, v in values.items()}
@@ -270,7 +270,11 @@ class JudgeConfig:
             unknown = sorted(set(data["protocol"]) - known)
             if unknown:
                 raise ConfigError(f"protocol: unknown setting(s) {unknown}; TimingProtocol takes {sorted(known)}")
-            data["protocol_changes"] = tuple(sorted(data.pop("protocol").items()))
+            changes = data.pop("protocol")
+            if set(changes) == known:   # every field: the same protocol on every clock, in its canonical form
+                data["protocol"] = TimingProtocol(**changes)
+            else:
+                data["protocol_changes"] = tuple(sorted(changes.items()))
         if isinstance(data.get("calibration_sizes"), list):
             data["calibration_sizes"] = tuple(data["calibration_sizes"])
         return cls(**data)

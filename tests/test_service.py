@@ -2,6 +2,7 @@
 record's JSON round trip, the typed requests and the verdict, as a caller sees them."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pickle
@@ -154,6 +155,8 @@ def test_the_config_is_one_picklable_object_that_names_bad_settings():
         assert changed.protocol_for(clock) == replace(TimingProtocol.for_clock(clock), budget_s=0.5, min_bursts=7)
     assert changed.protocol_for("cuda").burst_s == 0.002 and changed.protocol_for("host").statistic == "interval-min"
     assert config.protocol_for("cuda") == FAST.protocol
+    whole = JudgeConfig.from_mapping({"protocol": dataclasses.asdict(FAST.protocol)})   # every field: the protocol
+    assert whole.protocol == FAST.protocol and whole.protocol_changes == ()
     for values, message in [({"world_sizes": 2}, "did you mean 'world_size'"),
                             ({"executor": "tpu"}, "unknown executor 'tpu'"),
                             ({"world_size": 0}, "world_size must be a positive integer"),
