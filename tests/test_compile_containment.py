@@ -131,6 +131,21 @@ def test_includes_of_headers_by_name_and_comments_pass():
     assert without_comments('a // b\nc /* d\ne */ f "g // h"') == 'a \nc \n f "g // h"'
 
 
+@pytest.mark.parametrize("source, kept", [
+    ('a = LR"(// kept)"; // gone', 'a = LR"(// kept)"; '),
+    ('uR"x(/* kept )" still )x" /* gone */ y', 'uR"x(/* kept )" still )x"   y'),
+    ('fooR"(// kept: an ordinary string)" z // gone', 'fooR"(// kept: an ordinary string)" z '),
+    ("c = '\"'; // gone", "c = '\"'; "),
+    ('R"delimiter_far_too_long(x)" // gone\nnext', 'R"delimiter_far_too_long(x)" \nnext'),
+    ('u8R"(\n// kept\n)" /* a\nb */ end', 'u8R"(\n// kept\n)" \n end'),
+])
+def test_raw_strings_prefixes_and_quotes_keep_what_looks_like_a_comment(source, kept):
+    """A raw string (with an encoding prefix, a delimiter) holds what looks like a comment; R" after a name
+    starts an ordinary string; a delimiter over 16 characters makes no raw string; a quote in a character
+    literal ends nothing."""
+    assert without_comments(source) == kept
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_includes_of_secrets_are_refused_before_compiling(env2, judge_secret_files, backend):
     value, files = judge_secret_files
