@@ -3,9 +3,9 @@
     python benchmarks/first_call_cost.py --executor cuda --world-size 1 --preset bench --steps 3
 
 A judged rank is contained: nothing leaves it but what the step reports. So the candidate is wrapped: its
-module-level `compile_cuda` and `symmetric_buffer` (the runtime's, as the expert imports them; the buffer
-timed where it is made), every barrier of a buffer, and `solution` itself are timed with the device synchronised around each, and
-the third call (the last trial) raises with the timings, which the step's feedback carries back. Each step
+module-level `compile_cuda` and `symmetric_buffer` (the runtime's, as the expert imports them), every
+barrier of a buffer, and `solution` itself are timed with the device synchronised around each, and the
+third call (the last trial) raises with the timings, which the step's feedback carries back. Each step
 is a fresh candidate rank set (a spare, pre-started like every candidate's); the reference's own calls,
 wrapped alike, are the baseline. Times in ms: `callN` is the whole call, the others the parts named.
 """
@@ -48,11 +48,11 @@ if "compile_cuda" in globals():
     compile_cuda = _pkb_timed("compile", compile_cuda)
 if "symmetric_buffer" in globals():
     _pkb_seen = set()
-    _pkb_buffer = symmetric_buffer
+    _pkb_buffer = _pkb_timed("buffer", symmetric_buffer)
 
     def symmetric_buffer(*args, **kwargs):
-        made = _pkb_timed("buffer", _pkb_buffer)(*args, **kwargs) if not _pkb_seen else _pkb_buffer(*args, **kwargs)
-        if id(made) not in _pkb_seen:
+        made = _pkb_buffer(*args, **kwargs)
+        if id(made) not in _pkb_seen:   # each buffer's barrier wrapped once
             _pkb_seen.add(id(made))
             made.barrier = _pkb_timed("barrier", made.barrier)
         return made

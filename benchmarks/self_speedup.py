@@ -73,8 +73,8 @@ def main() -> int:
                          f"{statistics.median(pairs):.0f}", f"{1e3 * statistics.median(walls[1:] or walls):.0f}"])
     print(f"\nthe reference against itself, {args.executor} at world size {args.world_size}, {args.preset}, "
           f"{args.steps} steps per task" + (f", protocol {' '.join(args.protocol)}" if args.protocol else ""))
-    print(table(["task", "steps", "paired range", "paired median", "median-of-ratios range", "cached range", "pairs' spread", "pairs",
-                 "warm step ms"], rows))
+    print(table(["task", "steps", "paired range", "paired median", "median-of-ratios range", "cached range",
+                 "pairs' spread", "pairs", "warm step ms"], rows))
     every = [p for r in results.values() for p in r["paired"]]
     old = [c for r in results.values() for c in r["cached"]]
     print(f"all steps: paired {min(p for p in every if p is not None):.3f}-{max(p for p in every if p is not None):.3f}"

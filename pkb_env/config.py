@@ -73,8 +73,8 @@ class TimingProtocol:
         shorter (docs/timing.md, "Shorter bursts, more pairs"); calls too slow for 2 ms get `min_calls`
         each. The scored budget buys pairs: 0.25 s (10-12 a step) read 0.894-1.111 over 60 steps of three
         collectives, 0.35 s (16-20) 0.933-1.058, for about 100-150 ms more a step (docs/timing.md, "The
-        pseudo-median, and a longer scored budget"). CPU ranks share cores, so their bursts are long enough to swamp scheduling and
-        reporting delays."""
+        pseudo-median, and a longer scored budget"). CPU ranks share cores, so their bursts are long enough to
+        swamp scheduling and reporting delays."""
         if kind == "cuda":
             return cls(burst_s=0.002, budget_s=0.35, reference_budget_s=0.5, clock_floor_s=0.0005,
                        replay_budget_s=0.3)
@@ -226,14 +226,15 @@ class JudgeConfig:
         if self.protocol is not None and not isinstance(self.protocol, TimingProtocol):
             yield (f"protocol must be a TimingProtocol (e.g. TimingProtocol.for_clock('host')) or None, got "
                    f"{type(self.protocol).__name__}")
-        known = {f.name for f in dataclasses.fields(TimingProtocol)}
         if not isinstance(self.protocol_changes, tuple) or not all(
                 isinstance(c, tuple) and len(c) == 2 for c in self.protocol_changes):
             yield (f"protocol_changes must be a tuple of (field, value) pairs (in a config file or request, write a "
                    f"`protocol:` mapping of field: value), got {self.protocol_changes!r}")
-        elif sorted({name for name, _ in self.protocol_changes} - known):
-            yield (f"protocol: unknown setting(s) {sorted({name for name, _ in self.protocol_changes} - known)}; "
-                   f"TimingProtocol takes {sorted(known)}")
+        else:
+            known = {f.name for f in dataclasses.fields(TimingProtocol)}
+            unknown = sorted({name for name, _ in self.protocol_changes} - known)
+            if unknown:
+                yield f"protocol: unknown setting(s) {unknown}; TimingProtocol takes {sorted(known)}"
         if self.calibration not in CALIBRATIONS:
             yield f"calibration {self.calibration!r} is unknown; choose one of {', '.join(CALIBRATIONS)}"
         if self.calibration_sizes is not None and not (
@@ -265,14 +266,10 @@ class JudgeConfig:
             raise ConfigError(f"a judge config must be a mapping of setting: value, got {type(values).__name__}")
         data = {str(k).replace("-", "_"): v for k, v in values.items()}
         _check_names(data)
-        if isinstance(data.get("protocol"), Mapping):
-            known = {f.name for f in dataclasses.fields(TimingProtocol)}
-            unknown = sorted(set(data["protocol"]) - known)
-            if unknown:
-                raise ConfigError(f"protocol: unknown setting(s) {unknown}; TimingProtocol takes {sorted(known)}")
+        if isinstance(data.get("protocol"), Mapping):   # unknown fields: refused by the config's own checks
             changes = data.pop("protocol")
-            if set(changes) == known:   # every field: the same protocol on every clock, in its canonical form
-                data["protocol"] = TimingProtocol(**changes)
+            if set(changes) == {f.name for f in dataclasses.fields(TimingProtocol)}:
+                data["protocol"] = TimingProtocol(**changes)   # every field: the same on every clock, canonical
             else:
                 data["protocol_changes"] = tuple(sorted(changes.items()))
         if isinstance(data.get("calibration_sizes"), list):

@@ -185,7 +185,7 @@ class TimingResult:
     clock_margin_s: float | None = None   # room left under the allowance in the worst rank's best burst (>= 0)
     claim_ratio: float | None = None      # smallest claimed busy time / judge's wall time of a burst
     reference_s: float | None = None      # the reference's time, same protocol and placement: time_s x speedup
-    speedup: float | None = None          # the pseudo-median of the step's paired ratios (docs/timing.md, "Paired speedup")
+    speedup: float | None = None          # pseudo-median of the step's paired ratios (docs/timing.md, "Paired speedup")
     pairs: int = 0                        # (candidate burst, the reference's replay of it) pairs behind it
     speedup_spread: float | None = None   # (p90 - p10) of the pairs' ratios / the speedup
     cached_reference_s: float | None = None  # the reference's time measured once per task (prompt, calibration)

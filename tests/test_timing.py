@@ -108,7 +108,7 @@ def _spy_releases(monkeypatch, executor, seen: list) -> None:
 
     def release(ranks, epoch):
         quiet = all(_stopped(spare) for spare in executor.spares if spare.starting) and not executor._ending
-        seen.append((ranks.role, quiet, sum(spare.starting for spare in executor.spares)))
+        seen.append((ranks.role, quiet))
         return real(ranks, epoch)
 
     monkeypatch.setattr(RankSet, "release", release)
@@ -125,7 +125,7 @@ def test_the_reference_is_timed_while_no_rank_is_starting(monkeypatch):
         obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
         _, _, _, _, info = env.step(obs["reference"])
         assert info["correct"], info["feedback"]
-        reference = [quiet for role, quiet, _ in seen if role == "reference"]
+        reference = [quiet for role, quiet in seen if role == "reference"]
         assert reference and all(reference), seen
     finally:
         env.close()
@@ -135,10 +135,10 @@ def test_the_reference_is_timed_while_no_rank_is_starting(monkeypatch):
 def test_no_rank_set_starts_while_a_candidate_is_timed(monkeypatch, depth):
     """Spares start, and move from one phase of their start to the next, only at untimed work, and every
     spare still in a phase is stopped when a burst is released: no rank makes its context or communicators
-    beside a candidate's bursts, and no step waits for a phase to end. Spares wait beside a running candidate only where cells have their own
-    namespaces (the candidate cannot reach them); elsewhere none exists until the candidate is gone. There, too,
-    a step does not wait for its candidate's ranks to come down: they are killed with their namespace, and
-    confirmed gone before the next burst."""
+    beside a candidate's bursts, and no step waits for a phase to end. Spares wait beside a running candidate
+    only where cells have their own namespaces (the candidate cannot reach them); elsewhere none exists until
+    the candidate is gone. There, too, a step does not wait for its candidate's ranks to come down: they are
+    killed with their namespace, and confirmed gone before the next burst."""
     import pkb_env.judge.candidate as candidate
 
     env = make_env(world_size=2, config=PRODUCTION.replace(spares=depth), target_speedup=float("inf"))
@@ -171,7 +171,7 @@ def test_no_rank_set_starts_while_a_candidate_is_timed(monkeypatch, depth):
             asked = [s.asked for s in executor.spares]   # oldest first, none behind a younger one; a lone one whole
             assert asked == sorted(asked, reverse=True) and (depth > 1 or asked == [last]), asked
         assert waiting == [(depth - 1, True)] * 4, waiting
-        candidate_bursts = [quiet for role, quiet, _ in released if role == "candidate"]
+        candidate_bursts = [quiet for role, quiet in released if role == "candidate"]
         assert len(candidate_bursts) >= 4 * PRODUCTION.protocol.min_bursts and all(candidate_bursts), released
     finally:
         env.close()

@@ -205,34 +205,35 @@ class ProcessExecutor:
         next. Before that, the candidate rank sets told to end must be gone (their contexts coming down would
         compete with the ranks being timed). A spare that failed to start, or cannot be stopped, is dropped;
         the next step starts another."""
+        def hold(ranks: RankSet) -> None:
+            if not ranks.phase_over():
+                self._held |= freezer.stop(lambda: freezer.descendants([ranks.cell.pid]),
+                                           self.config.freeze_timeout_s)
+
         with self.tracer.span("settle"):
             self._confirm_ended()
             if self._held is not None:   # held since the last timed work; no phase has begun since
                 return
             self._held = set()
-            for ranks in list(self._spares):
-                try:
-                    if ranks.phase_over():
-                        continue
-                    self._held |= freezer.stop(lambda: freezer.descendants([ranks.cell.pid]),
-                                               self.config.freeze_timeout_s)
-                except (RankSetFailed, freezer.FreezeFailed):
-                    ranks.close()
-                    self._spares.remove(ranks)
+            self._each_spare(hold)
 
     def _free_spares(self) -> None:
         """Untimed work begins: the held spares go on, and each one whose phase is over begins its next."""
+        self._resume_held()
+        self._each_spare(lambda ranks: ranks.advance() if ranks.phase_over() else None)
+
+    def _resume_held(self) -> None:
         if self._held:
             freezer.resume(self._held)
         self._held = None
-        self._each_spare(lambda ranks: ranks.advance() if ranks.phase_over() else None)
 
     def _each_spare(self, step: Callable[[RankSet], None]) -> None:
-        """`step` on every spare; one whose start failed meanwhile is closed and dropped."""
+        """`step` on every spare; one whose start failed meanwhile, or that cannot be stopped, is closed and
+        dropped."""
         for ranks in list(self._spares):
             try:
                 step(ranks)
-            except RankSetFailed:
+            except (RankSetFailed, freezer.FreezeFailed):
                 ranks.close()
                 self._spares.remove(ranks)
 
@@ -464,9 +465,7 @@ class ProcessExecutor:
 
     def close(self) -> None:
         self._confirm_ended()
-        if self._held:
-            freezer.resume(self._held)
-        self._held = None
+        self._resume_held()
         for ranks in (*self._spares, self._reference):
             if ranks is not None:
                 ranks.close()

@@ -14,6 +14,7 @@ from pkb_env.contract import (Comm, Compute, Const, Cost, Custom, Edge, Exact, G
                               Output, Preset, Replicated, TaskSpec, Tensor)
 
 GRID = 16  # masks are boxes on a grid of GRID x GRID cells, so that heavy overlaps are common
+TALL, SHORT = 10, 7  # the edge case's columns, in cells: IoU SHORT / TALL = 0.7 (the threshold)
 
 
 def boxes(gen, shape, dtype, env):
@@ -38,7 +39,7 @@ def iou_exactly_at_threshold(masks, draw):
     cell, rank = masks.shape[1] // GRID, draw.coords["world"]
     out = masks.abs()
     for i in range(masks.shape[0]):
-        column, tall = 3 * (rank // 2) + i, 10 if rank % 2 == 0 else 7
+        column, tall = 3 * (rank // 2) + i, TALL if rank % 2 == 0 else SHORT
         inside = torch.zeros(masks.shape[1:], dtype=torch.bool, device=masks.device)
         inside[2 * cell:(2 + tall) * cell, column * cell:(column + 1) * cell] = True
         out[i] = torch.where(inside, out[i], -out[i])
@@ -58,8 +59,8 @@ def occlusion_frames(gen, shape, dtype, env, given):
     width, height = cells.any(dim=1).sum(dim=1), cells.any(dim=2).sum(dim=1)
     frames = torch.randint(-1, 8, shape, generator=gen, device=gen.device)
     early = torch.randint(0, 4, shape, generator=gen, device=gen.device)
-    frames = torch.where((width == 1) & (height == 10), early, frames)
-    frames = torch.where((width == 1) & (height == 7), early + 4, frames)
+    frames = torch.where((width == 1) & (height == TALL), early, frames)
+    frames = torch.where((width == 1) & (height == SHORT), early + 4, frames)
     return frames.to(dtype)
 
 
