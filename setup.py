@@ -31,6 +31,6 @@ setup(
     packages=packages,
     package_dir={"pkb_env": "pkb_env", **MAPPED},
     package_data={"pkb_env.configs": ["**/*.yaml"], "pkb_env.tasks": ["*/*.md"],
-                  "pkb_env.agents": ["candidates/*.py"]},
+                  "pkb_env.solutions": ["examples/*.py", "experts/*.py", "experts/*.md"]},
     include_package_data=True,
 )

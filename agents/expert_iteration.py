@@ -26,7 +26,7 @@ The last round samples and judges only (it shows where the last fine-tune left t
 A tiny random Llama built from a config (pkb_env.agents.train_grpo: nothing is downloaded) cannot write a
 kernel, so as in the GRPO sanity run the policy picks one of four fixed programs per task with ONE
 generated token, and the judge judges the program the letter names (real rank processes, verification
-and timing, nothing cached). The programs are candidate files of agents/candidates/ and the task's own
+and timing, nothing cached). The programs are candidate files of solutions/examples/ and the task's own
 reference: two correct and two not per task. A row's completion is the letter the model wrote, its code
 the program judged. Success: the fraction of correct samples rises from about 0.5 in round 0.
 """
@@ -101,7 +101,7 @@ class Judge(Protocol):
 # ---- the toy menu (--tiny): four fixed programs per task, one letter each -------------------------------
 TOY_PROMPT = ("Toy choice, not kernel writing. Task {task}, world size {world}. Four fixed programs are named "
               "A, B, C and D; the judge runs the one you name. Answer with one letter.")
-TOY_MENUS = {   # letter -> a candidate file of agents/candidates/ ("reference": the task's own; "raises": inline)
+TOY_MENUS = {   # letter -> a candidate file of solutions/examples/ ("reference": the task's own; "raises": inline)
     "all_reduce": {"A": "reference", "B": "all_reduce_ring.py", "C": "all_reduce_double.py", "D": "all_reduce_local.py"},
     "all_gather": {"A": "all_gather_reversed.py", "B": "reference", "C": "raises", "D": "all_gather_broadcasts.py"},
 }
@@ -115,7 +115,7 @@ def toy_program(task: str, entry: str) -> str:
         return load_task(task).reference_source
     if entry == "raises":
         return SANITY_RAISES
-    return resources.files("pkb_env.agents").joinpath(f"candidates/{entry}").read_text()
+    return resources.files("pkb_env.solutions").joinpath(f"examples/{entry}").read_text()
 
 
 def prompt_messages(judge, task: str, tiny: bool) -> list[dict[str, str]]:

@@ -1,7 +1,7 @@
 """An independent truth for a candidate's speedup: the candidate and the task's reference timed in plain
 processes, their windows interleaved, in several fresh process sets; beside it, what the judge reads.
 
-    python benchmarks/candidate_truth.py --candidate agents/experts/all_reduce.py --processes 4 --out $OUT
+    python benchmarks/candidate_truth.py --candidate solutions/experts/all_reduce.py --processes 4 --out $OUT
     python benchmarks/candidate_truth.py --candidate benchmarks/pkb_way/candidate_load_inline.py --processes 2 \
         --judge-steps 8 --out $OUT
     python benchmarks/candidate_truth.py --noise --out $OUT     # how two windows of the same code differ

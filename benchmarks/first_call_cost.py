@@ -75,7 +75,7 @@ def main() -> int:
     parser.add_argument("--world-size", type=int, default=1)
     parser.add_argument("--preset", default="bench")
     parser.add_argument("--task", default="all_reduce")
-    parser.add_argument("--candidate", default=str(ROOT / "agents" / "experts" / "all_reduce.py"))
+    parser.add_argument("--candidate", default=str(ROOT / "solutions" / "experts" / "all_reduce.py"))
     parser.add_argument("--steps", type=int, default=3)
     args = parser.parse_args()
 

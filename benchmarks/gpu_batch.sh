@@ -53,7 +53,7 @@ if [ "${1:-timing}" = one ]; then
     part 240 python -m pytest -q -rfE -p no:cacheprovider tests/gpu/test_timing_gpu.py tests/gpu/test_gpu_containment.py \
                  tests/gpu/test_gpu_faults.py
     part 150 python benchmarks/step_latency.py --executor cuda --world-size 1 --preset bench --steps 8 --operations \
-                 --candidates reference agents/experts/all_reduce.py --json "$OUT/step_latency.json"
+                 --candidates reference solutions/experts/all_reduce.py --json "$OUT/step_latency.json"
     echo "== done $(date +%T)" >> "$LOG"
     exit 0
 fi
@@ -86,7 +86,7 @@ if [ "${1:-timing}" = pairs ]; then   # issue 23, interleaved pairs on one GPU a
     part 200 python benchmarks/self_speedup.py --executor cuda --world-size 1 --preset bench \
                  --tasks all_reduce all_gather broadcast --steps 20 --json "$OUT/self_speedup.json"
     part 120 python benchmarks/step_latency.py --executor cuda --world-size 1 --preset bench --steps 8 --operations \
-                 --candidates reference agents/experts/all_reduce.py --json "$OUT/step_latency.json"
+                 --candidates reference solutions/experts/all_reduce.py --json "$OUT/step_latency.json"
     part 200 python benchmarks/repeatability.py --executor cuda --world-size 1 --presets bench --processes 4 \
                  --self-steps 0 --out "$OUT"
     echo "== done $(date +%T)" >> "$LOG"
@@ -98,7 +98,7 @@ if [ "${1:-timing}" = symmetric ]; then   # issue 23 on one GPU: symmetric memor
     part 200 python -m pytest -q -rA -p no:cacheprovider tests/gpu/test_gpu_containment.py tests/gpu/test_experts.py \
                  -k "containment or test_expert_world_size_one_is_timed"
     part 150 python benchmarks/step_latency.py --executor cuda --world-size 1 --preset bench --steps 8 --operations \
-                 --candidates reference agents/experts/all_reduce.py --json "$OUT/step_latency.json"
+                 --candidates reference solutions/experts/all_reduce.py --json "$OUT/step_latency.json"
     echo "== done $(date +%T)" >> "$LOG"
     exit 0
 fi
@@ -121,7 +121,7 @@ if [ "${1:-timing}" = estimate ]; then   # issue 23 on one GPU: the reference ag
     part 60 python benchmarks/self_speedup.py --executor cuda --world-size 1 --preset bench --tasks all_reduce \
                  --steps 20 --protocol budget_s=0.4 --json "$OUT/self_speedup_budget.json"
     part 60 python benchmarks/step_latency.py --executor cuda --world-size 1 --preset bench --steps 8 --operations \
-                 --candidates reference agents/experts/all_reduce.py --json "$OUT/step_latency.json"
+                 --candidates reference solutions/experts/all_reduce.py --json "$OUT/step_latency.json"
     part 120 python -m pytest -q -rfE -p no:cacheprovider tests/gpu/test_pairs_gpu.py tests/gpu/test_timing_gpu.py
     part 120 python benchmarks/repeatability.py --executor cuda --world-size 1 --presets bench --processes 4 \
                  --self-steps 0 --out "$OUT"
@@ -131,9 +131,9 @@ fi
 if [ "${1:-timing}" = truth1 ]; then   # issue 23 on one GPU: a candidate's speedup in plain fresh processes (one
     # core each, then where the scheduler puts them), the load_inline candidate beside the judge's steps, and how
     # two windows of the same code differ (2026-12-03: 40-90 s each, the load_inline build ~60 s of its part)
-    part 100 python benchmarks/candidate_truth.py --candidate agents/experts/all_reduce.py --processes 4 --pairs 16 \
+    part 100 python benchmarks/candidate_truth.py --candidate solutions/experts/all_reduce.py --processes 4 --pairs 16 \
                  --pin 1/5/9/13 --out "$OUT/truth_cores"
-    part 100 python benchmarks/candidate_truth.py --candidate agents/experts/all_reduce.py --processes 4 --pairs 16 \
+    part 100 python benchmarks/candidate_truth.py --candidate solutions/experts/all_reduce.py --processes 4 --pairs 16 \
                  --out "$OUT/truth_expert"
     part 240 python benchmarks/candidate_truth.py --candidate benchmarks/pkb_way/candidate_load_inline.py --processes 2 \
                  --pairs 30 --judge-steps 8 --out "$OUT/truth_inline"
@@ -145,7 +145,7 @@ if [ "${1:-timing}" = speed ]; then   # issue 23's figures on one GPU at world s
     part 240 python benchmarks/throughput.py --executor cuda --world-size 1 --preset bench --rounds 2 \
                  --json "$OUT/throughput.json"
     part 150 python benchmarks/step_latency.py --executor cuda --world-size 1 --preset bench --steps 8 --operations \
-                 --candidates reference agents/experts/all_reduce.py --json "$OUT/step_latency.json"
+                 --candidates reference solutions/experts/all_reduce.py --json "$OUT/step_latency.json"
     part 100 python benchmarks/self_speedup.py --executor cuda --world-size 1 --preset bench --tasks all_reduce \
                  --steps 20 --json "$OUT/self_speedup.json"
     echo "== done $(date +%T)" >> "$LOG"
@@ -178,5 +178,5 @@ part 80  python benchmarks/independent_truth.py --out "$OUT"
 part 50  python benchmarks/burst_diagnosis.py --out "$OUT"
 part 300 python benchmarks/repeatability.py --executor cuda --processes 5 --self-steps 20 --out "$OUT"
 part 110 python benchmarks/step_latency.py --executor cuda --world-size "$GPUS" --preset bench --steps 6 --operations \
-             --candidates reference agents/experts/all_reduce.py --json "$OUT/step_latency.json"
+             --candidates reference solutions/experts/all_reduce.py --json "$OUT/step_latency.json"
 echo "== done $(date +%T)" >> "$LOG"

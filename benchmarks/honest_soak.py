@@ -6,7 +6,7 @@
 
 Steps cycle over the tasks that run at the world size and preset and, per task, over honest submissions:
 the reference itself, an alternative written with other torch.distributed calls (below, for the eight
-primitives), and with --experts the expert kernel of agents/experts where there is one (GPUs). Every one must be judged correct, unflagged, not suspect, with a speedup. Reported:
+primitives), and with --experts the expert kernel of solutions/experts where there is one (GPUs). Every one must be judged correct, unflagged, not suspect, with a speedup. Reported:
 the count of each failure, the smallest clock margin seen (how far the worst rank's least-delayed burst
 stayed inside the allowance, docs/timing.md) and the smallest ratio of a claimed burst time to the judge's
 own wall time, the reference-against-itself speedups, and per expert its roofline fraction. Writes
@@ -21,16 +21,15 @@ import statistics
 import sys
 import tempfile
 import time
-from importlib import resources
 from pathlib import Path
 
-from pkb_env import JudgeConfig, JudgeService
+from pkb_env import JudgeConfig, JudgeService, solutions
 from pkb_env.errors import JudgeError
 from pkb_env.task import runnable_tasks
 
-EXPERTS = Path(__file__).resolve().parents[1] / "agents" / "experts"
+EXPERTS = Path(__file__).resolve().parents[1] / "solutions" / "experts"
 ALTERNATIVES = {
-    "all_reduce": resources.files("pkb_env.agents").joinpath("candidates/all_reduce_ring.py").read_text(),
+    "all_reduce": solutions.read("examples", "all_reduce_ring"),
     "all_gather": """
 import torch, torch.distributed as dist
 def solution(tensor):
@@ -97,7 +96,7 @@ def main() -> int:
     parser.add_argument("--world-size", type=int, default=2)
     parser.add_argument("--presets", nargs="+", default=["tiny"])
     parser.add_argument("--steps", type=int, default=200, help="per preset")
-    parser.add_argument("--experts", action="store_true", help="also submit agents/experts (GPUs)")
+    parser.add_argument("--experts", action="store_true", help="also submit solutions/experts (GPUs)")
     parser.add_argument("--out", default=os.environ.get("OUT", ".out"))
     args = parser.parse_args()
     os.environ.setdefault("PKB_ENV_CACHE", tempfile.mkdtemp(prefix="pkb-soak-"))

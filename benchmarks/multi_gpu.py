@@ -4,7 +4,7 @@ direct NCCL measurement; repeatability of the times a policy is rewarded on.
     python benchmarks/multi_gpu.py --presets bench large --steps 3 --markdown docs/multi_gpu.md
 
 For each preset and task (tasks without that preset are skipped): one step of the reference (unless
-`--skip-reference-step`), then `--steps` steps of the expert (agents/experts/<task>.py), each in a fresh
+`--skip-reference-step`), then `--steps` steps of the expert (solutions/experts/<task>.py), each in a fresh
 candidate rank set as in training. Reported per row: the reference's time per call, the expert's median over steps and its
 max/min (repeatability), the speedup, the expert's bus bandwidth (nccl-tests' definition), its fraction of
 the calibrated roofline and of the datasheet roofline, the dominant term of the bound, and the reference's
@@ -32,7 +32,7 @@ from pkb_env import JudgeConfig, JudgeService
 from pkb_env.tables import table
 from pkb_env.task import load_task
 
-EXPERTS = Path(__file__).resolve().parents[1] / "agents" / "experts"
+EXPERTS = Path(__file__).resolve().parents[1] / "solutions" / "experts"
 DIRECT_BYTES = 256 << 20
 
 
@@ -41,7 +41,7 @@ def main() -> int:
     parser.add_argument("--world-size", type=int, default=torch.cuda.device_count())
     parser.add_argument("--presets", nargs="+", default=["bench", "large"])
     parser.add_argument("--tasks", nargs="+", default=sorted(p.stem for p in EXPERTS.glob("*.py")),
-                        help="default: the tasks with an expert in agents/experts")
+                        help="default: the tasks with an expert in solutions/experts")
     parser.add_argument("--steps", type=int, default=3, help="expert steps per task and preset")
     parser.add_argument("--skip-reference-step", action="store_true",
                         help="no step of the reference itself (the expert's step still times the reference and "

@@ -8,7 +8,7 @@
 The batch cycles over all_reduce, all_gather, broadcast and reduce; per task: the reference twice, a wrong
 answer twice (every output scaled by 1.5), one that hangs (past trial_timeout_s) and one that crashes
 (os._exit) -- 24 steps at the default size; with `--experts`, the symmetric-memory experts of
-agents/experts/ replace one reference each (GPUs). The same batch is judged on one local JudgeService
+solutions/experts/ replace one reference each (GPUs). The same batch is judged on one local JudgeService
 first (`--no-local` skips it) and the pool's verdicts are compared with it, step by step.
 
 `--nodes N` simulates N nodes on this machine (ray.cluster_utils.Cluster: a raylet per node, one GCS) with
@@ -43,7 +43,7 @@ def parameters(task: str) -> str:
 def candidates(task: str, experts: bool) -> list[tuple[str, str]]:
     params, first = parameters(task), parameters(task).split(",")[0]
     reference = load_task(task).reference_source
-    expert = os.path.join(HERE, "..", "agents", "experts", f"{task}.py")
+    expert = os.path.join(HERE, "..", "solutions", "experts", f"{task}.py")
     return [("reference", reference),
             ("expert", open(expert).read()) if experts else ("reference", reference),
             ("wrong", f"def solution({params}):\n    return {first} * 1.5\n"),

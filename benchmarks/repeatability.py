@@ -2,7 +2,7 @@
 
     python benchmarks/repeatability.py --executor cuda --processes 5 --self-steps 20 --out $OUT
     python benchmarks/repeatability.py --executor cpu --world-size 2 --presets tiny --processes 3 \\
-        --candidate agents/candidates/all_reduce_ring.py --self-steps 10 --out .out
+        --candidate solutions/examples/all_reduce_ring.py --self-steps 10 --out .out
 
 Each of `--processes` fresh Python processes makes its own env (its own zygote, rank sets and reference
 timing; only the calibration, which no time depends on, is measured once and shared), then judges, per preset, the reference
@@ -32,7 +32,7 @@ def main() -> int:
     parser.add_argument("--world-size", type=int, default=None, help="default: every GPU (cuda), 2 (cpu)")
     parser.add_argument("--task", default="all_reduce")
     parser.add_argument("--presets", nargs="+", default=["bench", "large"])
-    parser.add_argument("--candidate", default=str(ROOT / "agents" / "experts" / "all_reduce.py"))
+    parser.add_argument("--candidate", default=str(ROOT / "solutions" / "experts" / "all_reduce.py"))
     parser.add_argument("--processes", type=int, default=5)
     parser.add_argument("--self-steps", type=int, default=20)
     parser.add_argument("--out", default=os.environ.get("OUT", ".out"))

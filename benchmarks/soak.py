@@ -14,19 +14,19 @@ import argparse
 import json
 import sys
 import time
-from importlib import resources
 
 import gymnasium
 import psutil
 from tqdm import tqdm
 
 import pkb_env  # noqa: F401
+from pkb_env import solutions
 from pkb_env.config import JudgeConfig
 from pkb_env.tables import table
 
 CANDIDATES = {
     "reference": None,
-    "ring": resources.files("pkb_env.agents").joinpath("candidates/all_reduce_ring.py").read_text(),
+    "ring": solutions.read("examples", "all_reduce_ring"),
     "wrong": "def solution(tensor):\n    return tensor.clone()\n",
     "raises": "def solution(tensor):\n    raise RuntimeError('soak')\n",
     "exit_one_rank": "import os, torch.distributed as dist\ndef solution(tensor):\n"

@@ -2,7 +2,7 @@
 
     python benchmarks/step_latency.py --executor cpu --task all_reduce --world-size 4 --steps 10
     python benchmarks/step_latency.py --executor cuda --world-size 2 --preset bench --steps 8 \
-        --candidates reference agents/experts/all_reduce.py --json step_latency.json
+        --candidates reference solutions/experts/all_reduce.py --json step_latency.json
 
 `--operations` adds where the judge's time went, per warm step, from the service's trace
 (pkb_env/tracing.py): each request to the ranks (burst, fingerprints, the reference's replay, trials,

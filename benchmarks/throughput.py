@@ -6,7 +6,7 @@
 What an RL loop feeds the judge is not one candidate again and again but a mix: correct NCCL code, kernels
 that move data through symmetric memory, wrong answers, crashes and code that does not build. The batch is
 fixed (the same list in the same order every run, so two runs compare): for each task of --tasks, in turn,
-the reference itself (NCCL on GPUs, gloo on CPU ranks), the expert of agents/experts/ where the executor
+the reference itself (NCCL on GPUs, gloo on CPU ranks), the expert of solutions/experts/ where the executor
 runs CUDA (symmetric memory: copy engine or SM loads and stores between peers) or else an alternative written
 with other torch.distributed calls, a wrong answer (every output scaled by 1.5), one that crashes its ranks
 (os._exit) and one that raises while it is imported. --rounds repeats the list.
@@ -41,12 +41,12 @@ from pkb_env import JudgeConfig, JudgeService
 from pkb_env.tables import table
 from pkb_env.task import load_task
 
-EXPERTS = Path(__file__).resolve().parents[1] / "agents" / "experts"
+EXPERTS = Path(__file__).resolve().parents[1] / "solutions" / "experts"
 TASKS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 ALTERNATIVES = {
     # the same result with other torch.distributed calls than the reference's (the primitives' own shapes)
-    "all_reduce": resources.files("pkb_env.agents").joinpath("candidates/all_reduce_ring.py"),
-    "all_gather": resources.files("pkb_env.agents").joinpath("candidates/all_gather_broadcasts.py"),
+    "all_reduce": resources.files("pkb_env.solutions").joinpath("examples/all_reduce_ring.py"),
+    "all_gather": resources.files("pkb_env.solutions").joinpath("examples/all_gather_broadcasts.py"),
 }
 
 

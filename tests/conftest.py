@@ -49,15 +49,21 @@ def pytest_collection_modifyitems(session, config, items):
 def _private_cache():
     yield
     shutil.rmtree(CACHE, ignore_errors=True)
+    shutil.rmtree(EXAMPLES, ignore_errors=True)
 
 
-EXAMPLES = os.path.dirname(os.path.abspath(__file__))   # the folder holding contract_v3_tasks/
+# contract_v3_tasks/ copied out of the checkout: the cells never show a folder of the checkout beside the package
+# (its tests hold solutions: pkb_env/sandbox/rootfs.py), so the example specs travel to ranks from a copy.
+EXAMPLES = tempfile.mkdtemp(prefix="pkb-test-examples-")   # not under CACHE: no cell shows the judge's cache
+os.chmod(EXAMPLES, 0o755)   # readable by the ranks' uid (nobody)
+shutil.copytree(TESTS / "contract_v3_tasks", os.path.join(EXAMPLES, "contract_v3_tasks"),
+                ignore=shutil.ignore_patterns("__pycache__"))
 
 
 @contextmanager
 def examples_importable():
     """While a judge is made inside it, `contract_v3_tasks.<name>` (contract v3's example specs, addressed by
-    their dotted path: pkb_env/task.py) is importable by its rank processes: this folder on PYTHONPATH, which
+    their dotted path: pkb_env/task.py) is importable by its rank processes: a copy's folder on PYTHONPATH, which
     the rank environment keeps and the cells bind. The judge reads the variable when it is made."""
     with pytest.MonkeyPatch.context() as patch:
         path = os.environ.get("PYTHONPATH")

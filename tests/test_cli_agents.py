@@ -2,15 +2,15 @@
 import json
 import subprocess
 import sys
-from importlib import resources
 
 import pytest
 
+from pkb_env import solutions
 from pkb_env.agents import Agent, FileAgent, ReferenceAgent
 from pkb_env.cli import main
 from pkb_env.task import task_names
 
-RING = resources.files("pkb_env.agents").joinpath("candidates/all_reduce_ring.py").read_text()
+RING = solutions.read("examples", "all_reduce_ring")
 
 
 def test_tasks_lists_every_task(capsys):

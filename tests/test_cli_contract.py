@@ -10,13 +10,13 @@ import signal
 import subprocess
 import sys
 import time
-from importlib import resources
 from pathlib import Path
 
 import psutil
 import pytest
 
 from conftest import still_alive
+from pkb_env import solutions
 from pkb_env.cli import EXIT_CODES, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, main
 from pkb_env.cli.options import parser as make_parser
 from pkb_env.executors.capacity import CPU_RANKS_PER_CORE, usable_cores
@@ -25,7 +25,7 @@ from pkb_env.task import load_task
 
 CPU2 = ["--executor", "cpu", "--world-size", "2"]
 REFERENCE = load_task("all_reduce").reference_source
-RING = resources.files("pkb_env.agents").joinpath("candidates/all_reduce_ring.py").read_text()
+RING = solutions.read("examples", "all_reduce_ring")
 CANDIDATES = {  # verdict -> a candidate that earns it
     "correct": REFERENCE,
     "wrong": "def solution(tensor):\n    return tensor.clone()  # forgot the peers\n",

@@ -28,7 +28,7 @@ from pkb_env.record import EvaluationRecord
 from pkb_env.rewards import load_reward
 from pkb_env.service import JudgeService
 
-CANDIDATES = resources.files("pkb_env.agents").joinpath("candidates")
+CANDIDATES = resources.files("pkb_env.solutions").joinpath("examples")
 ROOT = Path(__file__).resolve().parents[1]
 
 

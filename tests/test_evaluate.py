@@ -1,10 +1,10 @@
 """Suite evaluation: pass@k and fast_p on hand-made rows, then `pkb-env evaluate` end to end on the CPU executor."""
 import json
 import math
-from importlib import resources
 
 import pytest
 
+from pkb_env import solutions
 from pkb_env.cli import main
 from pkb_env.evaluation import EvaluationReport, SampleResult, agent_from_spec, evaluate, fast_p, pass_at_k
 from pkb_env.config import JudgeConfig
@@ -133,7 +133,7 @@ def test_cli_evaluate_reference(tmp_path, capsys):
 def test_files_agent_with_a_wrong_candidate(tmp_path):
     folder = tmp_path / "answers"
     folder.mkdir()
-    ring = resources.files("pkb_env.agents").joinpath("candidates/all_reduce_ring.py").read_text()
+    ring = solutions.read("examples", "all_reduce_ring")
     (folder / "all_reduce.py").write_text(ring)
     (folder / "broadcast.py").write_text("def solution(tensor, src=0):\n    return tensor.clone()  # no broadcast\n")
     agent = agent_from_spec(f"files:{folder}")

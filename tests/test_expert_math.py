@@ -1,6 +1,6 @@
 """The math of the GPU experts for the fused tasks, on CPU tensors, against each task's golden and tolerance.
 
-The experts in agents/experts/ for allgather_gemm, gemm_reducescatter and ring_attention are torch code
+The experts in solutions/experts/ for allgather_gemm, gemm_reducescatter and ring_attention are torch code
 around symmetric-memory copies: each module exposes the arithmetic its `solution` runs (the order of the
 split-K terms, the row chunks, the blocks a causal rank needs and their log-sum-exp merge), and here that
 arithmetic runs on every rank's inputs, with the data a rank would have pulled from its peers handed to it
@@ -27,12 +27,12 @@ from pkb_env.contract import Preset, rank_seeds
 from pkb_env.judge.compare import compare_outputs, summarize_mismatches
 from pkb_env.task import load_task
 
-EXPERTS = Path(__file__).resolve().parents[1] / "agents" / "experts"
+EXPERTS = Path(__file__).resolve().parents[1] / "solutions" / "experts"
 SECRET = 0x0E3E27
 
 
 def expert(name: str):
-    """The expert module agents/experts/<name>.py, imported as a plain module (it imports torch and
+    """The expert module solutions/experts/<name>.py, imported as a plain module (it imports torch and
     pkb_env.runtime only, both usable without a GPU)."""
     spec = importlib.util.spec_from_file_location(f"expert_{name}", EXPERTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)

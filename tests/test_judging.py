@@ -1,9 +1,9 @@
 """Alternative algorithms are judged correct; wrong ones are judged wrong with a message saying where."""
-from importlib import resources
-
 import pytest
 
-RING = resources.files("pkb_env.agents").joinpath("candidates/all_reduce_ring.py").read_text()
+from pkb_env import solutions
+
+RING = solutions.read("examples", "all_reduce_ring")
 
 WRONG = {
     "off_by_one_rank": ("""

@@ -171,3 +171,23 @@ def test_the_plan_never_binds_the_working_directory_a_home_or_the_cache(tmp_path
         assert not path.startswith(str(cache)), path
     package = os.path.dirname(os.path.dirname(rootfs.__file__))
     assert any(package == p or package.startswith(p + "/") for p in plan.paths), "pkb_env itself must be bound"
+
+
+def test_the_plan_shows_no_folder_of_the_checkout_but_the_package_and_the_tasks(monkeypatch):
+    """The checkout of an editable install holds tests, docs and solutions beside the package: a sys.path entry
+    that holds it or lies in it (PYTHONPATH=., tests/) is refused; only pkb_env/, tasks/ and the venv are bound."""
+    import pkb_env
+    checkout = os.path.dirname(os.path.dirname(pkb_env.__file__))
+    if not os.path.isdir(os.path.join(checkout, "solutions")):
+        pytest.skip("pkb_env is not installed editable from a checkout here")
+    entries = [checkout, os.path.join(checkout, "tests"), os.path.join(checkout, "solutions", "experts")]
+    monkeypatch.setattr(sys, "path", [*entries, *sys.path])
+    plan = rootfs.plan()
+    refused = dict(plan.refused)
+    assert "checkout as a whole" in refused[checkout], refused
+    assert "in the project's checkout" in refused[entries[1]], refused
+    assert "solutions" in refused[entries[2]], refused
+    inside = sorted(p for p in plan.paths if p == checkout or p.startswith(checkout + "/"))
+    allowed = [os.path.join(checkout, "pkb_env"), os.path.join(checkout, "tasks")]
+    assert all(p in allowed or p.startswith(sys.prefix) for p in inside), inside
+    assert set(allowed) <= set(inside), inside

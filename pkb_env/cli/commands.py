@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from importlib import resources
 
 from tqdm import tqdm
 
@@ -209,12 +208,12 @@ DEMO_EXPECTED = {"reference": "correct", "ring send/recv": "correct", "wrong: no
 
 def cmd_demo(args) -> int:
     """Three single-turn episodes on all_reduce: the reference, a ring of send/recv, and a wrong candidate."""
-    from pkb_env import spaces
+    from pkb_env import solutions, spaces
     from pkb_env.agents import ReferenceAgent
     from pkb_env.rewards import load_reward
     from pkb_env.service import JudgeService
 
-    ring = resources.files("pkb_env.agents").joinpath("candidates/all_reduce_ring.py").read_text()
+    ring = solutions.read("examples", "all_reduce_ring")
     wrong = "```python\nimport torch\n\ndef solution(tensor):\n    return tensor.clone()  # forgot the peers\n```"
     reward_fn = load_reward(args.reward)
     rows, reports, verdicts = [], [], {}

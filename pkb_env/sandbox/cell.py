@@ -152,7 +152,10 @@ def describe(root: rootfs.Root, kind: str) -> str:
     text = (f"allowlisted root (pivot_root): {len(root.bound)} host paths read-only (the Python install, pkb_env, "
             f"system libraries and binaries, the toolchain, CUDA and the driver, /sys), {len(root.etc)} public "
             f"files of /etc, /dev with {', '.join(root.devices)}; writable: {own} and private /tmp, /var/tmp, "
-            f"/dev/shm; a fresh /proc; nothing else of the host (no home, no judge cache, no /etc/shadow)")
+            f"/dev/shm; a fresh /proc; nothing else of the host (no home, no judge cache, no /etc/shadow, no "
+            f"solution, test or doc of the project)")
+    if root.hidden:
+        text += f"; covered by an empty mount: {', '.join(root.hidden)}"
     if root.refused:
         text += f"; could not make read-only: {', '.join(root.refused[:5])}"
     return text

@@ -4,7 +4,7 @@ A cell (cell.py) builds it once, in its new mount namespace, before its first pr
 
 * a fresh tmpfs becomes "/" and only what is listed here is put in it:
   - read-only binds: the Python install and the install directories on `sys.path`, the `pkb_env` package
-    and its mapped folders (layout.py), system libraries and binaries (/usr/lib, /usr/bin, /lib64, ...),
+    and the mapped folders a rank imports (layout.py `IN_CELLS`: the tasks), system libraries and binaries (/usr/lib, /usr/bin, /lib64, ...),
     the C/C++ and CUDA toolchains (Triton builds a C launcher with gcc inside ranks; builds need nvcc,
     g++ and ninja), CUDA and the GPU driver's libraries, and /sys (NCCL and the driver read the PCI
     topology there);
@@ -18,7 +18,14 @@ A cell (cell.py) builds it once, in its new mount namespace, before its first pr
   ~/.config, or /etc/shadow. A read-only mount is still readable; an absent one is not.
 
 Symlinks on the way to a listed path are reproduced (/usr/local/cuda -> /etc/alternatives/cuda -> ...),
-so paths mean inside what they mean outside. A Python that lives under a home (a pyenv in /root/.pyenv,
+so paths mean inside what they mean outside.
+
+No answer key is in reach (docs/containment.md): the other mapped folders (solutions, policies and recipes,
+rewards, configs) are never bound, and where an install directory holds them (a wheel puts them inside
+site-packages/pkb_env) an empty read-only tmpfs covers each (`Plan.hidden`). In a checkout installed editable, only
+the package folders a rank imports and the Python install are bound: a `sys.path` entry that holds the checkout
+or lies in it elsewhere (PYTHONPATH=., tests/, benchmarks/) is refused, so its tests, docs, benchmarks and
+solutions stay out. A Python that lives under a home (a pyenv in /root/.pyenv,
 a venv in a checkout) is bound alone, inside skeleton parents of mode 0755: that is also what lets
 ranks run as nobody where /root is 0700. Entries of `sys.path` that are not install directories as
 such (the working directory, "/", /tmp, a home) are never bound.
@@ -41,7 +48,7 @@ from dataclasses import dataclass, field
 
 from pkb_env.config import default_cache_dir
 from pkb_env.sandbox import namespaces as ns
-from pkb_env.layout import MAPPED
+from pkb_env.layout import IN_CELLS, MAPPED
 
 SYSTEM = ("/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libexec", "/usr/include",
           "/usr/local/lib", "/usr/local/include", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
@@ -74,6 +81,7 @@ class Plan:
 
     paths: tuple[str, ...]                  # host paths bound read-only (outermost first)
     refused: tuple[tuple[str, str], ...]    # (sys.path entry, why it is not bound)
+    hidden: tuple[str, ...] = ()            # host paths inside bound ones, covered by an empty read-only tmpfs
 
 
 def plan(environ: dict[str, str] | None = None, home: str | None = None, cache: str | None = None) -> Plan:
@@ -83,27 +91,26 @@ def plan(environ: dict[str, str] | None = None, home: str | None = None, cache: 
     and cache directories (default: ours), never bound (the zygote, which plans, knows neither by itself).
     """
     environ = os.environ if environ is None else environ
-    homes = _homes(home or os.path.expanduser("~"))
-    cache = os.path.normpath(cache or default_cache_dir())
-    wanted: list[str] = [*SYSTEM, *python_paths(), *_package_paths(), *_toolchain_paths(environ),
-                         *_cuda_paths(environ)]
+    walls = Walls(_homes(home or os.path.expanduser("~")), os.path.normpath(cache or default_cache_dir()),
+                  *_checkout())
+    wanted: list[str] = [*SYSTEM, *python_paths(), *walls.shown, *_toolchain_paths(environ), *_cuda_paths(environ)]
     refused: list[tuple[str, str]] = []
     for entry in sys.path:
-        why = refusal(entry, homes, cache)
+        why = walls.refusal(entry)
         if why:
             refused.append((entry, why))
         elif os.path.exists(entry):
             wanted.append(entry)
     kept = set()
     for path in map(os.path.normpath, wanted):
-        if os.path.lexists(path) and not refusal(path, homes, cache) and \
-                not refusal(os.path.realpath(path), homes, cache):
+        if os.path.lexists(path) and not walls.refusal(path) and not walls.refusal(os.path.realpath(path)):
             kept.add(path)
     paths: list[str] = []
     for path in sorted(kept, key=lambda p: (p.count("/"), p)):  # outermost first
         if not (ns.under(path, paths) and ns.under(os.path.realpath(path), paths)):
             paths.append(path)  # not already shown, with every symlink on its way, by an outer path
-    return Plan(tuple(paths), tuple(refused))
+    hidden = sorted(p for p in walls.hidden if ns.under(p, paths) or ns.under(os.path.realpath(p), paths))
+    return Plan(tuple(paths), tuple(refused), tuple(hidden))
 
 
 def python_paths() -> list[str]:
@@ -114,20 +121,40 @@ def python_paths() -> list[str]:
     return [p for p in paths if p and os.path.normpath(p) not in SYSTEM_PREFIXES]
 
 
-def refusal(path: str, homes: set[str], cache: str) -> str | None:
-    """Why `path` may not be bound into a cell's root (given the homes and the judge's cache), or None."""
-    if not path or not os.path.isabs(path):
-        return "relative (the working directory)"
-    path = os.path.normpath(path)
-    if path in NEVER_WHOLE:
-        return f"{path} as a whole"
-    if any(ns.under(home, [path]) for home in homes):
-        return "a home directory (or one above homes) as a whole"
-    if ns.under(path, [cache]) or ns.under(cache, [path]):
-        return "the judge's cache"
-    if ns.under(path, [os.path.join(home, private) for home in homes for private in PRIVATE_IN_HOME]):
-        return "a home's credentials"
-    return None
+@dataclass(frozen=True)
+class Walls:
+    """What a cell's root never shows: homes, the judge's cache, and the project's own files beyond what a rank
+    imports (the checkout of an editable install, where tests, docs, benchmarks and solutions lie beside the
+    package; wherever installed, the mapped folders that are not `IN_CELLS`)."""
+
+    homes: set[str]
+    cache: str
+    checkout: str | None        # the folder of an editable install's checkout; None for an installed package
+    shown: tuple[str, ...]      # where the packages of `IN_CELLS` are
+    hidden: tuple[str, ...]     # where the other mapped packages are
+
+    def refusal(self, path: str) -> str | None:
+        """Why `path` may not be bound into a cell's root, or None."""
+        if not path or not os.path.isabs(path):
+            return "relative (the working directory)"
+        path = os.path.normpath(path)
+        if path in NEVER_WHOLE:
+            return f"{path} as a whole"
+        if any(ns.under(home, [path]) for home in self.homes):
+            return "a home directory (or one above homes) as a whole"
+        if ns.under(path, [self.cache]) or ns.under(self.cache, [path]):
+            return "the judge's cache"
+        if ns.under(path, [os.path.join(home, private) for home in self.homes for private in PRIVATE_IN_HOME]):
+            return "a home's credentials"
+        if ns.under(path, list(self.hidden)):
+            return "the package's solutions, policies, rewards or configs (no cell needs them)"
+        if self.checkout and ns.under(self.checkout, [path]):
+            return "the project's checkout as a whole (its tests, docs, benchmarks and solutions)"
+        if self.checkout and ns.under(path, [self.checkout]) and \
+                not ns.under(path, [*self.shown, *map(os.path.normpath, python_paths())]):
+            return "in the project's checkout, beside its tests, docs and solutions (only the package folders a " \
+                   "rank imports are shown)"
+        return None
 
 
 def _homes(own: str) -> set[str]:
@@ -144,13 +171,22 @@ def _homes(own: str) -> set[str]:
     return {h for h in homes if h not in ("/", "/nonexistent")}
 
 
-def _package_paths() -> list[str]:
-    """Where pkb_env and its mapped folders live (an editable install keeps them apart in the checkout)."""
-    found = []
-    for name in ("pkb_env", *MAPPED):
+def _checkout() -> tuple[str | None, tuple[str, ...], tuple[str, ...]]:
+    """(the checkout, where the packages cells show are, where the other mapped packages are).
+
+    An editable install keeps the mapped folders beside the package, in the checkout (tasks/ next to pkb_env/);
+    an installed package holds them inside itself (site-packages/pkb_env/tasks), with no checkout."""
+    def where(name: str) -> list[str]:
         spec = importlib.util.find_spec(name)
-        found += list(spec.submodule_search_locations or []) if spec else []
-    return found
+        return [os.path.normpath(p) for p in (spec.submodule_search_locations or [])] if spec else []
+
+    package = where("pkb_env")
+    shown = [*package, *(p for name in IN_CELLS if name != "pkb_env" for p in where(name))]
+    hidden = [p for name in MAPPED if name not in IN_CELLS for p in where(name)]
+    parents = {os.path.dirname(p) for p in package}
+    checkout = next(iter(parents)) if len(parents) == 1 and any(
+        os.path.dirname(p) in parents for p in shown if p not in package) else None
+    return checkout, tuple(shown), tuple(hidden)
 
 
 def _toolchain_paths(environ) -> list[str]:
@@ -193,6 +229,7 @@ class Root:
     devices: list[str] = field(default_factory=list)
     etc: list[str] = field(default_factory=list)
     writable: list[str] = field(default_factory=list)   # mount points inside the new root left writable
+    hidden: list[str] = field(default_factory=list)     # folders inside bound ones covered by an empty tmpfs
     refused: list[str] = field(default_factory=list)
 
 
@@ -226,6 +263,8 @@ def build(plan: Plan, scratch: list[tuple[str, int]], workdir: str, workdir_tmpf
         _etc(root)
         for path in plan.paths:
             _place(root, path)
+        for path in plan.hidden:
+            _cover(root, path)
         _bind(root, "/sys")
         os.mkdir(NEW + "/proc")
         _read_only(root)
@@ -259,6 +298,15 @@ def _dev(root: Root) -> None:
         root.writable.append(target)  # a read-only mount of a device node refuses writes to it
     for name, target in DEV_LINKS.items():
         os.symlink(target, f"{NEW}/dev/{name}")
+
+
+def _cover(root: Root, path: str) -> None:
+    """An empty tmpfs over `path` (a folder inside a bound one), made read-only with the rest: what was there is
+    out of reach (ranks hold no capability that could unmount it: privileges.py)."""
+    real = _resolve(path)[0]
+    if os.path.isdir(NEW + real):
+        ns.mount("tmpfs", NEW + real, "tmpfs", ns.MS_NOSUID | ns.MS_NODEV, "size=4k,mode=0555")
+        root.hidden.append(real)
 
 
 def _tmpfs(root: Root, path: str, options: str, writable: bool = True) -> None:

@@ -6,7 +6,7 @@ rank's own rows, a reduce-scatter of the flat gradient (half an all-reduce's tra
 shard, and an all-gather of the updated shards so that every replica of the parameters is updated. The
 levers: reduce-scatter each layer's gradients as the backward produces them, fuse the elementwise Adam into
 the reduce-scatter's epilogue, and start gathering each updated chunk at once (issue 26 asks for a fused
-solution of this one in agents/experts/).
+solution of this one in solutions/experts/).
 """
 import torch
 

@@ -1,4 +1,4 @@
-"""GPU tests of the expert candidates for the collective primitives in agents/experts/<task>.py
+"""GPU tests of the expert candidates for the collective primitives in solutions/experts/<task>.py
 (symmetric-memory CUDA kernels), and, at the end, of the experts for quantized_grad_allreduce (PKB 44),
 conv2d_halo_exchange (PKB 87), the MoE dispatch and combine (PKB 27-29: `-k moe`), physicsnemo_distributed_rfft
 (PKB 59), zero2_optimizer_shard_grad (PKB 42) and distributed_sample_sort (PKB 85); the experts for the fused
@@ -24,7 +24,7 @@ import pkb_env  # noqa: F401
 from pkb_env.config import JudgeConfig
 from pkb_env.task import load_task, task_names
 
-EXPERTS = Path(__file__).resolve().parents[2] / "agents" / "experts"
+EXPERTS = Path(__file__).resolve().parents[2] / "solutions" / "experts"
 ALL_EXPERTS = sorted(p.stem for p in EXPERTS.glob("*.py"))
 TASKS = [t for t in ALL_EXPERTS if t in task_names() and load_task(t).family == "collective"]  # the primitives
 

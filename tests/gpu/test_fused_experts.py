@@ -1,4 +1,4 @@
-"""GPU tests of the experts for the fused tasks (agents/experts/<task>.py: all-gather + GEMM, GEMM +
+"""GPU tests of the experts for the fused tasks (solutions/experts/<task>.py: all-gather + GEMM, GEMM +
 reduce-scatter, TP RMSNorm, ring attention, vocab-parallel cross entropy), through the environment.
 
 * Two GPUs, the cuda executor at world size 2, `bench` and `large`: each expert judged correct and timed
@@ -23,7 +23,7 @@ import torch
 import pkb_env  # noqa: F401
 from pkb_env.task import load_task
 
-EXPERTS = Path(__file__).resolve().parents[2] / "agents" / "experts"
+EXPERTS = Path(__file__).resolve().parents[2] / "solutions" / "experts"
 FUSED = ["allgather_gemm", "gemm_reducescatter", "tp_rms_norm", "ring_attention", "vocab_parallel_cross_entropy"]
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 

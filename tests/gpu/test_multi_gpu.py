@@ -2,7 +2,7 @@
 references), each rank set in its own namespaces. Skipped on machines with fewer than two GPUs.
 
 Every task's reference is correct, timed near its own speed and within its roofline (calibrated and
-datasheet fractions <= 1); every expert (agents/experts) is correct and timed; the calibration measured
+datasheet fractions <= 1); every expert (solutions/experts) is correct and timed; the calibration measured
 NCCL's bus bandwidth, a bf16 matmul and a device copy below the datasheet; a side-stream cheat is caught.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pkb_env.task import runnable_tasks
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 pytestmark = pytest.mark.skipif(GPUS < 2, reason=f"needs at least 2 GPUs, found {GPUS}")
-EXPERTS = Path(__file__).resolve().parents[2] / "agents" / "experts"
+EXPERTS = Path(__file__).resolve().parents[2] / "solutions" / "experts"
 
 SIDE_STREAM = '''
 import torch
