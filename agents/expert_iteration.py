@@ -11,9 +11,9 @@ with TRL's SFTTrainer, repeat. Read it top to bottom: arguments, the toy menu, t
 1. SAMPLE: for each task, the prompt as chat messages (pkb_env.agents.build_messages of the task's
    observation: the system prompt and the task's prompt), rendered through the tokenizer's chat template;
    `--k` completions sampled from the current model.
-2. JUDGE: every completion judged on its task, `judge.judge(task, action)`. `judge` is anything with
-   JudgeService's `judge(task, code) -> EvaluationRecord` and a `config` (the `Judge` protocol below): the
-   local JudgeService here, or a pool of judges on other machines; the records come back to this process.
+2. JUDGE: every completion judged on its task, `client.map([(task, action), ...])`. `client` is a JudgeClient
+   (pkb_env/client.py): a LocalClient made here, or a JudgePool on other machines judging the round in parallel;
+   the records come back to this process.
 3. RECORD: each step becomes a row of the dataset folder (`EpisodeRecorder.record(record, completion,
    messages, ...)`: the same call a pool's driver makes, docs/data.md), the same code judged twice in the run
    one row with a count.
@@ -38,15 +38,13 @@ import random
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 import torch
 
-from pkb_env import JudgeConfig, JudgeService
 from pkb_env.agents.messages import build_messages, render_prompt
+from pkb_env.client import JudgeClient, LocalClient
 from pkb_env.extras import MissingExtra, require
-from pkb_env.record import EvaluationRecord
 
 
 def parse_args(argv=None):
@@ -87,17 +85,6 @@ def parse_args(argv=None):
     return args
 
 
-class Judge(Protocol):
-    """What the recipe needs of a judge. JudgeService has it; so does a pool of judges (Ray actors, each with
-    a JudgeService) whose `judge` returns the actors' EvaluationRecords to this process. Outside --tiny the
-    prompts come from `judge.open(task, prestart=False)` (a TaskSession's observation), which a pool must
-    offer too; `judge.info.topology`, where there is one, goes into the rows."""
-
-    config: JudgeConfig
-
-    def judge(self, task: str, code: object) -> EvaluationRecord: ...
-
-
 # ---- the toy menu (--tiny): four fixed programs per task, one letter each -------------------------------
 TOY_PROMPT = ("Toy choice, not kernel writing. Task {task}, world size {world}. Four fixed programs are named "
               "A, B, C and D; the judge runs the one you name. Answer with one letter.")
@@ -118,13 +105,11 @@ def toy_program(task: str, entry: str) -> str:
     return resources.files("pkb_env.solutions").joinpath(f"examples/{entry}").read_text()
 
 
-def prompt_messages(judge, task: str, tiny: bool) -> list[dict[str, str]]:
-    """The chat that asks for `task`: the toy question, or the env's observation (needs a judge with `open`)."""
+def prompt_messages(client: JudgeClient, task: str, tiny: bool) -> list[dict[str, str]]:
+    """The chat that asks for `task`: the toy question, or the env's turn-0 observation."""
     if tiny:
-        return [{"role": "user", "content": TOY_PROMPT.format(task=task, world=judge.config.world_size)}]
-    from pkb_env import spaces
-
-    return build_messages(spaces.observation(judge.open(task, prestart=False)))
+        return [{"role": "user", "content": TOY_PROMPT.format(task=task, world=client.config.world_size)}]
+    return build_messages(client.observation(task))
 
 
 # ---- the policy ---------------------------------------------------------------------------------------------
@@ -197,8 +182,8 @@ def fine_tune(model, tokenizer, rows: list[dict], args, out_dir: Path):
     return trainer.model, losses
 
 
-def main(argv=None, judge: Judge | None = None) -> list[dict]:
-    """The run; `judge`: a JudgeService or a pool (the `Judge` protocol), else a JudgeService made here."""
+def main(argv=None, client: JudgeClient | None = None) -> list[dict]:
+    """The run; `client`: a JudgeClient to judge on (a JudgePool, say), else a LocalClient made here."""
     args = parse_args(argv)
     try:  # before anything starts: a missing extra says which one, not a traceback minutes in
         require("transformers", "train", "the expert-iteration recipe")
@@ -222,16 +207,16 @@ def main(argv=None, judge: Judge | None = None) -> list[dict]:
     torch.manual_seed(args.seed)
 
     # ---- the judge and the recorder --------------------------------------------------------------------
-    owns_judge = judge is None
-    if judge is None:
+    owns_client = client is None
+    if client is None:
         from pkb_env.agents.train_grpo import judge_config
 
-        judge = JudgeService(judge_config(args.executor, args.world_size, args.fast_judge))
-    topology = getattr(getattr(judge, "info", None), "topology", None)   # a pool may not say
+        client = LocalClient(judge_config(args.executor, args.world_size, args.fast_judge))
+    topology = client.info.topology
     model, tokenizer = load_policy(args)
     agent_name = "tiny-llama" if args.tiny else args.model_name
     recorder = EpisodeRecorder(dataset, agent=agent_name, seed=args.seed)
-    prompts = {task: prompt_messages(judge, task, args.tiny) for task in args.tasks}
+    prompts = {task: prompt_messages(client, task, args.tiny) for task in args.tasks}
 
     # ---- the loop ------------------------------------------------------------------------------------------
     history, start = [], time.time()
@@ -246,13 +231,13 @@ def main(argv=None, judge: Judge | None = None) -> list[dict]:
                     action = toy_program(task, menu[completion.strip()]) if menu else completion
                     jobs.append((task, completion, action))
             sample_s = time.time() - t0
-            # JUDGE every one (a pool judging in parallel takes the same calls: judge.judge(task, code))
+            # JUDGE every one (a pool judges the round in parallel)
             t0 = time.time()
-            records = [judge.judge(task, action) for task, _, action in jobs]
+            records = client.map([(task, action) for task, _, action in jobs])
             judge_s = time.time() - t0
             # RECORD each step as a dataset row
             for (task, completion, _), record in zip(jobs, records):
-                recorder.record(record, completion, prompts[task], config=judge.config, topology=topology,
+                recorder.record(record, completion, prompts[task], config=client.config, topology=topology,
                                 episode_id=f"{run_name}-r{round_}-{task}")
             correct = [r.correct and not r.exploit_flags for r in records]
             stats = {"round": round_, "frac_correct": float(np.mean(correct)), "correct": int(sum(correct)),
@@ -284,8 +269,8 @@ def main(argv=None, judge: Judge | None = None) -> list[dict]:
                   + f" | judge {judge_s:.1f}s | elapsed {stats['elapsed_s']:.1f}s", flush=True)
     finally:
         recorder.close()
-        if owns_judge:
-            judge.close()
+        if owns_client:
+            client.close()
     fracs = " -> ".join(f"{h['frac_correct']:.2f}" for h in history)
     print(f"done: fraction correct per round {fracs}; {time.time() - start:.1f}s; dataset {dataset} "
           f"({recorder.writer.rows} rows, {recorder.writer.steps} judged steps); log {log_dir}")

@@ -1,5 +1,5 @@
 """GRPO on pkb-env in one file (CleanRL style): sample G completions per prompt, judge each one with the real
-judge (a JudgeService), normalise the rewards within each group, take a clipped policy-gradient step on the
+judge (a LocalClient), normalise the rewards within each group, take a clipped policy-gradient step on the
 completion tokens. Read it top to bottom: arguments, helpers, setup, loop.
 
     pip install 'pkb-env[train]'                                            # transformers and TRL
@@ -10,7 +10,7 @@ completion tokens. Read it top to bottom: arguments, helpers, setup, loop.
 ## The algorithm (GRPO without a value function)
 For each of `--prompts-per-batch` tasks (drawn from `--tasks`): open the task on the judge, render its
 prompt through the tokenizer's chat template (if it has one), sample `--group-size` (G) completions. Each
-completion is judged on its task (`judge.open(task).judge(completion)`) and scored by `--reward`: the
+completion is judged on its task (`judge.judge(task, completion)`) and scored by `--reward`: the
 value a single-turn episode of the env would return.
 Advantages are group-normalised, A_i = (r_i - mean(r_group)) / (std(r_group) + eps), and shared by every
 token of completion i. The loss is PPO's clipped surrogate, -min(A ratio, A clip(ratio, 1-eps, 1+eps)),
@@ -46,7 +46,8 @@ import numpy as np
 import torch
 
 import pkb_env
-from pkb_env import JudgeConfig, JudgeService
+from pkb_env import JudgeConfig
+from pkb_env.client import LocalClient
 from pkb_env.extras import MissingExtra, require
 from pkb_env.config import TimingProtocol
 from pkb_env.rewards import load_reward
@@ -258,8 +259,8 @@ if __name__ == "__main__":
     torch.manual_seed(args.seed)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
-    # ---- judge setup: one JudgeService judges every completion ------------------------------------------
-    judge = JudgeService(judge_config(args.executor, args.world_size, args.fast_judge))
+    # ---- judge setup: one local judge judges every completion ------------------------------------------
+    judge = LocalClient(judge_config(args.executor, args.world_size, args.fast_judge))
     reward_fn = load_reward(args.reward)
     task_pool = args.tasks or judge.tasks()
     rng = np.random.default_rng(args.seed)
@@ -329,7 +330,7 @@ if __name__ == "__main__":
         for _ in range(args.prompts_per_batch):
             task = task_pool[int(rng.integers(len(task_pool)))]
             batch_tasks.append(task)
-            text = SANITY_PROMPT.format(task=task, world=args.world_size) if args.sanity else judge.open(task).prompt
+            text = SANITY_PROMPT.format(task=task, world=args.world_size) if args.sanity else judge.observation(task)["prompt"]
             prompt_texts.append(render(tokenizer, text))
         enc = tokenizer(prompt_texts, return_tensors="pt", padding=True, add_special_tokens=add_special).to(device)
         prompt_ids = enc.input_ids.repeat_interleave(args.group_size, 0)
@@ -358,7 +359,7 @@ if __name__ == "__main__":
         for i, text in enumerate(texts):
             task = batch_tasks[i // args.group_size]
             action = programs[text.strip()][1] if args.sanity else text
-            record = judge.open(task).judge(action)
+            record = judge.judge(task, action)
             rewards.append(float(reward_fn(record).value))
             correct.append(record.correct)
             verdicts.append(record.verdict.value)

@@ -443,7 +443,7 @@ def run_env(args: argparse.Namespace, work: Path, bar_factory, res: dict[str, An
     env = gymnasium.make(ENV_ID, task=TASK, world_size=WORLD, executor=ENV_EXECUTOR, preset=ENV_PRESET,
                          max_turns=1000)
     res["make_s"] = time.perf_counter() - start
-    judge = env.unwrapped.judge  # the env's JudgeService: its config and timing protocol, for the record
+    judge = env.unwrapped.client.run(lambda service: service)  # the env's JudgeService: its config and protocol
     res["settings"]["config"] = {k: getattr(judge.config, k) for k in ("trials", "build_timeout_s")}
     res["settings"]["protocol"] = dict(vars(judge.protocol))
     try:

@@ -56,7 +56,7 @@ def main() -> int:
     env = gymnasium.make("pkb_env/ParallelKernel-v0", task="all_reduce", world_size=args.world_size,
                          executor=args.executor, max_turns=args.steps + 1, config=settings)
     obs, _ = env.reset(seed=0)
-    judge = env.unwrapped.judge  # the env's JudgeService (its processes and files, for the leak columns)
+    judge = env.unwrapped.client.run(lambda service: service)  # the env's JudgeService (its processes and files)
     me = psutil.Process()
     names = list(CANDIDATES)
     samples, verdicts = [], {}

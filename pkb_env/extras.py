@@ -15,9 +15,9 @@ fixes it instead of a bare ModuleNotFoundError:
 | ray     | ray                          | pkb_env.pool: JudgePool, RayVectorEnv, `evaluate --ray`      |
 | data    | datasets, pyarrow            | episode datasets: pkb_env.data, `pkb-env data`, `--dataset` |
 | verl    | verl, datasets, pyarrow      | verl's trainer around integrations.verl.compute_score; examples/verl/make_dataset.py |
-| skyrl   | skyrl-gym                    | pkb_env.integrations.skyrl: PkbTextEnv, SkyRL's "pkb_env" env |
-| openenv | openenv-core                 | `pkb-env serve`, pkb_env.integrations.openenv: PkbEnvClient  |
-| verifiers | verifiers, uv              | pkb_env.integrations.verifiers, `vf-eval pkb_env_vf`         |
+| skyrl   | skyrl-gym                    | pkb_env.entrypoints.skyrl: PkbTextEnv, SkyRL's "pkb_env" env |
+| openenv | openenv-core                 | `pkb-env serve`, pkb_env.entrypoints.openenv: PkbEnvClient  |
+| verifiers | verifiers, uv              | pkb_env.entrypoints.verifiers, `vf-eval pkb_env_vf`         |
 | dev     | all of the above but CUDA and verl, pytest, pytest-timeout | the test suite                |
 """
 from __future__ import annotations

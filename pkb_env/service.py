@@ -16,9 +16,6 @@ One service judges one step at a time; its timings are meant to be the only work
 """
 from __future__ import annotations
 
-import signal
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
@@ -30,6 +27,7 @@ from pkb_env.judge.calibration import calibrate
 from pkb_env.judge.pipeline import Judge
 from pkb_env.prompt import build_prompt
 from pkb_env.record import EvaluationRecord, TimingResult
+from pkb_env.signals import signals_held
 from pkb_env.task import TaskSpec, load_task, runnable_tasks, size_problem
 from pkb_env.tracing import Sink
 from pkb_env.topology import Calibration, calibration_path, load_calibration, load_topology, save_calibration
@@ -202,10 +200,15 @@ class JudgeService:
         clock and gate), once they are ready: for benchmarks and diagnostics."""
         return self.executor.reference_facts()
 
+    def interrupt(self) -> None:
+        """Kill every process of the judge now, from any thread: the step in progress on another thread fails
+        fast (its record is nobody's), and `close` then finishes the work (LocalClient.close)."""
+        self.executor.interrupt()
+
     def close(self) -> None:
         """Stop every rank process and remove the executor's files. Ctrl-C and SIGTERM arriving meanwhile are
         held until it is done (then raised as usual), so an impatient second Ctrl-C cannot leave half of it."""
-        with _signals_held():
+        with signals_held():
             self.executor.close()
 
     def __enter__(self) -> "JudgeService":
@@ -254,28 +257,3 @@ class TaskSession:
     def judge(self, code: object) -> EvaluationRecord:
         """Judge `code` (a raw completion or bare code): an EvaluationRecord, the reward not yet applied."""
         return self.service.evaluate(self, code)
-
-
-@contextmanager
-def _signals_held():
-    """Hold SIGINT and SIGTERM for the block: note them, then hand them to the previous handlers afterwards.
-
-    Python runs signal handlers in the main thread whichever thread the kernel picked, so blocking the
-    signals in this thread would not hold them; swapping the handlers does. Off the main thread (where
-    handlers cannot be set) this does nothing.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    previous = {sig: handler for sig, handler in previous.items() if handler is not None}  # None: set outside Python
-    for sig in previous:
-        signal.signal(sig, lambda signum, _frame: caught.append(signum))
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        for sig in dict.fromkeys(caught):
-            signal.raise_signal(sig)

@@ -117,3 +117,9 @@ def still_alive(pids: list[int], wait_s: float) -> list[int]:
         if not alive or time.monotonic() > deadline:
             return alive
         time.sleep(0.2)
+
+
+def judge_of(env):
+    """The JudgeService behind a Gymnasium env's local client, for what only a local judge has (its executor,
+    isolation, processes, reference facts)."""
+    return env.unwrapped.client.run(lambda service: service)

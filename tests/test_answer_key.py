@@ -36,7 +36,7 @@ SMALLEST = 200   # bytes: smaller files (empty __init__.py, one-line configs) ar
 # Modules of the package that hold `def solution(` and are no answer key: the prompt's worked example (shown to
 # every model), the demo's wrong candidate, the screen's and the SFT recipe's own messages.
 VETTED = ("pkb_env/prompt.py", "pkb_env/contract/signature.py", "pkb_env/judge/screen/signature.py",
-          "pkb_env/cli/commands.py", "pkb_env/data/recipes.py")
+          "pkb_env/entrypoints/cli/commands.py", "pkb_env/data/recipes.py")
 CANDIDATE = '''
 import hashlib, os
 import torch.distributed as dist

@@ -9,7 +9,7 @@ import sys
 import gymnasium
 import pytest
 
-from conftest import make_env, still_alive
+from conftest import make_env, still_alive, judge_of
 from pkb_env.config import JudgeConfig
 from pkb_env.executors import ExecutorError, check_world_size, make_executor
 from pkb_env.executors.capacity import (CPU_RANKS_PER_CORE, EMULATED_RANKS_PER_GPU, OVERRIDE, usable_cores,
@@ -64,7 +64,7 @@ def test_progress_hook_reports_every_rank_of_each_phase():
     env = make_env(world_size=3)
     events = []
     try:
-        env.unwrapped.judge.executor.progress = lambda *event: events.append(event)
+        judge_of(env).executor.progress = lambda *event: events.append(event)
         obs, _ = env.reset(seed=0)
         _, _, _, _, info = env.step(obs["reference"])
         assert info["correct"], info["feedback"]
@@ -83,7 +83,7 @@ def test_the_directory_goes_at_exit_even_without_close(tmp_path):
     """A script that never calls env.close(): the processes die with it and the directory is removed."""
     code = ("import gymnasium, pkb_env; "
             "env = gymnasium.make('pkb_env/ParallelKernel-v0', world_size=2, executor='cpu'); env.reset(seed=0); "
-            "print(env.unwrapped.judge.executor.root, *env.unwrapped.judge.process_ids())")
+            "service = env.unwrapped.client.run(lambda s: s); print(service.executor.root, *service.process_ids())")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
                           env={**os.environ, "TMPDIR": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-2000:]

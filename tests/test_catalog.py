@@ -1,5 +1,5 @@
 """docs/tasks.md is generated from the specs and must not go stale; `pkb-env tasks` groups by family."""
-from pkb_env.cli import main as cli
+from pkb_env.entrypoints.cli import main as cli
 from pkb_env.contract import FAMILIES
 from pkb_env.catalog import DOC, main, markdown, rows
 from pkb_env.task import load_task, task_names

@@ -7,7 +7,7 @@ import pytest
 
 from pkb_env import solutions
 from pkb_env.agents import Agent, FileAgent, ReferenceAgent
-from pkb_env.cli import main
+from pkb_env.entrypoints.cli import main
 from pkb_env.task import task_names
 
 RING = solutions.read("examples", "all_reduce_ring")
@@ -121,13 +121,13 @@ def test_topology_without_gpu(capsys):
 
 
 def test_a_reader_that_leaves_early_gets_no_traceback():
-    out = subprocess.run(f"{sys.executable} -m pkb_env.cli tasks | head -1", shell=True, capture_output=True,
+    out = subprocess.run(f"{sys.executable} -m pkb_env.entrypoints.cli tasks | head -1", shell=True, capture_output=True,
                          text=True, timeout=120)
     assert out.stdout.startswith("Collective primitives") and out.stderr == "", out.stderr
 
 
 def test_console_script_installed():
-    out = subprocess.run([sys.executable, "-m", "pkb_env.cli", "tasks"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-m", "pkb_env.entrypoints.cli", "tasks"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "all_to_all" in out.stdout
 
 

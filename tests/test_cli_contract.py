@@ -17,8 +17,8 @@ import pytest
 
 from conftest import still_alive
 from pkb_env import solutions
-from pkb_env.cli import EXIT_CODES, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, main
-from pkb_env.cli.options import parser as make_parser
+from pkb_env.entrypoints.cli import EXIT_CODES, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, main
+from pkb_env.entrypoints.cli.options import parser as make_parser
 from pkb_env.executors.capacity import CPU_RANKS_PER_CORE, usable_cores
 from pkb_env.record import Verdict
 from pkb_env.task import load_task
@@ -69,7 +69,7 @@ def test_eval_exit_code_of_a_folder_is_the_worst_verdict(tmp_path, capsys):
 def test_eval_exit_code_from_the_console_script(tmp_path):
     path = tmp_path / "wrong.py"
     path.write_text(CANDIDATES["wrong"])
-    done = subprocess.run([sys.executable, "-m", "pkb_env.cli", "eval", "all_reduce", str(path), *CPU2],
+    done = subprocess.run([sys.executable, "-m", "pkb_env.entrypoints.cli", "eval", "all_reduce", str(path), *CPU2],
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == EXIT_CODES["wrong"], done.stderr[-2000:]
     assert "verdict wrong" in done.stdout
@@ -158,7 +158,7 @@ def test_world_size_over_the_limit_is_refused_before_anything_starts(tmp_path, m
 
 def test_world_size_refusal_does_not_import_torch():
     """What makes the refusal immediate on a CPU machine: no torch import (about a second) before it."""
-    code = ("import sys; from pkb_env.cli import main; rc = main(['eval', 'all_reduce', '.', '--world-size', '1000', "
+    code = ("import sys; from pkb_env.entrypoints.cli import main; rc = main(['eval', 'all_reduce', '.', '--world-size', '1000', "
             "'--executor', 'cpu']); print(rc, 'torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == [str(EXIT_USAGE), "False"], done.stderr
@@ -213,7 +213,7 @@ def test_a_signal_mid_step_leaves_nothing(tmp_path, signum, code, word):
     scratch.mkdir()
     env = {**os.environ, "TMPDIR": str(scratch)}
     # As a shell starts a foreground job: its own process group, SIGINT at its default disposition.
-    proc = subprocess.Popen([sys.executable, "-m", "pkb_env.cli", "eval", "all_reduce", str(candidate), "--executor",
+    proc = subprocess.Popen([sys.executable, "-m", "pkb_env.entrypoints.cli", "eval", "all_reduce", str(candidate), "--executor",
                              "cpu", "--world-size", str(world_size)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=_as_a_foreground_job)
     try:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import pkb_env
+from conftest import judge_of
 from pkb_env.config import JudgeConfig, default_cache_dir
 from pkb_env.sandbox.containment import Containment
 from pkb_env.judge.compile_checks import (CompileRefused, check_cuda_options, check_host_options, check_sources,
@@ -175,7 +176,7 @@ def test_a_build_cell_cannot_read_them_either(env2, judge_secret_files, backend)
     if backend == "nvcc" and nvcc_path() is None:
         pytest.skip("nvcc is not installed")
     value, files = judge_secret_files
-    executor = env2.unwrapped.judge.executor
+    executor = judge_of(env2).executor
     for path in ["/etc/shadow", *files.values()]:
         outcome = executor.build({"kind": backend, "source": f'#include "{path}"\n', "options": [], "arch": "90"},
                                  timeout=120)
@@ -255,7 +256,7 @@ def solution(tensor):
         _, _, _, _, info = env2.step(code)
         feedback = info["feedback"]
         assert info["verdict"] == "build_error" and "PROBE marker:written" in feedback, feedback
-        uid = env2.unwrapped.judge.executor.candidate_uid
+        uid = judge_of(env2).executor.candidate_uid
         assert f"cache:refused package:refused net:refused uid={os.getuid() if uid is None else uid}" in feedback, \
             feedback
         assert not os.path.exists(marker), "the initialiser wrote on the host"

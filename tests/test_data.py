@@ -21,8 +21,10 @@ import pytest
 import yaml
 
 from conftest import FAST, make_env
-from pkb_env.cli import main
-from pkb_env.data import EpisodeRecorder, RecordEpisodes, SCHEMA, DatasetWriter, read_rows
+from pkb_env.entrypoints.cli import main
+import pkb_env
+from pkb_env.data import EpisodeRecorder, SCHEMA, DatasetWriter, read_rows
+from pkb_env.entrypoints.gym import RecordEpisodes
 from pkb_env.data.schema import schema_table
 from pkb_env.record import EvaluationRecord
 from pkb_env.rewards import load_reward
@@ -88,7 +90,7 @@ def test_evaluate_dataset_rows_round_trip_through_load_dataset(recorded):
     assert wrong["verdict"] == "wrong" and not wrong["correct"] and wrong["speedup"] is None
     assert "outputs differ from the reference" in wrong["feedback"]
     assert ref["pkb_id"] is not None and ref["family"] and ref["world_size"] == 2 and ref["executor"] == "cpu"
-    assert ref["topology"] == "cpu" and ref["package_version"] == "0.2.0" and ref["turn"] == 0
+    assert ref["topology"] == "cpu" and ref["package_version"] == pkb_env.__version__ and ref["turn"] == 0
     assert [m["role"] for m in ref["prompt"]] == ["system", "user"] and "all_reduce" in ref["prompt"][1]["content"]
     assert ref["code"].strip() == ref["completion"].strip()   # the reference agent submits bare code
     assert ref["speedup"] > 0 and 0 < ref["roofline_fraction"] and ref["stage_seconds"]["verify"] > 0

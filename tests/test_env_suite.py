@@ -2,6 +2,7 @@
 roofline fraction, never clipped, lies in (0, 1]: above 1 the cost model or the calibration is wrong."""
 import pytest
 
+from conftest import judge_of
 from pkb_env.task import runnable_tasks
 
 
@@ -28,6 +29,6 @@ def test_reference_is_correct_about_1x_and_within_its_roofline(env4, task):
     assert reward > 0.0 and info["reward_terms"]["performance"] == "measured"
     assert record.verify.checked == 2 * 4 and record.timed_check.checked == record.timing.calls * 4  # on 4 ranks
     # Slow calls (15-30 ms on 4 ranks sharing 2 loaded cores) get few calls per burst, never fewer bursts.
-    t, protocol = record.timing, env4.unwrapped.judge.protocol
+    t, protocol = record.timing, judge_of(env4).protocol
     assert t.bursts >= protocol.min_bursts and t.calls >= t.bursts, (t.bursts, t.calls)
     assert t.reference_s > 0 and t.statistic == "interval-min"

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from pkb_env import solutions
-from pkb_env.cli import main
+from pkb_env.entrypoints.cli import main
 from pkb_env.evaluation import EvaluationReport, SampleResult, agent_from_spec, evaluate, fast_p, pass_at_k
 from pkb_env.config import JudgeConfig
 

@@ -35,7 +35,7 @@ def test_grpo_track_without_wandb_names_the_wandb_extra(tmp_path):
 
 
 def test_wandb_logger_without_wandb(monkeypatch):
-    from pkb_env.wandb_logging import WandbLogger
+    from pkb_env.entrypoints.gym.wandb import WandbLogger
 
     monkeypatch.setitem(sys.modules, "wandb", None)
     env = make_env(world_size=2)

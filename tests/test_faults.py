@@ -6,7 +6,7 @@ import time
 import psutil
 import pytest
 
-from conftest import FAST, make_env
+from conftest import FAST, make_env, judge_of
 
 # The orphans' command line names this test process, so that a test run elsewhere on the machine (whose
 # candidates sleep too) is not mistaken for a survivor of this one.
@@ -86,7 +86,7 @@ def test_huge_output_is_refused_not_fatal(env4):
 
 
 def _descendants(env) -> set[int]:
-    return set(env.unwrapped.judge.process_ids())
+    return set(judge_of(env).process_ids())
 
 
 @pytest.mark.parametrize("name", sorted(FAULTS))
@@ -138,7 +138,7 @@ def test_no_process_left_after_close():
     env = make_env(world_size=2)
     env.reset(seed=1)
     env.step("def solution(tensor):\n    while True: pass\n")
-    pids = env.unwrapped.judge.process_ids()
+    pids = judge_of(env).process_ids()
     assert pids
     env.close()
     time.sleep(0.2)
@@ -151,7 +151,7 @@ def test_a_next_generation_that_cannot_start_does_not_cost_this_step(monkeypatch
     env = make_env(world_size=2, target_speedup=float("inf"))
     try:
         obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
-        executor = env.unwrapped.judge.executor
+        executor = judge_of(env).executor
         real = executor._start
         failures = []
 
@@ -177,7 +177,7 @@ def test_spares_killed_in_any_phase_of_their_start_are_replaced(depth):
     made up again, whatever phase each was in."""
     env = make_env(world_size=2, target_speedup=float("inf"), config=FAST.replace(spares=depth))
     try:
-        executor = env.unwrapped.judge.executor
+        executor = judge_of(env).executor
         if depth > 1 and executor.namespaces_missing:
             pytest.skip(f"held spares need cells with namespaces ({executor.namespaces_missing})")
         obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
@@ -196,14 +196,13 @@ def test_spares_killed_in_any_phase_of_their_start_are_replaced(depth):
 
 def test_ranks_that_cannot_start_are_the_judges_failure_not_the_candidates(monkeypatch):
     """No candidate code has run in a rank set that fails to start (a host out of processes, a spare
-    killed before it was used): after the spares and a second fresh start, the step raises JudgeError
-    instead of charging the candidate a build error or an exploit flag, and the next step is judged."""
-    from pkb_env.errors import JudgeError
-
+    killed before it was used): after the spares and a second fresh start, the step is the judge's failure (a
+    judge_error turn, the JudgeError's message in it, no reward) instead of charging the candidate a build error
+    or an exploit flag, and the next step is judged."""
     env = make_env(world_size=2, target_speedup=float("inf"))
     try:
         obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
-        executor = env.unwrapped.judge.executor
+        executor = judge_of(env).executor
         real = executor._start
         starts = []
 
@@ -217,8 +216,8 @@ def test_ranks_that_cannot_start_are_the_judges_failure_not_the_candidates(monke
         for spare in executor.spares:
             os.kill(spare.pids[0], 9)
         monkeypatch.setattr(executor, "_start", doomed)
-        with pytest.raises(JudgeError, match="failed to start"):
-            env.step(obs["reference"])
+        _, reward, _, _, info = env.step(obs["reference"])
+        assert info["verdict"] == "judge_error" and "failed to start" in info["error"] and reward == 0.0, info
         assert len(starts) == 2 and all(gen.closed for gen in starts)  # config.fresh_starts, each closed
         monkeypatch.setattr(executor, "_start", real)
         _, _, _, _, info = env.step(obs["reference"])

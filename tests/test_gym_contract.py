@@ -11,7 +11,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import pkb_env
-from conftest import FAST, make_env
+from conftest import FAST, make_env, judge_of
 from pkb_env.task import TaskError, load_task
 
 
@@ -57,8 +57,8 @@ def test_multi_turn_termination_and_truncation():
         assert not terminated and truncated  # correct, but the target speedup is out of reach
         with pytest.raises(RuntimeError, match="truncated=True was returned.*reset"):
             env.step(obs["reference"])
+        env.unwrapped.target_speedup = 0.0   # the next episode's target
         obs, _ = env.reset(seed=0)
-        env.unwrapped.target_speedup = 0.0
         _, _, terminated, truncated, info = env.step(obs["reference"])
         assert terminated and not truncated and info["correct"]
         assert obs["best_speedup"] == np.float32(0.0)
@@ -107,7 +107,7 @@ def test_close_holds_ctrl_c_until_the_processes_are_gone():
     """A Ctrl-C during close() is raised after it, when nothing is left running, not half-way through."""
     env = make_env(world_size=2)
     env.reset(seed=0)
-    executor = env.unwrapped.judge.executor
+    executor = judge_of(env).executor
     close = executor.close
     pids = executor.process_ids()
     assert pids

@@ -1,10 +1,10 @@
 """The trainer adapters, each driven by the trainer's own code (docs/integrations.md).
 
 (a) verl: its RewardLoopWorker, built from verl's own ppo_trainer config (hydra compose, as main_ppo does)
-    with `reward.custom_reward_function` pointing at pkb_env.integrations.verl, scores a tokenized batch of
+    with `reward.custom_reward_function` pointing at pkb_env.entrypoints.verl, scores a tokenized batch of
     8 completions through verl's naive reward manager; (b) SkyRL: `skyrl_gym.make("pkb_env", ...)` driven
-    through multi-turn episodes; (c) bad rows and settings refused with the fix. One JudgeService for the
-    module: every call uses the same judge settings, so shared_judge keeps one (closed at the end); the last
+    through multi-turn episodes; (c) bad rows and settings refused with the fix. One judge client for the
+    module: every call uses the same judge settings, so shared_client keeps one (closed at the end); the last
     test judges two responses of verl's reward on a JudgePool of one actor on a local Ray cluster.
 verl is the `[verl]` extra, not in `[dev]` (its install pins transformers and takes over a minute): its
 tests skip where it is not installed.
@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from conftest import FAST
+from pkb_env import client as clients
 from pkb_env.config import ConfigError
-from pkb_env.integrations import shared
 from pkb_env.record import EvaluationRecord
 from pkb_env.rewards import load_reward
 from pkb_env.task import TaskError, load_task
@@ -46,12 +46,14 @@ def fenced(code: str) -> str:
 @pytest.fixture(scope="module", autouse=True)
 def one_judge():
     yield
-    shared.close_all()
+    clients.close_shared()
 
 
 def test_settings_are_the_conftest_judge():
-    """The plain settings above are FAST at world size 2: one service serves every test here."""
-    assert shared.read_settings(JUDGE, "test", {}).config == FAST.replace(executor="cpu", world_size=2)
+    """The plain settings above are FAST at world size 2: one judge serves every test here."""
+    from pkb_env.settings import read_settings
+
+    assert read_settings(JUDGE, "test", {}).config == FAST.replace(executor="cpu", world_size=2)
 
 
 # ---- (a) verl ----------------------------------------------------------------------------------------------
@@ -82,7 +84,7 @@ def verl_worker(tmp_path_factory):
     overrides += [f"{kwargs}.preset=tiny"]
     with initialize_config_dir(config_dir=str(ROOT / "examples" / "verl"), version_base=None):
         config = compose("pkb_grpo", overrides=overrides)
-    assert config.reward.custom_reward_function.path == "pkg://pkb_env.integrations.verl"
+    assert config.reward.custom_reward_function.path == "pkg://pkb_env.entrypoints.verl"
     assert config.reward.reward_manager.name == "naive" and config.algorithm.adv_estimator == "grpo"
     return RewardLoopWorker(config)
 
@@ -156,7 +158,7 @@ def test_verl_reward_loop_scores_a_batch_with_the_same_keys(verl_worker, tmp_pat
 
 def test_verl_judge_error_keeps_the_keys():
     """A step the judge could not judge scores the reward's unjudged 0 under the same keys, judged 0.0."""
-    from pkb_env.integrations.verl import KEYS, score_of
+    from pkb_env.entrypoints.verl import KEYS, score_of
 
     record = EvaluationRecord.unjudged("all_reduce", 2, "tiny", "float32", "cpu", "h", "the pool lost its actor")
     result = score_of(record, load_reward("default"))
@@ -166,7 +168,7 @@ def test_verl_judge_error_keeps_the_keys():
 
 
 def test_verl_bad_rows_and_settings_name_the_fix():
-    from pkb_env.integrations.verl import compute_score
+    from pkb_env.entrypoints.verl import compute_score
 
     def score(ground_truth="", extra_info=None, **kwargs):
         return asyncio.run(compute_score("pkb_env", REFERENCE, ground_truth, extra_info, **{**JUDGE, **kwargs}))
@@ -193,7 +195,7 @@ def test_verl_bad_rows_and_settings_name_the_fix():
 
 def test_verl_ground_truth_json_and_row_overrides():
     """The row's JSON target and extra_info override reward_kwargs; the task may come from ground_truth."""
-    from pkb_env.integrations.verl import row_target
+    from pkb_env.entrypoints.verl import row_target
 
     target = json.dumps({"task": "all_gather", "preset": "tiny", "dtype": "float32", "world_size": 4})
     assert row_target(target, None) == ("all_gather", {"preset": "tiny", "dtype": "float32", "world_size": 4})
@@ -208,7 +210,7 @@ def make_env(env_config: dict, extras: dict):
     skyrl_gym = pytest.importorskip("skyrl_gym")
     from omegaconf import OmegaConf
 
-    import pkb_env.integrations.skyrl  # noqa: F401  (registers "pkb_env")
+    import pkb_env.entrypoints.skyrl  # noqa: F401  (registers "pkb_env")
     return skyrl_gym.make("pkb_env", env_config=OmegaConf.create(env_config), extras=extras)
 
 
@@ -246,7 +248,7 @@ def test_skyrl_multi_turn_episode_feeds_back_and_ends_when_correct():
     summary = type(env).aggregate_metrics([solved, short.get_metrics()])
     print("metrics", solved, short.get_metrics(), "aggregate", summary)
     assert summary["solve_rate"] == 0.5 and summary["mean_turns"] == 2.5
-    assert env.judge is short.judge and len(shared._judges) == 1   # one judge for the module, verl's rows too
+    assert env.client is short.client and len(clients._clients) == 1   # one judge for the module, verl's rows too
 
 
 def test_skyrl_bad_settings_name_the_fix():
@@ -267,16 +269,16 @@ def test_skyrl_without_skyrl_gym_names_the_extra(monkeypatch):
     from pkb_env.extras import MissingExtra
 
     monkeypatch.setitem(sys.modules, "skyrl_gym", None)
-    monkeypatch.delitem(sys.modules, "pkb_env.integrations.skyrl", raising=False)
+    monkeypatch.delitem(sys.modules, "pkb_env.entrypoints.skyrl", raising=False)
     with pytest.raises(MissingExtra, match=r"PkbTextEnv\) needs the 'skyrl_gym' package.*pkb-env\[skyrl\]"):
-        importlib.import_module("pkb_env.integrations.skyrl")
+        importlib.import_module("pkb_env.entrypoints.skyrl")
 
 
 @pytest.mark.timeout(240)
 def test_verl_reward_on_a_judge_pool():
     """reward_kwargs.pool_address: the samples go to a JudgePool on the Ray cluster there (one actor here)."""
     ray = pytest.importorskip("ray")
-    from pkb_env.integrations.verl import compute_score
+    from pkb_env.entrypoints.verl import compute_score
 
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
@@ -289,10 +291,10 @@ def test_verl_reward_on_a_judge_pool():
         print("pool:", correct, wrong)
         assert (correct["verdict"], wrong["verdict"]) == ("correct", "wrong") and set(correct) == set(wrong)
         assert correct["score"] >= SHAPED["correct_base"] and wrong["score"] == SHAPED["wrong"]
-        (pool,) = shared._pools.values()
+        (pool,) = [c for key, c in clients._clients.items() if key[1] == "auto"]
         assert pool.size == 1 and pool.stats()["judged"] == 2, pool.stats()
     finally:
-        shared.close_all()      # the pool's actors stop before the cluster does
+        clients.close_shared()      # the pool's actors stop before the cluster does
         ray.shutdown()
 
 
@@ -351,7 +353,7 @@ def test_vf_eval_runs_a_multi_turn_episode_with_a_replayed_model(tmp_path):
 def test_verifiers_load_environment_takes_the_settings_as_keywords(monkeypatch):
     pytest.importorskip("verifiers.v1")
     monkeypatch.syspath_prepend(str(ROOT / "environments" / "pkb_env_vf"))
-    from pkb_env.integrations.verifiers import PkbEnv, load_environment
+    from pkb_env.entrypoints.verifiers import PkbEnv, load_environment
 
     settings = {k: v for k, v in JUDGE.items() if k not in ("executor", "world_size")}
     env = load_environment(task=["all_reduce", "all_gather"], world_size=2, executor="cpu", max_turns=3, **settings)
@@ -363,8 +365,8 @@ def test_verifiers_load_environment_takes_the_settings_as_keywords(monkeypatch):
         list(load_environment(task="all_reduse", world_size=2, executor="cpu", **settings).taskset.load())
 
 
-@pytest.mark.parametrize("module, package, extra", [("pkb_env.integrations.openenv", "openenv", "openenv"),
-                                                    ("pkb_env.integrations.verifiers", "verifiers", "verifiers")])
+@pytest.mark.parametrize("module, package, extra", [("pkb_env.entrypoints.openenv", "openenv", "openenv"),
+                                                    ("pkb_env.entrypoints.verifiers", "verifiers", "verifiers")])
 def test_openenv_and_verifiers_without_their_package_name_the_extra(monkeypatch, module, package, extra):
     import importlib
     import sys
@@ -373,6 +375,7 @@ def test_openenv_and_verifiers_without_their_package_name_the_extra(monkeypatch,
 
     for name in [package] + [m for m in sys.modules if m.startswith(package + ".")]:   # imported by earlier tests
         monkeypatch.setitem(sys.modules, name, None)
-    monkeypatch.delitem(sys.modules, module, raising=False)
+    for name in [m for m in sys.modules if m == module or m.startswith(module + ".")]:
+        monkeypatch.delitem(sys.modules, name, raising=False)
     with pytest.raises(MissingExtra, match=rf"needs the '{package}' package.*pkb-env\[{extra}\]"):
         importlib.import_module(module)

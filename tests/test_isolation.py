@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 import pkb_env
-from conftest import FAST, make_env
+from conftest import FAST, make_env, judge_of
 from pkb_env.config import JudgeConfig
 from pkb_env.sandbox.containment import Containment, ContainmentError
 from pkb_env.sandbox.limits import running
@@ -29,7 +29,7 @@ def _verdict_message(env, body: str):
 
 @needs_namespaces
 def test_no_network_beyond_the_namespace(env2):
-    assert env2.unwrapped.judge.isolation()["network"].startswith("private")
+    assert judge_of(env2).isolation()["network"].startswith("private")
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
@@ -50,7 +50,7 @@ except OSError as exc:
 
 
 def test_unprivileged_candidate_cannot_touch_the_judge(env2, tmp_path):
-    isolation = env2.unwrapped.judge.isolation()
+    isolation = judge_of(env2).isolation()
     if "uid 65534" not in isolation["privileges"]:
         pytest.skip(f"privilege drop not available here: {isolation['privileges']}")
     target = tmp_path / "judge-file"
@@ -81,7 +81,7 @@ raise RuntimeError("RESULT " + " ".join(results))""")
 
 @needs_namespaces
 def test_a_generation_sees_only_itself_and_writes_only_its_own(env2):
-    isolation = env2.unwrapped.judge.isolation()
+    isolation = judge_of(env2).isolation()
     assert isolation["pid"].startswith("private") and isolation["filesystem"].startswith("allowlisted root"), isolation
     package = os.path.dirname(pkb_env.__file__)
     # Obfuscated past the static screen on purpose: this checks the kernel's barrier, not the screen's.
@@ -133,14 +133,14 @@ def test_without_namespaces_the_judge_still_works():
     try:
         with pytest.warns(RuntimeWarning, match="without namespaces.*PKB_ENV_REQUIRE_CONTAINMENT"):
             obs, _ = env.reset(seed=0)
-        assert env.unwrapped.judge.isolation()["pid"].startswith("off"), env.unwrapped.judge.isolation()
+        assert judge_of(env).isolation()["pid"].startswith("off"), judge_of(env).isolation()
         _, _, _, _, info = env.step(obs["reference"])
         assert info["correct"], info["feedback"]
         _, _, _, _, info = env.step("import time\ndef solution(tensor):\n    while True:\n        time.sleep(0.01)\n")
         assert info["verdict"] == "runtime_error" and "did not finish" in info["feedback"], info["feedback"]
         _, _, _, _, info = env.step(obs["reference"])
         assert info["correct"], info["feedback"]
-        zygote = psutil.Process(env.unwrapped.judge.executor.zygote.pid)
+        zygote = psutil.Process(judge_of(env).executor.zygote.pid)
         # zygote's children: the pre-started candidate cell and the reference cell, nothing adopted
         assert len(zygote.children()) == 2, [c.cmdline() for c in zygote.children()]
     finally:

@@ -27,7 +27,7 @@ from conftest import FAST, still_alive
 from pkb_env.task import load_task
 
 pytest.importorskip("openenv.core")
-from pkb_env.integrations.openenv import PkbAction, PkbEnvClient  # noqa: E402
+from pkb_env.entrypoints.openenv import PkbAction, PkbEnvClient  # noqa: E402
 
 REFERENCE = {name: load_task(name).reference_source for name in ("all_reduce", "all_gather")}
 WRONG = "def solution(tensor):\n    return tensor.clone()\n"
@@ -66,7 +66,7 @@ def server(tmp_path_factory):
                 "timing_timeout_s": FAST.timing_timeout_s, "protocol": dataclasses.asdict(FAST.protocol)}
     config.write_text(yaml.safe_dump(settings))
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "pkb_env.cli", "serve", "--port", str(port), "--executor", "cpu",
+    proc = subprocess.Popen([sys.executable, "-m", "pkb_env.entrypoints.cli", "serve", "--port", str(port), "--executor", "cpu",
                              "--world-size", "2", "--max-sessions", "2", "--config", str(config)],
                             stdout=log, stderr=subprocess.STDOUT, text=True)
     proc.log = log
@@ -246,7 +246,7 @@ def test_trl_grpo_trainer_takes_its_reward_from_the_server(server, tmp_path):
     datasets = pytest.importorskip("datasets")
     trl = pytest.importorskip("trl")
     from pkb_env.agents.train_grpo import make_tiny_model, make_tiny_tokenizer
-    from pkb_env.integrations.openenv import server_reward
+    from pkb_env.entrypoints.openenv import server_reward
 
     proc, base = server
     tokenizer = make_tiny_tokenizer()

@@ -18,7 +18,8 @@ ray = pytest.importorskip("ray")
 from conftest import FAST, still_alive  # noqa: E402
 from pkb_env import JudgeService  # noqa: E402
 from pkb_env.errors import PoolError  # noqa: E402
-from pkb_env.pool import JudgePool, RayVectorEnv  # noqa: E402
+from pkb_env.entrypoints.gym import RayVectorEnv  # noqa: E402
+from pkb_env.pool import JudgePool  # noqa: E402
 from pkb_env.record import EvaluationRecord, Verdict  # noqa: E402
 from pkb_env.rewards import load_reward  # noqa: E402
 from pkb_env.task import TaskError  # noqa: E402
@@ -134,14 +135,14 @@ def test_a_pool_the_cluster_cannot_hold_is_refused_naming_what_it_has(cluster):
 
 
 def test_the_trl_reward_judges_a_batch_on_the_pool(pool):
-    from pkb_env.trl_reward import make_trl_reward
+    from pkb_env.entrypoints.trl import make_trl_reward
 
-    reward = make_trl_reward(pool=pool, deadline_s=120)
+    reward = make_trl_reward(client=pool, deadline_s=120)
     completions = [f"```python\n{RING}\n```", WRONG]
-    values = asyncio.run(reward(prompts=["p", "p"], completions=completions, task=["all_reduce", "all_reduce"]))
+    values = reward(prompts=["p", "p"], completions=completions, task=["all_reduce", "all_reduce"])
     assert values[0] > values[1] and values[1] == load_reward("default").config["wrong"]
-    with pytest.raises(ValueError, match="either config or pool"):
-        make_trl_reward(CONFIG, pool=pool)
+    with pytest.raises(ValueError, match="either config or client"):
+        make_trl_reward(CONFIG, client=pool)
 
 
 def test_a_grpo_trainer_takes_its_reward_from_the_pool(pool, tmp_path):
@@ -149,12 +150,12 @@ def test_a_grpo_trainer_takes_its_reward_from_the_pool(pool, tmp_path):
     import trl
 
     from pkb_env.agents.train_grpo import make_tiny_model, make_tiny_tokenizer
-    from pkb_env.trl_reward import make_trl_reward
+    from pkb_env.entrypoints.trl import make_trl_reward
 
     tokenizer = make_tiny_tokenizer()
     dataset = datasets.Dataset.from_list([{"prompt": [{"role": "user", "content": f"Write {t} for 2 ranks."}], "task": t}
                                           for t in ["all_reduce", "all_gather", "all_reduce", "broadcast"]])
-    reward = make_trl_reward(pool=pool, deadline_s=300)
+    reward = make_trl_reward(client=pool, deadline_s=300)
     config = trl.GRPOConfig(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=2, num_generations=2,
                             max_completion_length=8, use_cpu=True, report_to=[], logging_steps=1,
                             save_strategy="no", seed=0)
@@ -172,7 +173,7 @@ def test_evaluate_over_the_pool_writes_the_report_local_judging_writes(pool):
     from pkb_env.agents import ReferenceAgent
     from pkb_env.evaluation import evaluate
 
-    on_pool = evaluate(ReferenceAgent(), tasks=["all_reduce", "broadcast"], samples=2, ks=(1, 2), pool=pool,
+    on_pool = evaluate(ReferenceAgent(), tasks=["all_reduce", "broadcast"], samples=2, ks=(1, 2), client=pool,
                        progress=False)
     here = evaluate(ReferenceAgent(), tasks=["all_reduce", "broadcast"], samples=2, ks=(1, 2), config=CONFIG,
                     progress=False)
@@ -192,7 +193,7 @@ def test_the_vector_env_steps_its_actors_at_once_and_autoresets_next_step(cluste
         obs, rewards, terminated, truncated, infos = envs.step([WRONG, WRONG])   # both reset: actions ignored
         assert rewards.tolist() == [0.0, 0.0] and not terminated.any() and not truncated.any()
         assert "verdict" not in infos and obs["turn"].tolist() == [0, 0]
-        pids = [p for ps in envs.process_ids().values() for p in ps]
+        pids = [p for ps in envs.pool.process_ids().values() for p in ps]
     finally:
         envs.close()
     assert still_alive(pids, 10) == []

@@ -48,7 +48,7 @@ def secret_judge(tmp_path, monkeypatch):
 def test_secrets_in_exceptions_stdout_and_outputs_are_redacted(secret_judge, tmp_path):
     import gymnasium
 
-    from pkb_env.wandb_logging import WandbLogger
+    from pkb_env.entrypoints.gym.wandb import WandbLogger
 
     values = secret_judge
     base = gymnasium.make("pkb_env/ParallelKernel-v0", task="all_reduce", world_size=2, executor="cpu",

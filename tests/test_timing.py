@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from adversarial.exploits import BY_NAME as EXPLOITS
-from conftest import make_env
+from conftest import make_env, judge_of
 from pkb_env.config import JudgeConfig
 from pkb_env.executors.interface import BurstRecord, RankBurst
 from pkb_env.executors.rank_set import RankSet
@@ -120,7 +120,7 @@ def test_the_reference_is_timed_while_no_rank_is_starting(monkeypatch):
     start-up work does not run beside the reference's bursts."""
     env = make_env(world_size=2, config=PRODUCTION)
     seen: list = []
-    _spy_releases(monkeypatch, env.unwrapped.judge.executor, seen)
+    _spy_releases(monkeypatch, judge_of(env).executor, seen)
     try:
         obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
         _, _, _, _, info = env.step(obs["reference"])
@@ -142,7 +142,7 @@ def test_no_rank_set_starts_while_a_candidate_is_timed(monkeypatch, depth):
     import pkb_env.judge.candidate as candidate
 
     env = make_env(world_size=2, config=PRODUCTION.replace(spares=depth), target_speedup=float("inf"))
-    executor = env.unwrapped.judge.executor
+    executor = judge_of(env).executor
     if depth > 1 and executor.namespaces_missing:
         env.close()
         pytest.skip(f"spares wait beside a candidate only in cells with namespaces ({executor.namespaces_missing})")
@@ -219,7 +219,7 @@ def test_every_process_of_the_candidate_is_stopped_while_the_reference_replays_i
     from pkb_env.sandbox import freezer
 
     env = make_env(world_size=2, config=PRODUCTION, target_speedup=float("inf"))
-    executor = env.unwrapped.judge.executor
+    executor = judge_of(env).executor
     taken, at_replay, between, at_fingerprints = [], [], [], []
     take, replay, burst = executor._candidate_ranks, ReferenceRanks.replay, Session.burst
     ask = ReferenceRanks.ask_fingerprints
@@ -482,7 +482,7 @@ def test_the_speedup_is_the_pseudo_median_of_the_log_ratios():
 
 
 def test_a_speedup_whose_interval_straddles_the_target_does_not_end_the_episode():
-    from pkb_env.env import reached
+    from pkb_env.episode import reached
     from pkb_env.record import EvaluationRecord, TimingResult, Verdict
 
     def record(speedup, low, high):
@@ -519,7 +519,7 @@ def test_rank_r_of_every_rank_set_runs_on_one_core_and_a_candidate_that_leaves_i
     cpu_placement = executors.cpu_placement
     monkeypatch.setattr(executors, "cpu_placement", pinned)
     env = make_env(world_size=2, config=PRODUCTION, target_speedup=float("inf"))
-    executor = env.unwrapped.judge.executor
+    executor = judge_of(env).executor
     assert isinstance(executor.placement, Placement) and executor.placement.cpus == (1, 0)
     seen = []
     release = RankSet.release

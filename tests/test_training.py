@@ -29,7 +29,7 @@ import pytest
 import pkb_env
 from conftest import FAST
 from pkb_env.task import load_task
-from pkb_env.trl_reward import completion_text, make_trl_reward
+from pkb_env.entrypoints.trl import completion_text, make_trl_reward
 
 REFERENCE = load_task("all_reduce").reference_source
 
@@ -112,7 +112,7 @@ def trl_reward():
         yield reward
     finally:
         reward.close()
-    assert reward.judge is None
+    assert reward.client is None
 
 
 def test_trl_reward_function_returns_env_rewards(trl_reward):
@@ -127,7 +127,7 @@ def test_trl_reward_function_returns_env_rewards(trl_reward):
     assert [i["correct"] for i in reward.last_infos] == [True, False, True, True]
     assert reward.last_infos[1]["verdict"] == "unparsable"
     copy = pickle.loads(pickle.dumps(reward))  # the judge (rank processes) does not travel; its config does
-    assert copy.judge is None and copy.config == reward.config
+    assert copy.client is None and copy.config == reward.config
     with pytest.raises(ValueError, match="task"):
         reward(prompts=["p"], completions=["x", "y"], task=["all_reduce"])
 
@@ -139,7 +139,7 @@ def test_trl_reward_refuses_rows_without_a_task():
         broadcast = load_task("broadcast").reference_source
         with pytest.raises(ValueError, match="no task for the completions.*'task' column.*make_trl_reward"):
             reward(prompts=["p"], completions=[broadcast], problem=["broadcast"])
-        assert reward.judge is None  # refused before any rank process started
+        assert reward.client is None  # refused before any rank process started
     finally:
         reward.close()
 

@@ -25,7 +25,7 @@ from wandb.proto import wandb_internal_pb2 as pb
 import pkb_env  # noqa: F401  (registers the env)
 from pkb_env.config import JudgeConfig
 from pkb_env.record import Verdict
-from pkb_env.wandb_logging import TABLE_COLUMNS, WandbLogger, resolve_mode
+from pkb_env.entrypoints.gym.wandb import TABLE_COLUMNS, WandbLogger, resolve_mode
 
 FAKE_KEY = "pkbtestfakekey_0123456789abcdef0123456789abcdef"
 

@@ -2,7 +2,7 @@
 loopback that answers every chat completion with the next of some fixed replies, in turn.
 
     python examples/verifiers/replay_model.py --port 8765 replies.json    # a JSON list of reply strings
-    vf-eval pkb_env.integrations.verifiers -m replay --client.base-url http://127.0.0.1:8765/v1 ...
+    vf-eval pkb_env.entrypoints.verifiers -m replay --client.base-url http://127.0.0.1:8765/v1 ...
 
 It serves POST /v1/chat/completions (streamed or not) and GET /v1/models, and prints each request's last
 message to stderr, so that the feedback the environment sent back can be read there.

@@ -5,7 +5,7 @@
 Rows have the layout of `pkb-env data export --format verl` (pkb_env/data/recipes.py: VERL_SCHEMA, written
 by its write_parquet): `prompt` the task's first-turn prompt as one user message, `data_source` "pkb_env",
 `reward_model.ground_truth` the JSON of task, preset, dtype and world size, and `extra_info.task`, which
-pkb_env.integrations.verl.compute_score judges on (examples/verl/README.md). The prompt describes the
+pkb_env.entrypoints.verl.compute_score judges on (examples/verl/README.md). The prompt describes the
 machine it is made on (executor, interconnect, measured bandwidths), so make it where training judges.
 extra_info.executor is left empty: the executor is reward_kwargs' (a row's executor would override it).
 """

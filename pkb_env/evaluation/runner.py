@@ -1,13 +1,15 @@
-"""Suite evaluation: run an agent over tasks x samples on one JudgeService; report pass@k, fast_p, roofline.
+"""Suite evaluation: run an agent over tasks x samples on one judge client; report pass@k, fast_p, roofline.
 
     from pkb_env.evaluation import evaluate
     from pkb_env.agents import ReferenceAgent
     report = evaluate(ReferenceAgent(), tasks=["all_reduce", "broadcast"], config=JudgeConfig(world_size=2))
     print(report.to_markdown()); report.plot("speedup_vs_roofline.png")
 
-Every sample is a fresh turn 0 of its task (the agent sees the observation of an opened task with no
-feedback), so samples are independent draws from the agent, as pass@k assumes; the row's reward is the
-one a single-turn episode of the env would return (metrics: evaluation/metrics.py).
+Every sample is a fresh turn 0 of its task (the agent sees the observation of its task with no feedback), so
+samples are independent draws from the agent, as pass@k assumes; the row's reward is the one a single-turn
+episode of the env would return (metrics: evaluation/metrics.py). Every sample is submitted at once to the client
+(pkb_env/client.py): a local judge takes them in turn, a JudgePool in parallel on its actors. A sample the judge
+could not judge (judge_error: never the agent's fault) is a row that is not correct, with the reason in `error`.
 """
 from __future__ import annotations
 
@@ -18,9 +20,8 @@ from typing import Sequence
 
 from tqdm import tqdm
 
-from pkb_env import spaces
+from pkb_env.client import JudgeClient, LocalClient
 from pkb_env.config import JudgeConfig
-from pkb_env.errors import JudgeError
 from pkb_env.evaluation.report import EvaluationReport, SampleResult
 from pkb_env.record import EvaluationRecord
 from pkb_env.task import TaskError, load_task, task_names
@@ -28,13 +29,15 @@ from pkb_env.task import TaskError, load_task, task_names
 
 def evaluate(agent, tasks: Sequence[str] | None = None, config: JudgeConfig | None = None, samples: int = 1,
              ks: Sequence[int] = (1,), ps: Sequence[float] = (0, 1, 1.5, 2), progress: bool | None = None,
-             reward: str = "default", pool=None, recorder=None) -> EvaluationReport:
-    """Judge `samples` single-turn answers of `agent` on each task (None: the suite as it runs here) on one
-    JudgeService made from `config`, or on a JudgePool (`pool`: every sample of the run submitted at once, the
-    pool's config in force). `reward`: a configs/rewards/ name or a YAML path (each row's reward).
-    `progress`: a bar on stderr (None: when stderr is a terminal). `recorder`: a pkb_env.data.EpisodeRecorder
-    that gets every judged sample as it finishes (its chat, completion and reward: a dataset row each,
-    docs/data.md)."""
+             reward: str = "default", client: JudgeClient | None = None, recorder=None) -> EvaluationReport:
+    """Judge `samples` single-turn answers of `agent` on each task (None: the suite as it runs here) on `client` (a
+    LocalClient or a JudgePool: the caller's, its config in force), or on a LocalClient made from `config` for the
+    run. `reward`: a configs/rewards/ name or a YAML path (each row's reward). `progress`: a bar on stderr (None:
+    when stderr is a terminal). `recorder`: a pkb_env.data.EpisodeRecorder that gets every judged sample as it
+    finishes (its chat, completion and reward: a dataset row each, docs/data.md).
+
+    .. versionchanged:: 0.3 `pool=` became `client=` (a JudgePool is a client); a judge failure is a row, not an
+       exception."""
     from pkb_env.agents import build_messages
     from pkb_env.rewards import load_reward
 
@@ -53,82 +56,50 @@ def evaluate(agent, tasks: Sequence[str] | None = None, config: JudgeConfig | No
     ps = tuple(ps)
     if any(isinstance(p, bool) or not isinstance(p, (int, float)) or not p >= 0 for p in ps):
         raise ValueError(f"ps must be numbers >= 0, got {list(ps)!r}")
-    if pool is not None and config is not None:
-        raise ValueError("pass either config or pool: a pool judges with its own config (pool.config)")
+    if client is not None and config is not None:
+        raise ValueError("pass either config or client: a client judges with its own config (client.config)")
     reward_fn = load_reward(reward)
-    config = pool.config if pool is not None else config or JudgeConfig()
-    rows: list[SampleResult] = []
-
-    def done(record: EvaluationRecord, sample: int, observation: dict, action: str, topology: str) -> None:
-        result = reward_fn(record)
-        rows.append(sample_row(record, sample, float(result.value)))
-        if recorder is not None:
-            recorder.record(record, action, build_messages(observation), config=config, topology=topology,
-                            agent=getattr(agent, "name", None), reward=result.value, reward_terms=result.terms)
-
+    own = client is None
+    client = LocalClient(config or JudgeConfig()) if own else client
     start = time.perf_counter()
-    # tqdm's own disable=None: off when stderr is not a terminal
-    with tqdm(desc="evaluating", unit="sample", disable=None if progress is None else not progress) as bar:
-        judge = _judge_here if pool is None else _judge_on_pool
-        names, executor, hardware, performance = judge(agent, names, pool or config, samples, bar, done)
-    rows.sort(key=lambda r: (names.index(r.task), r.sample))   # a pool's finish in any order
-    return EvaluationReport(rows=rows, ks=ks, ps=ps, agent=getattr(agent, "name", type(agent).__name__),
-                            executor=executor, world_size=config.world_size, preset=config.preset, dtype=config.dtype,
-                            hardware=hardware, performance_available=performance,
-                            wall_seconds=time.perf_counter() - start)
-
-
-def _judge_here(agent, names: list[str] | None, config: JudgeConfig, samples: int, bar: tqdm, done):
-    """Every sample judged in turn on one local JudgeService, each handed to `done` as it finishes; the tasks
-    judged and the executor's facts."""
-    from pkb_env.service import JudgeService
-
-    with JudgeService(config) as judge:
+    try:
         for name in names or ():
-            problem = judge.problem(load_task(name))  # every task checked before the first is judged
+            problem = client.problem(name)   # every task checked before the first is judged
             if problem:
                 raise TaskError(problem)
-        names = names or judge.tasks()
-        bar.reset(total=len(names) * samples)
-        for name in names:
-            for i in range(samples):
-                bar.set_description(f"{name} [{i + 1}/{samples}]")
-                session = judge.open(name)
-                observation = spaces.observation(session)
-                action = agent.act(observation)
-                try:
-                    record = session.judge(action)
-                except JudgeError as exc:  # many tasks in one run: say which one the judge failed on
-                    raise JudgeError(f"task {name!r}, sample {i + 1}: {exc}") from exc
-                done(record, i, observation, action, judge.info.topology)
+        names = names or client.tasks()
+        observations = {name: client.observation(name, ready=True) for name in names}
+        info = client.info
+        rows: list[SampleResult] = []
+        # tqdm's own disable=None: off when stderr is not a terminal
+        with tqdm(total=len(names) * samples, desc="evaluating", unit="sample",
+                  disable=None if progress is None else not progress) as bar:
+            submitted = {}
+            for name in names:
+                for i in range(samples):
+                    bar.set_description(f"{name} [{i + 1}/{samples}]")
+                    action = agent.act(observations[name])
+                    submitted[client.submit(name, action)] = (i, observations[name], action)
+            bar.set_description("judging")
+            for future in concurrent.futures.as_completed(submitted):
+                i, observation, action = submitted[future]
+                record = future.result()
+                result = reward_fn(record)
+                rows.append(sample_row(record, i, float(result.value)))
+                if recorder is not None and record.judged:
+                    recorder.record(record, action, build_messages(observation), config=client.config,
+                                    topology=info.topology, agent=getattr(agent, "name", None),
+                                    reward=result.value, reward_terms=result.terms)
                 bar.update()
-        info = judge.info
-    return names, info.name, info.hardware, info.performance_available
-
-
-def _judge_on_pool(agent, names: list[str] | None, pool, samples: int, bar: tqdm, done):
-    """Every sample submitted to the pool at once (the agent answering each turn-0 observation as the pool's
-    judges show it), each handed to `done` as it finishes."""
-    config = pool.config
-    if names is None:
-        from pkb_env.task import runnable_tasks
-
-        names = runnable_tasks(config.world_size, config.preset, config.dtype, config.executor != "cuda")
-    observations = {name: pool.observation(name) for name in names}   # TaskError for a task that cannot run
-    bar.reset(total=len(names) * samples)
-    bar.set_description(f"judging on {pool.size} actor(s)")
-    started = pool.started[0] if pool.started else {}
-    submitted = {}
-    for name in names:
-        for i in range(samples):
-            action = agent.act(observations[name])
-            submitted[pool.submit(name, action)] = (i, observations[name], action)
-    for future in concurrent.futures.as_completed(submitted):
-        i, observation, action = submitted[future]
-        done(future.result(), i, observation, action, started.get("topology", "unknown"))
-        bar.update()
-    return (names, started.get("executor", config.executor), started.get("hardware", "unknown"),
-            started.get("performance_available", False))
+    finally:
+        if own:
+            client.close()
+    rows.sort(key=lambda r: (names.index(r.task), r.sample))   # judged in any order
+    config = client.config
+    return EvaluationReport(rows=rows, ks=ks, ps=ps, agent=getattr(agent, "name", type(agent).__name__),
+                            executor=info.name, world_size=config.world_size, preset=config.preset, dtype=config.dtype,
+                            hardware=info.hardware, performance_available=info.performance_available,
+                            wall_seconds=time.perf_counter() - start)
 
 
 def sample_row(record: EvaluationRecord, sample: int, reward: float) -> SampleResult:

@@ -158,5 +158,8 @@ class Executor(Protocol):
     def process_ids(self) -> list[int]:
         """Every live process the executor owns (for leak checks)."""
 
+    def interrupt(self) -> None:
+        """Kill every process now, from any thread (a step in progress elsewhere fails fast); `close` follows."""
+
     def close(self) -> None:
         """End every process and remove every file the executor made."""

@@ -463,6 +463,13 @@ class ProcessExecutor:
         root = psutil.Process(self._zygote.pid)
         return [root.pid] + [c.pid for c in root.children(recursive=True)]
 
+    def interrupt(self) -> None:
+        """Kill the zygotes, from any thread: every cell, rank and build dies with them (parent-death signals), so
+        a step in progress on another thread fails at its next wait; `close` removes what is left."""
+        for process in self._zygotes:
+            if process.poll() is None:
+                process.kill()
+
     def close(self) -> None:
         self._confirm_ended()
         self._resume_held()

@@ -1,11 +1,11 @@
-"""Judging at scale on Ray: `JudgePool` (pool.py) and `RayVectorEnv` (vector.py); docs/scale_out.md.
+"""Judging at scale on Ray: `JudgePool` (pool.py), a JudgeClient over judge actors; docs/scale_out.md.
 
 Needs `pip install 'pkb-env[ray]'`; the names are imported on first use, so that the rest of pkb_env never
 imports Ray.
 """
 from importlib import import_module
 
-_LAZY = {"JudgePool": "pkb_env.pool.pool", "PoolError": "pkb_env.errors", "RayVectorEnv": "pkb_env.pool.vector"}
+_LAZY = {"JudgePool": "pkb_env.pool.pool", "PoolError": "pkb_env.errors"}
 __all__ = list(_LAZY)
 
 

@@ -1,7 +1,5 @@
-"""A fleet: the actors of one pool or vector env, their placement group, and the cluster connection they hold.
-
-Both fronts (pool.py's JudgePool, vector.py's RayVectorEnv) start their actors here, so that sizing, Ray's
-restart settings, the variables every actor gets and the clean-up at close are written once.
+"""A fleet: the actors of one pool, their placement group, and the cluster connection they hold: sizing, Ray's
+restart settings, the variables every actor gets and the clean-up at close (pool.py's JudgePool starts one).
 """
 from __future__ import annotations
 
@@ -33,7 +31,7 @@ class Fleet:
 
     `config` decides their resources (placement.py); its `auto` executor is resolved for the cluster once,
     and `self.config` is what every actor must use. Ray restarts a dead actor up to `max_restarts` times
-    (`max_task_retries=0`: the fronts decide what to retry)."""
+    (`max_task_retries=0`: the pool decides what to retry)."""
 
     def __init__(self, config: JudgeConfig, address: str, count: int | None, cpus_per_actor: float | None,
                  max_restarts: int, start_timeout_s: float):
@@ -93,10 +91,6 @@ class Fleet:
         return self._remote.options(num_cpus=self.shape.cpus, num_gpus=self.shape.gpus, max_restarts=self.max_restarts,
                                     max_task_retries=0, runtime_env={"env_vars": dict(ACTOR_ENV)},
                                     scheduling_strategy=strategy).remote(*self._args_for(index))
-
-    @property
-    def hardware(self) -> str:
-        return self.started[0].get("hardware", "unknown") if self.started else "unknown"
 
     def health(self, timeout_s: float = 10.0) -> list[dict[str, Any]]:
         """Each actor's own answer (pid, host, node, busy, steps, processes), or alive False with why."""

@@ -1,4 +1,4 @@
-"""`JudgePool`: judges on a Ray cluster, one JudgeService per actor, fed asynchronously with bounded waits.
+"""`JudgePool`: judges on a Ray cluster, one LocalClient per actor, fed asynchronously with bounded waits.
 
     from pkb_env import JudgeConfig
     from pkb_env.pool import JudgePool
@@ -7,8 +7,8 @@
         for record in pool.as_completed(futures, deadline_s=600): ...    # EvaluationRecords as they finish
         records = pool.map(batch, deadline_s=600)                        # in order: what local judging gives
 
-The pool is a thin client of the service (docs/architecture.md): every actor holds one JudgeService made
-from the same JudgeConfig, and records cross as JSON. Placement: pkb_env/pool/placement.py; faults,
+The pool is a JudgeClient (pkb_env/client.py: every door can judge on it as on a local judge): every actor
+holds one LocalClient made from the same JudgeConfig, and records cross as JSON. Placement: pkb_env/pool/placement.py; faults,
 deadlines and retries: pkb_env/pool/dispatch.py; the cluster: pkb_env/pool/cluster.py; docs/scale_out.md.
 A record whose verdict is JUDGE_ERROR is a step the pool could not judge (its reason in `error`): never
 the candidate's fault; the rewards score it 0 with `scored: no`, and trainers drop it.
@@ -19,13 +19,15 @@ import concurrent.futures
 import time
 from typing import Any, Iterable, Iterator, Sequence
 
+from pkb_env.client import check_batch, check_code, unjudged
 from pkb_env.config import JudgeConfig
+from pkb_env.executors.placement import ExecutorInfo
 from pkb_env.pool.actors import JudgeActor
 from pkb_env.pool.cluster import PoolError, ray_module
 from pkb_env.pool.dispatch import Dispatcher, Slot, Step
 from pkb_env.pool.fleet import Fleet, step_timeout
 from pkb_env.record import EvaluationRecord
-from pkb_env.task import TaskError, load_task, size_problem
+from pkb_env.task import TaskError, load_task, runnable_tasks, size_problem
 
 GRACE_S = 10.0   # past a batch's deadline, what as_completed allows the dispatcher to settle its steps
 
@@ -117,16 +119,37 @@ class JudgePool:
         self._live()
         return self._fleet.process_ids()
 
-    def observation(self, task: str, preset: str | None = None, dtype: str | None = None) -> dict[str, Any]:
-        """The env's turn-0 observation of `task` as the pool's judges see it (their hardware and topology), from
-        the first actor that answers (one restarting is skipped) within the pool's step timeout."""
+    @property
+    def info(self) -> ExecutorInfo:
+        """The executor the actors run, as the first of them described it when it had started."""
+        first = self.started[0] if self.started else {}
+        return ExecutorInfo(first.get("executor", self.config.executor), first.get("hardware", "unknown"),
+                            bool(first.get("performance_available", False)), first.get("topology", "unknown"))
+
+    def tasks(self, preset: str | None = None, dtype: str | None = None) -> list[str]:
+        """The suite as the pool's judges run it at `preset` and `dtype` (None: the config's)."""
+        config = self.config
+        return runnable_tasks(config.world_size, preset or config.preset, dtype or config.dtype,
+                              config.executor != "cuda")
+
+    def problem(self, task: str, preset: str | None = None, dtype: str | None = None) -> str | None:
+        """Why `task` cannot be judged on the pool at that size, with the fix, or None."""
+        config = self.config
+        return size_problem(load_task(task), config.world_size, preset or config.preset, dtype or config.dtype,
+                            config.executor != "cuda")
+
+    def observation(self, task: str, preset: str | None = None, dtype: str | None = None, feedback: str = "",
+                    turn: int = 0, ready: bool = False) -> dict[str, Any]:
+        """The env's observation of `task` at `turn` after `feedback` as the pool's judges see it (their hardware
+        and topology), from the first actor that answers (one restarting is skipped) within the pool's step
+        timeout. `ready` asks nothing more: every actor started its judge when it started."""
         self._check(task, preset, dtype)
         ray = ray_module()
         end = time.monotonic() + self.step_timeout_s
         while True:
             for handle in self.actors:
                 try:
-                    return ray.get(handle.observation.remote(task, preset, dtype),
+                    return ray.get(handle.observation.remote(task, preset, dtype, feedback, turn),
                                    timeout=max(0.1, end - time.monotonic()))
                 except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
                     continue
@@ -142,8 +165,7 @@ class JudgePool:
         actor frees), then TimeoutError. Bad input (unknown task, a size the task cannot take) raises here."""
         dispatcher = self._live()
         spec = self._check(task, preset, dtype)
-        if not isinstance(code, str):
-            raise TypeError(f"code must be a str (a completion or bare code), got {type(code).__name__}")
+        check_code(code)
         step = Step(task, code, preset, dtype, concurrent.futures.Future(), self._unjudged(spec, preset, dtype))
         if self.recorder is not None:
             step.judged = lambda record: self._record(record, code)
@@ -196,9 +218,7 @@ class JudgePool:
         """Judge every (task, code) of `batch`; the records in order (the same verdicts local judging gives)."""
         start = time.monotonic()
         futures = []
-        for item in batch:
-            if not (isinstance(item, (tuple, list)) and len(item) == 2):
-                raise TypeError(f"batch items must be (task, code) pairs, got {item!r:.80}")
+        for item in check_batch(batch):
             left = None if deadline_s is None else max(0.0, deadline_s - (time.monotonic() - start))
             try:
                 futures.append(self.submit(item[0], item[1], timeout_s=left))
@@ -214,23 +234,15 @@ class JudgePool:
 
     # -- helpers -------------------------------------------------------------------------------------
     def _check(self, task: str, preset: str | None, dtype: str | None):
-        spec = load_task(task)   # TaskError listing the known tasks
-        problem = size_problem(spec, self.config.world_size, preset or self.config.preset, dtype or self.config.dtype,
-                               self.config.executor != "cuda")
+        problem = self.problem(task, preset, dtype)   # TaskError listing the known tasks
         if problem:
             raise TaskError(problem)
-        return spec
+        return load_task(task)
 
     def _unjudged(self, spec, preset: str | None, dtype: str | None):
         """The JUDGE_ERROR record of a step of `spec` at `preset` and `dtype` (None: the config's), given why."""
-        config, hardware = self.config, self._fleet.hardware
-        preset = preset or config.preset
-        dtype = spec.resolve_dtype(preset, dtype or config.dtype)
-
-        def unjudged(why: str) -> EvaluationRecord:
-            return EvaluationRecord.unjudged(spec.name, config.world_size, preset, dtype, config.executor, hardware,
-                                             f"the pool could not judge this step: {why}")
-        return unjudged
+        return lambda why: unjudged(spec, self.config, self.info, preset, dtype,
+                                    f"the pool could not judge this step: {why}")
 
     def _live(self) -> Dispatcher:
         if self._closed or self._dispatcher is None:

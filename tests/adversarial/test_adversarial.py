@@ -20,6 +20,8 @@ import time
 import psutil
 import pytest
 
+from conftest import judge_of
+
 from .conftest import ADVERSARIAL, WORLD_SIZE, CANARY, uncontained
 from .exploits import BY_NAME as EXPLOITS_BY_NAME, EXPLOITS, FLAGGED, RUNTIME_ERROR, WRONG
 from .legit import BY_NAME as LEGIT_BY_NAME, LEGIT
@@ -62,12 +64,12 @@ def test_legit_candidate_is_correct(adv_env, name):
 @pytest.mark.parametrize("name", list(_exploit_params()))
 def test_exploit_is_defeated(adv_env, baseline, name):
     e = EXPLOITS_BY_NAME[name]
-    executor = adv_env.unwrapped.judge.executor
+    executor = judge_of(adv_env).executor
     baseline.prime(e.task)
     obs, _ = adv_env.reset(options={"task": e.task})
     _remove(e.files)
     if e.fresh_reference_time:  # as on the first step of a task in a real run
-        adv_env.unwrapped.judge.forget_reference_timing(e.task)
+        judge_of(adv_env).forget_reference_timing(e.task)
     processes_before = len(executor.process_ids())
     root_before = executor.directory_bytes()
 
@@ -115,7 +117,7 @@ def test_exploit_is_defeated(adv_env, baseline, name):
     if processes_after > processes_before + WORLD_SIZE:
         problems.append(f"the executor owns {processes_after} processes, {processes_before} before the step")
     if e.fresh_reference_time:  # the reference ranks may have been tampered with: start clean
-        adv_env.unwrapped.judge.restart_reference()
+        judge_of(adv_env).restart_reference()
 
     # The judge is intact: the reference itself is judged correct on the next step (and its time joins the
     # honest distribution, measured under the load the exploit ran under).

@@ -10,6 +10,7 @@ import gymnasium
 import pytest
 
 import pkb_env  # noqa: F401
+from conftest import judge_of
 
 COPY_EXTENSION = r'''
 #include <torch/extension.h>
@@ -35,7 +36,7 @@ def cuda1():
 
 
 def test_gpu_ranks_see_the_driver_and_nothing_of_the_home(cuda1):
-    isolation = cuda1.unwrapped.judge.isolation()
+    isolation = judge_of(cuda1).isolation()
     assert isolation["filesystem"].startswith("allowlisted root") and "nvidia" in isolation["filesystem"], isolation
     home = os.path.join(os.path.expanduser("~"), f".pkb-env-gpu-test-{secrets.token_hex(4)}")
     os.makedirs(home, mode=0o700)
@@ -110,7 +111,7 @@ def solution(tensor):
 
 
 def test_a_candidate_cannot_reach_an_earlier_candidates_symmetric_memory(cuda1):
-    facts = cuda1.unwrapped.judge.reference_facts()
+    facts = judge_of(cuda1).reference_facts()
     assert all("symmetric_s" in f for f in facts), facts   # the start set it up (not "unavailable")
     _, _, _, _, info = cuda1.step(SYMMETRIC_WRITER)
     assert info["verdict"] == "correct", info["feedback"]

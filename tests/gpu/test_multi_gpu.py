@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import pkb_env  # noqa: F401
+from conftest import judge_of
 from pkb_env.task import runnable_tasks
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -80,7 +81,7 @@ def test_calibration_measured_nvlink(cuda_all):
 
     links = detect().links
     assert links and set(links.values()) == {"NVLink"}, links
-    calibration = cuda_all.unwrapped.judge.calibration()
+    calibration = judge_of(cuda_all).calibration()
     assert calibration.world_size == GPUS and calibration.bandwidth_gbps > PCIE5_X16_GBPS, calibration
     across = {(src, dst): gbps for src, dst, gbps in calibration.peer_copy_gbps if src != dst}
     assert set(across) == {(a, b) for a in range(GPUS) for b in range(GPUS) if a != b}, calibration.peer_copy_gbps
@@ -90,7 +91,7 @@ def test_calibration_measured_nvlink(cuda_all):
 def test_calibration_measured_the_compute_and_memory_peaks_under_the_datasheet(cuda_all):
     """A large bf16 matmul and a device copy, measured in the reference rank set: real (above a third of
     the datasheet) and possible (under it), so the calibrated bound stays a lower bound."""
-    judge = cuda_all.unwrapped.judge
+    judge = judge_of(cuda_all)
     calibration, sheet = judge.calibration(), judge.topology.datasheet_peaks()
     if sheet is None:
         pytest.skip(f"no datasheet for {judge.topology.name}")

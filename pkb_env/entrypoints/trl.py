@@ -1,10 +1,10 @@
-"""pkb-env as a reward function for TRL's GRPOTrainer (`reward_funcs=[make_trl_reward(...)]`), over the JudgeService.
+"""pkb-env as a reward function for TRL's GRPOTrainer (`reward_funcs=[make_trl_reward(...)]`), over a judge client.
 
 This module needs only the judge; TRL itself comes with `pip install 'pkb-env[train]'`.
 
     from trl import GRPOConfig, GRPOTrainer
     from pkb_env import JudgeConfig
-    from pkb_env.trl_reward import make_trl_reward
+    from pkb_env.entrypoints.trl import make_trl_reward
 
     reward = make_trl_reward(JudgeConfig(world_size=4, executor="cpu"))   # or a mapping: {"world_size": 4, ...}
     # dataset rows: {"prompt": task.prompt (or [{"role": "user", "content": ...}]), "task": "all_reduce"}
@@ -12,19 +12,20 @@ This module needs only the judge; TRL itself comes with `pip install 'pkb-env[tr
     trainer.train()
     reward.close()                                   # stops the judge's rank processes
 
-Each completion is judged on its row's task by one JudgeService (`open(task).judge(text)`), and scored by
+Each batch is judged by one judge client (pkb_env/client.py: `client.map(batch)`), and each completion scored by
 the reward function named by `reward` (default: the shaped reward, in [-1, 1]): the same value a
-single-turn episode of the env returns. Calls are sequential: a batch of N completions costs N judge
-steps. The service is made on the first call, not at construction, and is left out of pickling, so the
-callable can be copied to workers that make their own.
-
-Over a Ray pool (pkb_env/pool/, docs/scale_out.md) the whole batch is judged at once:
+single-turn episode of the env returns. On a local judge the batch's steps run in turn (N completions cost N
+steps); the client is made on the first call, not at construction, and is left out of pickling, so the callable
+can be copied to workers that make their own. On a Ray pool (pkb_env/pool/, docs/scale_out.md) the whole batch is
+judged at once, on the caller's pool:
 
     pool = JudgePool(JudgeConfig(executor="cuda", world_size=2), address="auto")
-    reward = make_trl_reward(pool=pool, deadline_s=900)    # async: TRL awaits it beside its other rewards
+    reward = make_trl_reward(client=pool, deadline_s=900)    # `deadline_s` bounds a batch
 
-A step the pool could not judge (Verdict.JUDGE_ERROR) gets None, TRL's "no reward for this sample", never a
+A step the judge could not judge (Verdict.JUDGE_ERROR) gets None, TRL's "no reward for this sample", never a
 penalty the code did not earn.
+
+.. versionchanged:: 0.3 `pool=` became `client=` (any JudgeClient); one class, `PkbReward`, for both.
 """
 from __future__ import annotations
 
@@ -55,41 +56,44 @@ def completion_text(completion: Any) -> str:
 
 
 class PkbReward:
-    """A TRL reward function backed by one JudgeService. See the module docstring.
+    """A TRL reward function backed by a judge client. See the module docstring.
 
-    Call signature (TRL's): reward(prompts, completions, **kwargs) -> list[float]. The task of completion i
+    Call signature (TRL's): reward(prompts, completions, **kwargs) -> list[float | None]. The task of completion i
     is kwargs[task_column][i] (TRL repeats every dataset column per completion), else kwargs["task_id"][i]
     (the observation's key, for datasets built from observations). Without either column every completion
     is judged on `task` when one is given; otherwise the call is refused (a batch judged on the wrong task
     would look like a bad policy, not a missing column).
     After a call, `last_infos` holds each step's info (the env's keys, minus the record).
     If TRL passes `log_metric`, the batch's fraction correct and mean speedup are logged through it.
+    `client`: the caller's (left open by `close`); else a LocalClient made from `config` at the first call.
     """
 
     def __init__(self, config: JudgeConfig | None = None, task: str | None = None, reward: str = "default",
-                 task_column: str = "task"):
+                 task_column: str = "task", client=None, deadline_s: float | None = None):
         from pkb_env.rewards import load_reward
 
         self.__name__ = "pkb_env"  # TRL names the reward's logged column after this
-        self.config = config or JudgeConfig()
+        self.config = client.config if client is not None else config or JudgeConfig()
         self.task = task
         self.reward_fn = load_reward(reward)
         self.task_column = task_column
-        self.judge = None   # a JudgeService, made at the first call
+        self.deadline_s = deadline_s
+        self.client = client
+        self._own_client = client is None
         self.last_infos: list[dict[str, Any]] = []
 
     def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (), **kwargs) -> list[float]:
-        from pkb_env.service import JudgeService
+        from pkb_env.client import LocalClient
 
         tasks = self._tasks(kwargs, len(completions))
-        if self.judge is None:
-            self.judge = JudgeService(self.config)
-        records = [self.judge.judge(task, completion_text(completion)) for task, completion in zip(tasks, completions)]
-        return self._score(records, kwargs.get("log_metric"))
+        if self.client is None:
+            self.client = LocalClient(self.config)
+        batch = [(task, completion_text(completion)) for task, completion in zip(tasks, completions)]
+        return self._score(self.client.map(batch, self.deadline_s), kwargs.get("log_metric"))
 
     def _score(self, records, log_metric) -> list[float | None]:
         """Each record's reward (None for one the judge could not judge), `last_infos`, and the batch's metrics."""
-        from pkb_env.env import step_info
+        from pkb_env.episode import step_info
 
         rewards, infos = [], []
         for record in records:
@@ -123,14 +127,17 @@ class PkbReward:
                          f"completion on one task")
 
     def close(self) -> None:
-        """Stop the judge and its rank processes (a later call makes a new one)."""
-        if self.judge is not None:
-            self.judge.close()
-            self.judge = None
+        """Stop the judge this reward made and its rank processes (a later call makes a new one); a client given
+        is the caller's to close."""
+        if self._own_client and self.client is not None:
+            self.client.close()
+            self.client = None
 
     def __getstate__(self) -> dict[str, Any]:
+        if not self._own_client:
+            raise TypeError("a reward over a given client does not travel: make it where the client lives")
         state = dict(self.__dict__)
-        state["judge"], state["last_infos"] = None, []  # rank processes do not travel: each copy makes its own
+        state["client"], state["last_infos"] = None, []  # rank processes do not travel: each copy makes its own
         return state
 
     def __del__(self) -> None:
@@ -140,48 +147,16 @@ class PkbReward:
             pass
 
 
-class PkbPoolReward(PkbReward):
-    """The TRL reward over a JudgePool: async, the batch judged concurrently (the module docstring).
-
-    `deadline_s` bounds the whole batch (pool.map's deadline): what is unjudged by then gets None. The pool
-    is the caller's: `close()` leaves it running."""
-
-    def __init__(self, pool, task: str | None = None, reward: str = "default", task_column: str = "task",
-                 deadline_s: float | None = None):
-        super().__init__(pool.config, task, reward, task_column)
-        self.pool, self.deadline_s = pool, deadline_s
-
-    async def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),
-                       **kwargs) -> list[float | None]:
-        import asyncio
-
-        tasks = self._tasks(kwargs, len(completions))
-        batch = [(task, completion_text(completion)) for task, completion in zip(tasks, completions)]
-        records = await asyncio.to_thread(self.pool.map, batch, self.deadline_s)
-        return self._score(records, kwargs.get("log_metric"))
-
-    def close(self) -> None:
-        """The pool is the caller's to close."""
-
-    def __getstate__(self) -> dict[str, Any]:
-        raise TypeError("a pool-backed reward does not travel: make it where the pool's handle lives")
-
-
 def make_trl_reward(config: JudgeConfig | Mapping[str, Any] | None = None, task: str | None = None,
-                    reward: str = "default", task_column: str = "task", pool=None,
+                    reward: str = "default", task_column: str = "task", client=None,
                     deadline_s: float | None = None) -> PkbReward:
     """A callable for GRPOTrainer(reward_funcs=[...]). `config`: a JudgeConfig, or a mapping of its settings
-    (which may also carry "task" and "reward", as YAML configs do). `pool`: a JudgePool to judge each batch on
-    concurrently (then the pool's config holds; `deadline_s` bounds a batch)."""
+    (which may also carry "task" and "reward", as YAML configs do). `client`: a judge client to judge on instead
+    (a JudgePool judges each batch concurrently; then the client's config holds). `deadline_s` bounds a batch."""
     if isinstance(config, Mapping):
         values = dict(config)
         task, reward = values.pop("task", task), values.pop("reward", reward)
         config = JudgeConfig.from_mapping(values)
-    if pool is not None:
-        if config is not None:
-            raise ValueError("pass either config or pool: a pool judges with its own config (pool.config)")
-        return PkbPoolReward(pool, task, reward, task_column, deadline_s)
-    if deadline_s is not None:
-        raise ValueError("deadline_s bounds a pool's batch; without pool=, each step is bounded by the config's "
-                         "step_budget_s")
-    return PkbReward(config, task, reward, task_column)
+    if client is not None and config is not None:
+        raise ValueError("pass either config or client: a client judges with its own config (client.config)")
+    return PkbReward(config, task, reward, task_column, client, deadline_s)

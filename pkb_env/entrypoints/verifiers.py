@@ -1,7 +1,7 @@
 """pkb-env as a verifiers environment (verifiers 0.4.0, `import verifiers.v1 as vf`): `PkbTaskset` and `PkbEnv`
 (docs/integrations.md, examples/verifiers/README.md).
 
-    vf-eval pkb_env.integrations.verifiers -m MODEL --client.base-url URL \\
+    vf-eval pkb_env.entrypoints.verifiers -m MODEL --client.base-url URL \\
         --env.taskset.tasks '["all_reduce"]' --env.taskset.task.executor cuda --env.taskset.task.world-size 8
 
 verifiers 0.4.0 replaced 0.3's `MultiTurnEnv`/`Rubric`/`load_environment(**kw)` with tasksets, tasks whose
@@ -11,7 +11,7 @@ is found by its taskset id, the name of an installed module exporting one Taskse
 the hub). Here:
 
 * `PkbTaskset` yields a task per suite task (or `tasks`): the prompt is the Gymnasium env's first-turn prompt;
-* `PkbEnv.run` is the multi-turn episode (the Gymnasium env's rules, pkb_env/integrations/shared.py's Episode):
+* `PkbEnv.run` is the multi-turn episode (the Gymnasium env's rules, pkb_env/episode.py's Episode):
   each reply is judged, and until a correct one reaches `target_speedup` or `max_turns` replies were made, the
   judge's feedback is the next user message;
 * `PkbTask.pkb_reward` is the rubric: the reward function (default: the env's shaped reward) of the judge's
@@ -19,10 +19,11 @@ the hub). Here:
 
 The judge settings are the task config's (`--env.taskset.task.*`): executor, world_size, preset, dtype,
 judge_settings (any other JudgeConfig field), max_turns, target_speedup, reward. Every rollout of a process
-with the same settings shares one JudgeService (pkb_env/integrations/shared.py), one step at a time.
+with the same settings shares one judge client (pkb_env/client.py's shared_client), one step at a time.
 """
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from typing import Any
 
@@ -30,11 +31,13 @@ from pydantic import Field
 
 from pkb_env.extras import require
 
-vf = require("verifiers.v1", "verifiers", "pkb_env.integrations.verifiers (the verifiers environment)")
+vf = require("verifiers.v1", "verifiers", "pkb_env.entrypoints.verifiers (the verifiers environment)")
 
+from pkb_env.client import shared_client  # noqa: E402
 from pkb_env.config import JudgeConfig  # noqa: E402
-from pkb_env.integrations.shared import Episode, SharedJudge, reward_function, shared_judge  # noqa: E402
+from pkb_env.episode import Episode  # noqa: E402
 from pkb_env.record import EvaluationRecord  # noqa: E402
+from pkb_env.settings import reward_function  # noqa: E402
 from verifiers.v1.harnesses.null import NullHarness  # noqa: E402
 
 __all__ = ["PkbChat", "PkbEnv", "PkbTaskset"]
@@ -70,11 +73,11 @@ class PkbTask(vf.Task[PkbTaskData, vf.State, PkbTaskConfig]):
     @vf.reward
     async def pkb_reward(self, trace: vf.Trace) -> float:
         config = self.config
-        judge = shared_judge(config.judge_config())
         reply = trace.last_reply or ""
         record = _judged.pop((self.data.task, reply), None)
         if record is None:   # the episode did not judge this reply (it ended before, or ran elsewhere)
-            record = await judge.ajudge(await judge.asession(self.data.task), reply)
+            client = shared_client(config.judge_config())
+            record = await asyncio.wrap_future(client.submit(self.data.task, reply))
         return float(reward_function(config.reward, "env.taskset.task.reward")(record).value)
 
 
@@ -87,11 +90,11 @@ class PkbTasksetConfig(vf.TasksetConfig):
 class PkbTaskset(vf.Taskset[PkbTask, PkbTasksetConfig]):
     def load(self) -> list[PkbTask]:
         config = self.config.task
-        judge = shared_judge(config.judge_config())
-        names = self.config.tasks or judge.service.tasks()
+        client = shared_client(config.judge_config())
+        names = self.config.tasks or client.tasks()
         tasks = []
         for i, name in enumerate(names):
-            prompt = judge.service.open(name, prestart=False).prompt   # TaskError listing the suite; starts nothing
+            prompt = client.observation(name)["prompt"]   # TaskError listing the suite; starts nothing
             tasks.append(PkbTask(PkbTaskData(idx=i, task=name, prompt=prompt), config))
         return tasks
 
@@ -113,20 +116,20 @@ class PkbEnv(vf.Env[PkbEnvConfig]):
 
     async def run(self, task: PkbTask, agents: Any) -> None:
         config = task.config
-        episode = Episode(reward_function(config.reward, "env.taskset.task.reward"), config.max_turns,
-                          config.target_speedup, "env.taskset.task")
-        judge: SharedJudge = shared_judge(config.judge_config())
-        episode.session = await judge.asession(task.data.task)
+        client = shared_client(config.judge_config())
+        episode = await asyncio.to_thread(Episode, client, task.data.task, reward_function(
+            config.reward, "env.taskset.task.reward"), config.max_turns, config.target_speedup,
+            where="env.taskset.task")
         async with agents.agent.interaction(task) as interaction:
             segment = await interaction.turn()
             while not segment.terminated:
                 reply = segment.last_reply
-                record = await judge.ajudge(episode.session, reply)
-                _remember((task.data.task, reply), record)
-                _, done = episode.take(record)
-                if done:
+                turn = await episode.astep(reply)
+                _remember((task.data.task, reply), turn.record)
+                if episode.over:
                     break
-                segment = await interaction.turn(episode.feedback_message(record))
+                message = await asyncio.to_thread(episode.next_message, turn.record)
+                segment = await interaction.turn(message)
 
 
 # the records of the replies the episodes judged, for the reward to find instead of judging them again

@@ -1,7 +1,7 @@
 """Weights & Biases logging: a Gymnasium wrapper that records every judged step of a pkb-env episode.
 
     import gymnasium, pkb_env
-    from pkb_env.wandb_logging import WandbLogger
+    from pkb_env.entrypoints.gym.wandb import WandbLogger
 
     env = WandbLogger(gymnasium.make("pkb_env/ParallelKernel-v0", task="all_reduce", world_size=4),
                       project="pkb-env", config={"model": "my-model", "seed": 0})
@@ -263,14 +263,17 @@ class WandbLogger(gymnasium.Wrapper):
 # -- config ----------------------------------------------------------------------------------------
 def run_config(env: gymnasium.Env) -> dict[str, Any]:
     """The run config describing `env` (a ParallelKernelEnv, possibly wrapped): see the module docstring."""
-    from pkb_env.env import ParallelKernelEnv
+    from pkb_env.client import LocalClient
+    from pkb_env.entrypoints.gym.env import ParallelKernelEnv
 
     base = env.unwrapped
     if not isinstance(base, ParallelKernelEnv):
         raise TypeError(f"WandbLogger wraps a ParallelKernelEnv, got {type(base).__name__}; create the env with "
                         f"gymnasium.make('pkb_env/ParallelKernel-v0', ...)")
-    judge = base.judge
-    info, config = judge.info, judge.config
+    client = base.client
+    info, config = client.info, client.config
+    # the timing protocol in force: a local judge's (a pool's actors run the config's on their own clocks)
+    protocol = client.run(lambda service: service.protocol) if isinstance(client, LocalClient) else None
     spec = getattr(env, "spec", None) or getattr(base, "spec", None)
     reward_fn = base.reward_fn
     return {
@@ -291,7 +294,7 @@ def run_config(env: gymnasium.Env) -> dict[str, Any]:
         },
         "reward": {"name": reward_fn.name, "kind": reward_fn.kind, "bounds": list(reward_fn.bounds),
                    "config": jsonable(dict(reward_fn.config))},
-        "judge": {"config": jsonable(config), "protocol": jsonable(judge.protocol)},
+        "judge": {"config": jsonable(config), "protocol": jsonable(protocol)},
         "versions": package_versions(),
     }
 

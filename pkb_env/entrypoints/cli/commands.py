@@ -1,24 +1,17 @@
-"""The commands of `pkb-env`, each a thin client of one JudgeService (or, for `tasks`, of the catalogue)."""
+"""The commands of `pkb-env`, each a thin client of one judge client (pkb_env/client.py), or for `tasks` and
+`topology` of the catalogue and the machine."""
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
 from tqdm import tqdm
 
-from pkb_env.cli.exits import EXIT_CODES
 from pkb_env.config import JudgeConfig
+from pkb_env.entrypoints.cli.exits import EXIT_CODES
+from pkb_env.errors import JudgeError
+from pkb_env.settings import judge_config
 from pkb_env.tables import table
-
-
-def judge_config(args: argparse.Namespace) -> JudgeConfig:
-    """The JudgeConfig of a command: its placement options over the judge settings of its --config file."""
-    settings = dict(getattr(args, "judge_settings", None) or {})
-    for name in ("executor", "world_size", "preset", "dtype"):
-        if hasattr(args, name):
-            settings[name] = getattr(args, name)
-    return JudgeConfig.from_mapping(settings)
 
 
 def cmd_tasks(args) -> int:
@@ -32,15 +25,15 @@ def cmd_show(args) -> int:
     """The prompt the env's first observation carries here (with the cached calibration, if any: `show`
     never measures; `pkb-env calibrate` does). Where none is cached the env measures one at its first open
     and its prompt gains the measured figures, so a note on stderr says that this prompt lacks them."""
-    from pkb_env.service import JudgeService
+    from pkb_env.client import LocalClient
 
-    with JudgeService(judge_config(args).replace(calibration="cached")) as judge:
-        print(judge.open(args.task, prestart=False).prompt)
-        if judge.measurable and judge.calibration() is None:
-            print(f"note: no calibration of this machine at world size {judge.world_size} is cached, so this "
+    with LocalClient(judge_config(args).replace(calibration="cached")) as client:
+        print(client.observation(args.task)["prompt"])
+        if client.run(lambda service: service.measurable and service.calibration() is None):
+            print(f"note: no calibration of this machine at world size {client.world_size} is cached, so this "
                   f"prompt has the datasheet's peaks only; the env measures one when it first opens a task and "
                   f"its prompt then adds 'Measured here: ...'. `pkb-env calibrate --world-size "
-                  f"{judge.world_size}` measures it now.", file=sys.stderr)
+                  f"{client.world_size}` measures it now.", file=sys.stderr)
     return 0
 
 
@@ -65,10 +58,10 @@ class RankProgress:
 
 
 def cmd_eval(args) -> int:
-    from pkb_env import spaces
     from pkb_env.agents import FileAgent
+    from pkb_env.client import LocalClient
+    from pkb_env.record import Verdict
     from pkb_env.rewards import load_reward
-    from pkb_env.service import JudgeService
     from pkb_env.task import load_task
 
     load_task(args.task)
@@ -77,17 +70,15 @@ def cmd_eval(args) -> int:
     progress = RankProgress(args.world_size)
     verdicts, summary = [], []
     try:
-        with JudgeService(judge_config(args), progress=progress) as judge:
-            prompt = judge.open(args.task, prestart=False)  # the observation alone: nothing starts yet
-            session = None                                  # the ranks, once a file must be run
+        with LocalClient(judge_config(args), progress=progress) as client:
+            observation = client.observation(args.task)   # nothing starts yet: a file parse and screen decide
             # a bar for a folder, on a terminal only (tqdm's disable=None): none in logs
             for path in tqdm(agent.files, desc=f"judging on {args.task}", unit="file",
                              disable=True if len(agent.files) < 2 else None):
-                action = agent.act(spaces.observation(prompt))  # each file is judged as turn 0 of its own episode
-                record = judge.screen(prompt, action)          # unparsable or flagged: decided at once
-                if record is None:
-                    session = session or judge.open(args.task)
-                    record = session.judge(action)
+                action = agent.act(observation)            # each file is judged as turn 0 of its own episode
+                record = client.submit(args.task, action).result()
+                if record.verdict is Verdict.JUDGE_ERROR:  # the judge failed, not the file: exit 7, say why
+                    raise JudgeError(f"{path}: {record.error}")
                 reward = reward_fn(record).value
                 verdicts.append(record.verdict)
                 if args.json:
@@ -157,7 +148,7 @@ def _short(text, limit: int = 90) -> str:
 
 
 def cmd_evaluate(args) -> int:
-    from pkb_env.cli.data import open_recorder
+    from pkb_env.entrypoints.cli.data import open_recorder
     from pkb_env.evaluation import agent_from_spec, evaluate, resolve_tasks
 
     try:
@@ -173,16 +164,18 @@ def cmd_evaluate(args) -> int:
         if args.ray is None:
             if args.actors is not None or args.cpus_per_actor is not None:
                 raise ValueError("--actors and --cpus-per-actor size a Ray pool: add --ray local (or --ray auto)")
-            report = evaluate(agent, tasks=tasks, config=judge_config(args), samples=args.samples, ks=ks,
-                              reward=args.reward, recorder=recorder)
+            from pkb_env.client import LocalClient
+
+            client = LocalClient(judge_config(args))
         else:
             from pkb_env.pool import JudgePool
 
-            with JudgePool(judge_config(args), address=args.ray, actors=args.actors,
-                           cpus_per_actor=args.cpus_per_actor) as pool:
-                print(f"pkb-env: judging on {pool.size} Ray actor(s) of {pool.shape.describe()}", file=sys.stderr)
-                report = evaluate(agent, tasks=tasks, samples=args.samples, ks=ks, reward=args.reward, pool=pool,
-                                  recorder=recorder)
+            client = JudgePool(judge_config(args), address=args.ray, actors=args.actors,
+                               cpus_per_actor=args.cpus_per_actor)
+            print(f"pkb-env: judging on {client.size} Ray actor(s) of {client.shape.describe()}", file=sys.stderr)
+        with client:
+            report = evaluate(agent, tasks=tasks, client=client, samples=args.samples, ks=ks, reward=args.reward,
+                              recorder=recorder)
     finally:
         if recorder is not None:
             recorder.close()
@@ -208,31 +201,31 @@ DEMO_EXPECTED = {"reference": "correct", "ring send/recv": "correct", "wrong: no
 
 def cmd_demo(args) -> int:
     """Three single-turn episodes on all_reduce: the reference, a ring of send/recv, and a wrong candidate."""
-    from pkb_env import solutions, spaces
+    from pkb_env import solutions
     from pkb_env.agents import ReferenceAgent
+    from pkb_env.client import LocalClient
     from pkb_env.rewards import load_reward
-    from pkb_env.service import JudgeService
 
     ring = solutions.read("examples", "all_reduce_ring")
     wrong = "```python\nimport torch\n\ndef solution(tensor):\n    return tensor.clone()  # forgot the peers\n```"
     reward_fn = load_reward(args.reward)
     rows, reports, verdicts = [], [], {}
-    with JudgeService(judge_config(args)) as judge, \
+    with LocalClient(judge_config(args)) as client, \
             tqdm(total=4, desc="starting rank processes", unit="step", disable=None) as bar:  # terminals only
-        session = judge.open("all_reduce")
-        prompt = session.prompt
+        observation = client.observation("all_reduce", ready=True)
+        prompt = observation["prompt"]
         bar.update()
-        for label, action in (("reference", ReferenceAgent().act(spaces.observation(session))),
+        for label, action in (("reference", ReferenceAgent().act(observation)),
                               ("ring send/recv", ring), ("wrong: no communication", wrong)):
             bar.set_description(f"judging: {label}")
-            record = judge.open("all_reduce").judge(action)   # each candidate is a single-turn episode of its own
+            record = client.submit("all_reduce", action).result()   # each a single-turn episode of its own
             reward = reward_fn(record).value
             bar.update()
             verdicts[label] = record.verdict.value
             rows.append([label, record.verdict.value, record.speedup, record.roofline_fraction, reward,
                          round(record.wall_s, 3)])
             reports.append(f"--- {label}: reward {reward:+.3f}\n{record.feedback}")
-        where = f"executor: {judge.info.name}, world size {judge.world_size}"
+        where = f"executor: {client.info.name}, world size {client.world_size}"
     print(f"{where}; the prompt of turn 0:\n")
     print(prompt)
     print("\n\n".join(reports))
@@ -280,14 +273,13 @@ def containment_summary() -> str:
 
 
 def cmd_calibrate(args) -> int:
-    from pkb_env.service import JudgeService
+    from pkb_env.client import LocalClient
 
     progress = RankProgress(args.world_size)
     try:
-        with JudgeService(JudgeConfig(executor=args.executor, world_size=args.world_size), progress=progress) as judge:
-            print(f"calibrating {judge.info.hardware} at world size {args.world_size}...", file=sys.stderr)
-            cal = judge.calibrate()
-            where = judge.calibration_path()
+        with LocalClient(JudgeConfig(executor=args.executor, world_size=args.world_size), progress=progress) as client:
+            print(f"calibrating {client.info.hardware} at world size {args.world_size}...", file=sys.stderr)
+            cal, where = client.run(lambda service: (service.calibrate(), service.calibration_path()))
     finally:
         progress.close()
     rows = [[size, bw] for size, bw in cal.busbw_by_size]

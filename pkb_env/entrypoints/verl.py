@@ -2,7 +2,7 @@
 
     python examples/verl/make_dataset.py --executor cuda --world-size 8 --out data/pkb   # the suite as verl parquet
     python -m verl.trainer.main_ppo ... \\
-        reward.custom_reward_function.path=pkg://pkb_env.integrations.verl \\
+        reward.custom_reward_function.path=pkg://pkb_env.entrypoints.verl \\
         reward.custom_reward_function.name=compute_score reward.num_workers=1 \\
         +reward.custom_reward_function.reward_kwargs.executor=cuda \\
         +reward.custom_reward_function.reward_kwargs.world_size=8
@@ -34,9 +34,10 @@ import asyncio
 import json
 from typing import Any, Mapping
 
-from pkb_env.integrations.shared import plain, read_settings, reward_function, shared_judge, shared_pool
+from pkb_env.client import shared_client
 from pkb_env.record import EvaluationRecord
 from pkb_env.rewards import RewardFunction
+from pkb_env.settings import plain, read_settings, reward_function
 
 OPTIONS = {"reward": "default", "pool_address": None, "pool_actors": None}
 ROW_SETTINGS = ("executor", "world_size", "preset", "dtype", "reward")
@@ -58,15 +59,10 @@ async def compute_score(data_source: str, solution_str: str, ground_truth: Any, 
     settings = read_settings({**given, **row}, WHERE, OPTIONS)
     reward_fn = reward_function(settings.options["reward"], WHERE)
     address = settings.options["pool_address"]
-    if address:
-        pool = await asyncio.to_thread(shared_pool, settings.config, str(address), settings.options["pool_actors"])
-        future = await asyncio.to_thread(pool.submit, task, solution_str, preset, dtype)
-        record = await asyncio.wrap_future(future)
-    else:
-        judge = await asyncio.to_thread(shared_judge, settings.config)
-        session = await asyncio.to_thread(judge.session, task, preset, dtype)
-        record = await asyncio.to_thread(judge.judge, session, solution_str)
-    return score_of(record, reward_fn)
+    client = await asyncio.to_thread(shared_client, settings.config, str(address) if address else None,
+                                     settings.options["pool_actors"])
+    future = await asyncio.to_thread(client.submit, task, solution_str, preset, dtype)
+    return score_of(await asyncio.wrap_future(future), reward_fn)
 
 
 def score_of(record: EvaluationRecord, reward_fn: RewardFunction) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """A SkyRL-Gym text env over the judge: `PkbTextEnv`, registered as "pkb_env" on import (docs/integrations.md,
 examples/skyrl/README.md).
 
-    import pkb_env.integrations.skyrl      # registers "pkb_env" with skyrl_gym
+    import pkb_env.entrypoints.skyrl       # registers "pkb_env" with skyrl_gym
     env = skyrl_gym.make("pkb_env", env_config={"executor": "cuda", "world_size": 8, "max_turns": 4},
                          extras={"task": "all_reduce"})
     chat, info = env.init(prompt)          # the row's prompt (empty: the task's own first-turn prompt)
@@ -11,7 +11,7 @@ SkyRL (skyrl-gym 0.4.0) makes one env per trajectory from a dataset row (`env_cl
 columns as `extras`) and the `env_config` of that env class, and steps it synchronously from its
 generator's thread pool. A step judges the completion on the row's task and returns the turn's reward (the
 reward function of `reward`, default the env's shaped reward, as ParallelKernelEnv.step returns it); the
-episode ends, as the Gymnasium env's does (pkb_env/env.py), when a correct completion reaches
+episode ends, as the Gymnasium env's does (pkb_env/episode.py), when a correct completion reaches
 `target_speedup` (or is correct where speed is not measured), or after `max_turns` completions. Until
 then the judge's feedback on the completion (the "Result of your previous attempt" section of the prompt)
 is the next user message; the first prompt stays in SkyRL's chat history, so it is not sent again.
@@ -20,7 +20,7 @@ The task is the row's `task` column (extras["task"]), else its extra_info.task.
 env_config: any JudgeConfig setting (executor, world_size, preset, dtype, deadlines, ...), max_turns
 (default 4; skyrl-train's generator puts its generator.max_turns in extras, which then wins), target_speedup
 (1.0), reward ("default"). Every env of a process with the same judge settings
-shares one JudgeService (pkb_env/integrations/shared.py), one step at a time.
+shares one judge client (pkb_env/client.py's shared_client), one step at a time.
 """
 from __future__ import annotations
 
@@ -28,13 +28,15 @@ from typing import Any, Dict, List, Tuple
 
 from pkb_env.extras import require
 
-require("skyrl_gym", "skyrl", "pkb_env.integrations.skyrl (SkyRL's PkbTextEnv)")
+require("skyrl_gym", "skyrl", "pkb_env.entrypoints.skyrl (SkyRL's PkbTextEnv)")
 
 from skyrl_gym.envs import register  # noqa: E402
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType  # noqa: E402
 from skyrl_gym.envs.registration import registry  # noqa: E402
 
-from pkb_env.integrations.shared import Episode, plain, read_settings, reward_function, shared_judge  # noqa: E402
+from pkb_env.client import shared_client  # noqa: E402
+from pkb_env.episode import Episode  # noqa: E402
+from pkb_env.settings import plain, read_settings, reward_function  # noqa: E402
 
 ENV_ID = "pkb_env"
 OPTIONS = {"max_turns": 4, "target_speedup": 1.0, "reward": "default"}
@@ -56,28 +58,26 @@ class PkbTextEnv(BaseTextEnv):
                              "row a 'task' column (or extra_info.task) with the task's name (`pkb-env tasks` lists "
                              "them; examples/skyrl/README.md shows a row)")
         reward_fn = reward_function(settings.options["reward"], "env_config")
-        self.episode = Episode(reward_fn, max_turns, settings.options["target_speedup"],
-                               where="env_config's, or the extras' that skyrl-train's generator sets")
+        self.client = shared_client(settings.config)
+        self.episode = Episode(self.client, str(task), reward_fn, max_turns, settings.options["target_speedup"],
+                               where="env_config's, or the extras' that skyrl-train's generator sets")   # TaskError
         self.max_turns = self.episode.max_turns
-        self.judge = shared_judge(settings.config)
-        self.episode.session = self.judge.session(str(task))   # TaskError naming the fix: at make time
 
     def init(self, prompt: ConversationType) -> Tuple[ConversationType, Dict[str, Any]]:
         """The row's prompt as it is, or (none given) the task's first-turn prompt as one user message."""
-        session = self.episode.session
-        chat = list(prompt) if prompt else [{"role": "user", "content": session.prompt}]
-        service = self.judge.service
-        return chat, {"task": session.name, "world_size": service.world_size, "executor": service.info.name}
+        episode = self.episode
+        chat = list(prompt) if prompt else [{"role": "user", "content": episode.observation()["prompt"]}]
+        return chat, {"task": episode.task, "world_size": self.client.config.world_size,
+                      "executor": self.client.info.name}
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
         episode = self.episode
-        episode.check_open()     # SkyRL makes a new env per trajectory
-        record = self.judge.judge(episode.session, action)
-        result, done = episode.take(record)
+        turn = episode.step(action)     # raises once the episode is over: SkyRL makes a new env per trajectory
         self.turns = episode.turns
-        observations = [] if done else [{"role": "user", "content": episode.feedback_message(record)}]
-        return BaseTextEnvStepOutput(observations=observations, reward=float(result.value), done=done,
-                                     metadata=episode.info(record, result))
+        done = episode.over
+        observations = [] if done else [{"role": "user", "content": episode.next_message(turn.record)}]
+        return BaseTextEnvStepOutput(observations=observations, reward=turn.reward, done=done,
+                                     metadata={k: v for k, v in turn.info.items() if k != "record"})
 
     def get_metrics(self) -> Dict[str, Any]:
         return self.episode.metrics()

@@ -1,8 +1,10 @@
 """`pkb-env`: list tasks, show a prompt, judge files, evaluate an agent, run the demo episode, calibrate, turn
 recorded episodes into training data (`data`, cli/data.py).
 
-Every command that judges is a thin client of one JudgeService (pkb_env/service.py): the options make a
-JudgeConfig (options.py), the commands (commands.py) open tasks and judge through it.
+Every command that judges is a thin client of one judge client (pkb_env/client.py: a LocalClient, or with --ray
+a JudgePool): the options make a JudgeConfig (pkb_env/settings.py), the commands (commands.py) judge through it.
+`pkb-env serve` is the OpenEnv server's own program (pkb_env/entrypoints/openenv/__main__.py), handed its
+arguments as they are.
 
 Exit codes are part of the interface (CI jobs gate on them); see `pkb-env eval --help` and EXIT_CODES.
 Ctrl-C and SIGTERM end a command cleanly: the rank processes are stopped and the executor's temporary
@@ -11,29 +13,27 @@ directory removed before the exit (130 for Ctrl-C, 143 for SIGTERM), with one li
 from __future__ import annotations
 
 import os
-import signal
 import sys
-import threading
-from contextlib import contextmanager
 
-from pkb_env.cli.exits import EXIT_CODES, EXIT_INTERRUPTED, EXIT_JUDGE_FAILURE, EXIT_TERMINATED, EXIT_USAGE
-from pkb_env.cli.options import parser, with_config
+from pkb_env.entrypoints.cli.exits import EXIT_CODES, EXIT_INTERRUPTED, EXIT_JUDGE_FAILURE, EXIT_TERMINATED, EXIT_USAGE
+from pkb_env.entrypoints.cli.options import parser
 from pkb_env.errors import JudgeError, PoolError
 from pkb_env.extras import MissingExtra
+from pkb_env.settings import with_config
+from pkb_env.signals import Terminated, sigterm_raises
 
 __all__ = ["main", "EXIT_CODES", "EXIT_USAGE", "EXIT_JUDGE_FAILURE", "EXIT_INTERRUPTED", "EXIT_TERMINATED"]
 
 
-class Terminated(BaseException):
-    """SIGTERM, raised in the main thread so that `finally` blocks (the service's close) run before the exit.
-
-    A BaseException, like KeyboardInterrupt, so that no `except Exception` on the way swallows it."""
-
-
 def main(argv: list[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else list(argv)
+    if given[:1] == ["serve"]:   # the server's own program, in this process (its signals, its exit code)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "pkb_env.entrypoints.openenv", *given[1:]])
     cli = parser()
     args = cli.parse_args(argv)  # argparse's own usage errors exit here with code 2
-    with _sigterm_raises():
+    with sigterm_raises():
         try:
             args = with_config(cli, args, argv)
             if getattr(args, "limits_world_size", False) and getattr(args, "ray", None) is None:  # a pool's nodes decide
@@ -59,23 +59,6 @@ def main(argv: list[str] | None = None) -> int:
         except BrokenPipeError:  # `pkb-env tasks | head`: the reader has gone; nothing left to say
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
             return 0
-
-
-@contextmanager
-def _sigterm_raises():
-    """SIGTERM raises Terminated for the block (main thread, and only where nobody else set a handler)."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        yield
-        return
-
-    def handler(signum, frame):
-        raise Terminated()
-
-    signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 if __name__ == "__main__":

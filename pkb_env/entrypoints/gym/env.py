@@ -1,8 +1,8 @@
 """`ParallelKernelEnv`: one episode is one task; each step judges one candidate module.
 
-The env is small on purpose: it keeps the episode (task, turn, best result, turn credit) and turns the
-judge's EvaluationRecord into (observation, reward, terminated, truncated, info). The judging lives
-behind its `JudgeService` (pkb_env/service.py), the reward in `pkb_env.rewards`.
+The env is small on purpose: the episode's rules are pkb_env/episode.py's (the same for every door), the
+judging is its client's (pkb_env/client.py), the reward `pkb_env.rewards`'. It turns a judged turn into
+(observation, reward, terminated, truncated, info) and keeps Gymnasium's contract around it.
 """
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ from typing import Any, Sequence
 import gymnasium
 
 from pkb_env import spaces as S
+from pkb_env.client import JudgeClient, LocalClient
 from pkb_env.config import JudgeConfig
-from pkb_env.record import EvaluationRecord
-from pkb_env.rewards import RewardResult, TurnCredit, improvement, load_reward
-from pkb_env.service import JudgeService, TaskSession
-from pkb_env.task import TaskError, load_task
+from pkb_env.episode import Episode, Turn, task_pool
+from pkb_env.rewards import TurnCredit, load_reward
 
 
 class ParallelKernelEnv(gymnasium.Env[dict, str]):
@@ -40,7 +39,7 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
     From the reward function named by `reward` (configs/rewards/; default: shaped, in [-1, 1]) applied
     to the EvaluationRecord. `turn_credit="improvement"` pays only the gain over the best earlier turn.
 
-    ## Episode end
+    ## Episode end (pkb_env/episode.py)
     terminated: a correct action reached `target_speedup` (or was correct where speed is not measured): its
     speedup at least the target, and the lower end of its 90% interval from the step's paired bursts too
     where it has one (a speedup whose pairs straddle the target has not shown it reached it).
@@ -48,6 +47,8 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
     After `terminated`, call `reset()`. A further `step()` is still judged (the record is real) but warns
     once per episode, as Gymnasium's own environments do: what it returns belongs to no episode. After
     `max_turns` actions `step()` raises until `reset()` (the observation's turn cannot go past max_turns).
+    A step the judge itself could not judge (verdict judge_error: never the code's fault) is a turn that earns
+    the reward's unjudged value (0 for the shipped rewards); its feedback says so.
 
     ## Arguments
     task: a task name, a list of names to draw from at reset, or None for the whole suite.
@@ -55,10 +56,14 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
     world_size, executor ("auto" | "cpu" | "cuda" | "cuda-emulated"), preset ("tiny" | "bench" | "large"),
     dtype (None: the preset's). max_turns, target_speedup, reward (config name or YAML path),
     turn_credit ("turn" | "improvement"), render_mode (None | "ansi").
+    client: a JudgeClient to judge on instead (a LocalClient or a JudgePool, shared with other envs: the env then
+    neither makes nor closes one, and `config` and its shorthands must be left out).
 
-    The env's judge is `env.unwrapped.judge`, a JudgeService (its calibration, reference timings, isolation).
+    The env's judge is `env.unwrapped.client` (pkb_env/client.py; `client.run(fn)` reaches the local service).
 
     .. versionchanged:: 0.2 `judge_settings` became `config` (a JudgeConfig holds every setting).
+    .. versionchanged:: 0.3 `env.unwrapped.judge` (a JudgeService) became `env.unwrapped.client` (a JudgeClient);
+       a judge failure is a judge_error turn instead of an exception; the module moved to pkb_env.entrypoints.gym.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 1}  # fps: text frames, one per step
@@ -66,55 +71,37 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
     def __init__(self, task: str | Sequence[str] | None = "all_reduce", world_size: int | None = None,
                  executor: str | None = None, preset: str | None = None, dtype: str | None = None, max_turns: int = 4,
                  target_speedup: float = 1.0, reward: str = "default", turn_credit: str = "turn",
-                 config: JudgeConfig | None = None, render_mode: str | None = None):
+                 config: JudgeConfig | None = None, render_mode: str | None = None, client: JudgeClient | None = None):
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode {render_mode!r} is not supported; use None or 'ansi'")
-        if not isinstance(max_turns, int) or max_turns < 1:
+        if not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1:
             raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
         shorthands = {"world_size": world_size, "executor": executor, "preset": preset, "dtype": dtype}
-        config = (config or JudgeConfig()).replace(**{k: v for k, v in shorthands.items() if v is not None})
+        if client is not None and (config is not None or any(v is not None for v in shorthands.values())):
+            raise ValueError("pass either client or config (and its shorthands): a client judges with its own "
+                             "config (client.config)")
         self.max_turns, self.target_speedup = max_turns, target_speedup
         self.turn_credit = TurnCredit(turn_credit)
         self.reward_fn = load_reward(reward)
         self.render_mode = render_mode
-        self.judge = JudgeService(config)
+        self._own_client = client is None
+        if client is None:
+            config = (config or JudgeConfig()).replace(**{k: v for k, v in shorthands.items() if v is not None})
+            client = LocalClient(config)
+        self.client = client
         try:
-            self.task_pool = self._checked_pool(task)
+            self.task_pool = task_pool(self.client, task)
         except Exception:
-            self.judge.close()
+            self.close()
             raise
         self.observation_space = S.observation_space(max_turns)
         self.action_space = S.action_space()
-        self._session: TaskSession | None = None
-        self._turn = 0
-        self._best_reward: float | None = None
-        self._best_speedup = 0.0
-        self._last: dict[str, Any] = {}
-        self._ended = False          # terminated: a further step() warns (once per episode)
+        self._episode: Episode | None = None
         self._warned_after_end = False
 
     @property
     def world_size(self) -> int:
-        return self.judge.world_size
-
-    def _checked_pool(self, task: str | Sequence[str] | None) -> list[str]:
-        """The tasks this env draws from, each able to run here. None: the whole suite as it runs here
-        (JudgeService.tasks)."""
-        if task is None:
-            names = self.judge.tasks()
-            if not names:
-                raise TaskError(f"no task of the suite runs at world size {self.world_size} with preset "
-                                f"{self.judge.config.preset!r} here; `pkb-env tasks` lists the world sizes and "
-                                f"presets of each")
-            return names
-        names = [task] if isinstance(task, str) else list(task)
-        if not names:
-            raise TaskError("the task list is empty; pass a task name, a list of names, or None for all tasks")
-        for name in names:
-            problem = self.judge.problem(load_task(name))  # load_task raises with the list of known tasks
-            if problem:
-                raise TaskError(problem)
-        return names
+        return self.client.config.world_size
 
     # -- Gymnasium API -----------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -126,11 +113,11 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
             raise ValueError(f"unknown reset options {sorted(options)}; the only option is 'task'")
         if name is None:
             name = self.task_pool[int(self.np_random.integers(len(self.task_pool)))]
-        self._session = self.judge.open(name)  # TaskError naming the fix; starts the ranks for the first step
-        self._turn, self._best_reward, self._best_speedup = 0, None, 0.0
-        self._last = {}
-        self._ended = self._warned_after_end = False
-        return self._observation(""), {"task": name, "world_size": self.world_size, "executor": self.judge.info.name}
+        self._episode = Episode(self.client, name, self.reward_fn, self.max_turns, self.target_speedup,
+                                self.turn_credit.value)   # TaskError naming the fix
+        self._warned_after_end = False
+        observation = self._episode.observation()          # makes the judge ready: the first step need not wait
+        return observation, {"task": name, "world_size": self.world_size, "executor": self.client.info.name}
 
     def step(self, action: str):
         """Judge `action`. Returns (obs, reward, terminated, truncated, info).
@@ -142,77 +129,36 @@ class ParallelKernelEnv(gymnasium.Env[dict, str]):
           roofline_fraction (float | None: the cost model's bound / measured time; above 1 only if the
             model or the measurement is wrong, which the timing then reports as suspect),
           reward_terms (dict: every term of the reward), turn_reward (float: before turn credit),
+          turn (int: turns taken in this episode, this one included),
           flags (list[str]: screen/runtime findings as "code: message"),
           stage_seconds (dict: wall time per stage), feedback (str), record (EvaluationRecord).
         """
-        if self._session is None:
+        episode = self._episode
+        if episode is None:
             raise RuntimeError("step() called before reset(); call env.reset() to start an episode")
-        if self._turn >= self.max_turns:
-            raise RuntimeError(f"the episode is over ({self.max_turns} actions taken, truncated=True was returned); "
-                               f"call env.reset() to start the next one")
-        if self._ended and not self._warned_after_end:
+        episode.check_open(after_solved=True)
+        if episode.solved and not self._warned_after_end:
             self._warned_after_end = True
             gymnasium.logger.warn("You are calling 'step()' even though this episode already returned terminated=True. "
                                   "You should call 'reset()' once you receive 'terminated=True': this step is "
                                   "judged, but its reward and observation belong to no episode.")
-        record = self._session.judge(action)
-        result = self.reward_fn(record)
-        reward = result.value
-        if self.turn_credit is TurnCredit.IMPROVEMENT:
-            reward = improvement(result.value, self._best_reward)
-        self._best_reward = result.value if self._best_reward is None else max(self._best_reward, result.value)
-        if record.speedup is not None and record.correct:
-            self._best_speedup = max(self._best_speedup, record.speedup)
-        self._turn += 1
-        terminated = record.correct and (not record.performance_available or reached(record, self.target_speedup))
-        truncated = not terminated and self._turn >= self.max_turns
-        self._ended = self._ended or terminated
-        info = step_info(record, result)
-        info["turn_reward"] = result.value
-        self._last = {"record": record, "reward": reward}
-        return self._observation(record.feedback), float(reward), bool(terminated), bool(truncated), info
+        turn = episode.step(action, after_solved=True)
+        return episode.observation(turn.record.feedback), turn.reward, turn.terminated, turn.truncated, turn.info
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":
             return None
-        if self._session is None:
+        episode = self._episode
+        if episode is None:
             return "pkb-env: no episode (call reset)\n"
-        head = (f"[{self._session.name} | world {self.world_size} | {self.judge.info.name} | "
-                f"turn {self._turn}/{self.max_turns}]")
-        record: EvaluationRecord | None = self._last.get("record")
-        if record is None:
+        head = (f"[{episode.task} | world {self.world_size} | {self.client.info.name} | "
+                f"turn {episode.turns}/{self.max_turns}]")
+        last: Turn | None = episode.last
+        if last is None:
             return head + " waiting for the first action\n"
-        return f"{head} verdict={record.verdict.value} reward={self._last['reward']:+.3f}\n{record.feedback}\n"
+        return f"{head} verdict={last.record.verdict.value} reward={last.reward:+.3f}\n{last.record.feedback}\n"
 
     def close(self) -> None:
-        """Stop every rank process and remove the judge's files (JudgeService.close)."""
-        self.judge.close()
-
-    def _observation(self, feedback: str) -> dict[str, Any]:
-        return S.observation(self._session, feedback, self._turn, self._best_speedup)
-
-
-def reached(record: EvaluationRecord, target: float) -> bool:
-    """The step's speedup reached `target`, its interval's lower end too where it has one (docs/timing.md)."""
-    if record.speedup is None or record.speedup < target:
-        return False
-    interval = record.speedup_interval
-    return interval is None or interval[0] >= target
-
-
-def step_info(record: EvaluationRecord, result: RewardResult) -> dict[str, Any]:
-    """The `info` of a step (ParallelKernelEnv.step documents each key), from its record and its reward."""
-    return {
-        "correct": record.correct,
-        "verdict": record.verdict.value if record.verdict else None,
-        "stage": record.stage.value,
-        "error": record.error,
-        "speedup": record.speedup,
-        "speedup_interval": record.speedup_interval,
-        "roofline_fraction": record.roofline_fraction,
-        "reward_terms": dict(result.terms),
-        "flags": [f"{f.code}: {f.message}" for f in record.flags],
-        "stage_seconds": dict(record.stage_seconds),
-        "feedback": record.feedback,
-        "record": record,
-    }
+        """Stop every rank process and remove the judge's files (a client the env made; one given is the caller's)."""
+        if self._own_client:
+            self.client.close()

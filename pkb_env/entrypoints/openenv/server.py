@@ -1,6 +1,6 @@
 """The OpenEnv server over the judge: what `pkb-env serve` runs (docs/integrations.md, examples/openenv/README.md).
 
-One JudgeService (a `SharedJudge`: made, used and closed on a thread of its own) serves every session.
+One judge client (a LocalClient: its judge made, used and closed on a thread of its own) serves every session.
 OpenEnv's `create_app` (openenv-core 0.3.0) makes one `PkbEnvironment` per WebSocket session and runs its
 reset and step on a thread of that session's, so a step blocks that thread while the judge works and the
 event loop stays free (`/health` answers during a step); steps of several sessions queue on the one judge,
@@ -25,12 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pkb_env.client import JudgeClient, LocalClient
 from pkb_env.config import JudgeConfig
+from pkb_env.entrypoints.openenv.client import ENV_NAME, PkbAction, PkbObservation, PkbState
+from pkb_env.episode import Episode
 from pkb_env.extras import require
-from pkb_env.integrations.openenv import ENV_NAME, PkbAction, PkbObservation, PkbState
-from pkb_env.integrations.shared import Episode, SharedJudge, reward_function
 from pkb_env.record import EvaluationRecord
 from pkb_env.rewards import RewardFunction
+from pkb_env.settings import reward_function
 
 require("uvicorn", "openenv", "pkb-env serve (uvicorn, which OpenEnv's server runs on)")
 
@@ -63,9 +65,9 @@ class PkbEnvironment(Environment[PkbAction, PkbObservation, PkbState]):
 
     SUPPORTS_CONCURRENT_SESSIONS = True   # sessions share nothing but the judge, whose calls queue
 
-    def __init__(self, judge: SharedJudge, settings: ServeSettings, reward_fn: RewardFunction):
+    def __init__(self, client: JudgeClient, settings: ServeSettings, reward_fn: RewardFunction):
         super().__init__()
-        self.judge, self.settings, self.reward_fn = judge, settings, reward_fn
+        self.client, self.settings, self.reward_fn = client, settings, reward_fn
         self.episode: Episode | None = None
         self._state = PkbState(max_turns=settings.max_turns)
         self._best: tuple[float, str, float | None] | None = None   # (reward, verdict, speedup) of the best turn
@@ -78,12 +80,12 @@ class PkbEnvironment(Environment[PkbAction, PkbObservation, PkbState]):
                              f"OpenEnv's seed and episode_id)")
         if not isinstance(task, str) or not task.strip():
             raise ValueError(f"reset needs task=NAME (a task of the suite: `pkb-env tasks` lists them), got {task!r}")
-        episode = Episode(self.reward_fn, self.settings.max_turns, self.settings.target_speedup, "pkb-env serve")
-        episode.session = self.judge.session(task)   # TaskError listing the suite; the judge's thread opens it
+        episode = Episode(self.client, task, self.reward_fn, self.settings.max_turns, self.settings.target_speedup,
+                          where="pkb-env serve")   # TaskError listing the suite
         self.episode, self._best = episode, None
-        self._state = PkbState(episode_id=episode_id or uuid.uuid4().hex, step_count=0, task=episode.session.name,
+        self._state = PkbState(episode_id=episode_id or uuid.uuid4().hex, step_count=0, task=episode.task,
                                max_turns=episode.max_turns)
-        return self._observation(episode.session.prompt, reward=None, done=False)
+        return self._observation(episode.observation()["prompt"], reward=None, done=False)
 
     def step(self, action: PkbAction, timeout_s: float | None = None, **kwargs: Any) -> PkbObservation:
         """Judge `action.code` as the episode's next turn. `timeout_s` is accepted and unused: the judge's own
@@ -93,19 +95,17 @@ class PkbEnvironment(Environment[PkbAction, PkbObservation, PkbState]):
             raise RuntimeError("no episode in this session: call reset(task=NAME) first. (OpenEnv's HTTP POST /step "
                                "makes a fresh environment per request, which has none: use the WebSocket /ws, as "
                                "PkbEnvClient does)")
-        episode.check_open()
-        record = self.judge.judge(episode.session, action.code)
-        result, done = episode.take(record)
-        reward = float(result.value)
-        if self._best is None or reward > self._best[0]:
-            self._best = (reward, record.verdict.value, record.speedup)
+        turn = episode.step(action.code)   # raises, naming the fix, once the episode is over
+        record, done = turn.record, episode.over
+        if self._best is None or turn.reward > self._best[0]:
+            self._best = (turn.reward, record.verdict.value, record.speedup)
         best_reward, best_verdict, _ = self._best
         self._state = self._state.model_copy(update={
             "step_count": episode.turns, "turn": episode.turns, "done": done, "best_reward": best_reward,
             "best_verdict": best_verdict, "best_speedup": episode.best_speedup, "judge_errors": episode.judge_errors})
-        info = episode.info(record, result)
-        prompt = "" if done else episode.session.prompt_after(record.feedback, episode.turns)
-        return self._observation(prompt, reward=reward, done=done, record=record, terms=info["reward_terms"])
+        prompt = "" if done else episode.observation(record.feedback)["prompt"]
+        return self._observation(prompt, reward=turn.reward, done=done, record=record,
+                                 terms=turn.info["reward_terms"])
 
     @property
     def state(self) -> PkbState:
@@ -121,8 +121,8 @@ class PkbEnvironment(Environment[PkbAction, PkbObservation, PkbState]):
                       "speedup": record.speedup, "speedup_interval": list(interval) if interval else None,
                       "roofline_fraction": record.roofline_fraction, "reward_terms": terms or {},
                       "error": record.error}
-        return PkbObservation(task=episode.session.name, prompt=prompt, turn=episode.turns, max_turns=episode.max_turns,
-                              world_size=self.judge.service.world_size, reward=reward, done=done, **fields)
+        return PkbObservation(task=episode.task, prompt=prompt, turn=episode.turns, max_turns=episode.max_turns,
+                              world_size=self.client.config.world_size, reward=reward, done=done, **fields)
 
 
 class BodyLimit:
@@ -149,14 +149,14 @@ class BodyLimit:
         await self.app(scope, receive, send)
 
 
-def make_app(judge: SharedJudge, settings: ServeSettings):
-    """OpenEnv's app over `judge`: sessions of PkbEnvironment, errors as 400s, bodies bounded; the judge is
+def make_app(client: JudgeClient, settings: ServeSettings):
+    """OpenEnv's app over `client`: sessions of PkbEnvironment, errors as 400s, bodies bounded; the client is
     closed at the app's shutdown."""
     from starlette.responses import JSONResponse
 
     settings.check()
     reward_fn = reward_function(settings.reward, "pkb-env serve --reward")
-    factory = functools.partial(PkbEnvironment, judge, settings, reward_fn)
+    factory = functools.partial(PkbEnvironment, client, settings, reward_fn)
     app = create_app(factory, PkbAction, PkbObservation, env_name=ENV_NAME, max_concurrent_envs=settings.max_sessions)
 
     async def refused(request, exc: Exception):
@@ -165,7 +165,7 @@ def make_app(judge: SharedJudge, settings: ServeSettings):
     app.add_exception_handler(ValueError, refused)     # TaskError, bad reset arguments
     app.add_exception_handler(RuntimeError, refused)   # no episode, episode over
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
-    app.router.on_shutdown.append(judge.close)
+    app.router.on_shutdown.append(client.close)
     return app
 
 
@@ -174,19 +174,19 @@ def serve(config: JudgeConfig, settings: ServeSettings, host: str = "127.0.0.1",
     """Run the server until SIGINT or SIGTERM; the judge's processes stop before it returns (or raises)."""
     import uvicorn
 
-    judge = SharedJudge(config)
+    client = LocalClient(config)
     try:
-        app = make_app(judge, settings)
-        judge.prestart()   # the rank processes start in the background: the first step need not wait
+        app = make_app(client, settings)
+        client.run(lambda service: service.prestart())   # the rank processes start: the first step need not wait
         server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level,
                                                ws_max_size=settings.max_request_bytes, timeout_graceful_shutdown=5))
         server.run()
     finally:
-        judge.close()
+        client.close()
 
 
 def app_from_environment():
-    """The app for `uvicorn --factory pkb_env.integrations.openenv_server:app_from_environment` (openenv.yaml's
+    """The app for `uvicorn --factory pkb_env.entrypoints.openenv.server:app_from_environment` (openenv.yaml's
     `app`): the judge settings from the YAML file named by PKB_ENV_SERVE_CONFIG (JudgeConfig's fields, and
     ServeSettings' under `serve:`), else the defaults. `pkb-env serve` is the usual way in."""
     import yaml
@@ -194,6 +194,6 @@ def app_from_environment():
     path = os.environ.get("PKB_ENV_SERVE_CONFIG")
     values = dict(yaml.safe_load(Path(path).read_text()) or {}) if path else {}
     serve_values = values.pop("serve", None) or {}
-    judge = SharedJudge(JudgeConfig.from_mapping(values))
-    judge.prestart()
-    return make_app(judge, ServeSettings(**serve_values))
+    client = LocalClient(JudgeConfig.from_mapping(values))
+    client.run(lambda service: service.prestart())
+    return make_app(client, ServeSettings(**serve_values))

@@ -1,8 +1,8 @@
 """pkb-env as an OpenEnv environment: its Pydantic models and `PkbEnvClient` (docs/integrations.md,
-examples/openenv/README.md). The server is `pkb-env serve` (pkb_env/integrations/openenv_server.py).
+examples/openenv/README.md). The server is `pkb-env serve` (pkb_env/entrypoints/openenv/server.py).
 
     pkb-env serve --port 8000 --executor cuda --world-size 8          # one judge, many sessions
-    from pkb_env.integrations.openenv import PkbAction, PkbEnvClient
+    from pkb_env.entrypoints.openenv import PkbAction, PkbEnvClient
     async with PkbEnvClient(base_url="http://127.0.0.1:8000") as env:
         result = await env.reset(task="all_reduce")     # result.observation.prompt: the first turn's prompt
         result = await env.step(PkbAction(code=completion))
@@ -12,7 +12,7 @@ examples/openenv/README.md). The server is `pkb-env serve` (pkb_env/integrations
 
 The client is OpenEnv's `EnvClient` (openenv-core 0.3.0): one WebSocket per client, one server-side session
 per WebSocket, each holding one episode at a time. An episode follows the Gymnasium env's rules
-(pkb_env/env.py): each step judges the completion and returns the turn's reward; it is done when a correct
+(pkb_env/episode.py): each step judges the completion and returns the turn's reward; it is done when a correct
 completion reaches the server's target speedup (or is correct where speed is not measured) or after its
 max turns. The observation after a step carries the next turn's prompt (the first one with the judge's
 feedback on this attempt), so a client that keeps no chat can send `observation.prompt` as it is.
@@ -23,7 +23,7 @@ from typing import Any
 
 from pkb_env.extras import require
 
-require("openenv.core", "openenv", "pkb_env.integrations.openenv (the OpenEnv server and PkbEnvClient)")
+require("openenv.core", "openenv", "pkb_env.entrypoints.openenv (the OpenEnv server and PkbEnvClient)")
 
 from openenv.core import EnvClient  # noqa: E402
 from openenv.core.client_types import StepResult  # noqa: E402
@@ -108,7 +108,7 @@ def server_reward(base_url: str):
     completion is one episode's first turn on its row's `task` (reset, then step), over one session per call.
     A completion with no text at all gets None (TRL leaves that sample out of this reward) rather than the
     server's refusal of empty code."""
-    from pkb_env.trl_reward import completion_text
+    from pkb_env.entrypoints.trl import completion_text
 
     def pkb_server(prompts: list, completions: list, task: list[str], **kwargs: Any) -> list[float | None]:
         rewards: list[float | None] = []

@@ -34,7 +34,7 @@ class RecordEpisodes(gymnasium.Wrapper):
                  system_prompt: str | None = "default", recorder: EpisodeRecorder | None = None):
         super().__init__(env)
         from pkb_env.agents import SYSTEM_PROMPT
-        from pkb_env.env import ParallelKernelEnv
+        from pkb_env.entrypoints.gym.env import ParallelKernelEnv
 
         if not isinstance(env.unwrapped, ParallelKernelEnv):
             raise TypeError(f"RecordEpisodes wraps a ParallelKernelEnv, got {type(env.unwrapped).__name__}; create "
@@ -62,8 +62,8 @@ class RecordEpisodes(gymnasium.Wrapper):
             raise RuntimeError("step() called before reset(); call env.reset() to start an episode")
         messages = build_messages(self._obs, self.system_prompt)
         obs, reward, terminated, truncated, info = self.env.step(action)
-        judge = self.env.unwrapped.judge
-        self.recorder.record(info["record"], action, messages, config=judge.config, topology=judge.info.topology,
+        client = self.env.unwrapped.client
+        self.recorder.record(info["record"], action, messages, config=client.config, topology=client.info.topology,
                              turn=self._turn, episode_id=self.episode_id, agent=self.agent, seed=self._seed,
                              reward=float(reward), reward_terms=info.get("reward_terms") or {})
         self._turn += 1
