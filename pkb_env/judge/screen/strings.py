@@ -53,15 +53,11 @@ class Strings:
         if self.spent > BUDGET:
             raise TooLarge(f"the module builds more than {BUDGET >> 20} MB of text from its strings")
 
-    def push(self, body: list[ast.stmt], params: tuple[str, ...] | list[str] = ()) -> None:
-        """Enter a scope: the strings its statements bind, in order (nested functions and classes excluded);
-        its parameters and other names it binds hide the outer scopes' strings of the same name."""
-        scope: dict[str, Text | None] = {name: None for name in params}
+    def push(self, body: list[ast.stmt], bound: list[str] | tuple[str, ...] = ()) -> None:
+        """Enter a scope: the strings its statements bind, in order (nested functions and classes excluded).
+        `bound`: every name the scope binds (parameters included), which hides the outer scopes' strings."""
+        scope: dict[str, Text | None] = dict.fromkeys(bound)
         self._scopes.append(scope)
-        for stmt in _in_order(body):
-            for node in ast.walk(stmt):
-                if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-                    scope.setdefault(node.id, None)
         for stmt in _in_order(body):
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]

@@ -18,6 +18,8 @@ from pkb_env.judge.screen.rules import (ANSWER_KEY_PATHS, BUILTIN_NAMES, COLLECT
 from pkb_env.judge.screen.strings import Strings, Text
 from pkb_env.record import Flag, Severity
 
+LOADER_PREFIXES = tuple(m + "." for m in LOAD_FROM_FILE_MODULES)
+
 class Screen(ast.NodeVisitor):
     """Walks the module once, resolving names through a stack of scopes, and collects flags."""
 
@@ -74,7 +76,7 @@ class Screen(ast.NodeVisitor):
                 resolved = self._dotted(value)
                 if resolved and not resolved.startswith("builtins."):
                     scope[name] = resolved
-        self.strings.push(body, list(params))
+        self.strings.push(body, list(names) + list(imports))   # every name bound here hides outer strings
 
     def _leave(self) -> None:
         self._scopes.pop()
@@ -178,7 +180,7 @@ class Screen(ast.NodeVisitor):
     def _check_module(self, name: str, node: ast.AST) -> None:
         parts = name.split(".")
         self._check_name(name, node, "imports")
-        if name in LOAD_FROM_FILE or any(name == m or name.startswith(m + ".") for m in LOAD_FROM_FILE_MODULES):
+        if name in LOAD_FROM_FILE or name in LOAD_FROM_FILE_MODULES or name.startswith(LOADER_PREFIXES):
             self._flag("load_from_file", EXPLOIT, node, f"imports {name}: {LOAD_FROM_FILE_FIX}")
         if parts[0] == "tasks" or parts[:2] == ["pkb_env", "tasks"] or "reference" in parts:
             self._flag("reference_import", EXPLOIT, node, f"imports {name} (importing the task's reference "
@@ -311,7 +313,7 @@ class Screen(ast.NodeVisitor):
         elif name in ENV_ALL:
             self._flag("multicast", EXPLOIT, node, f"calls {name} (it removes NVLink multicast's switches from the "
                                                    f"environment): {MULTICAST_FIX}")
-        elif name in LOAD_FROM_FILE or any(name.startswith(m + ".") for m in LOAD_FROM_FILE_MODULES):
+        elif name in LOAD_FROM_FILE or name.startswith(LOADER_PREFIXES):
             self._flag("load_from_file", EXPLOIT, node, f"calls {name}: {LOAD_FROM_FILE_FIX}")
         elif name == "importlib.util.find_spec":
             module = _const_str(first) if first is not None else None
@@ -380,7 +382,8 @@ class Screen(ast.NodeVisitor):
             if isinstance(node, ast.Constant) and "\n" in code:   # the line of a long source where it is
                 line = node.lineno + next((i for i, part in enumerate(code.split("\n")) if multicast_use(part)), 0)
             self._flag("multicast", EXPLOIT, node, f"{what} in a string ({around!r}): {MULTICAST_FIX}", line=line)
-        if text and ANSWER_KEY_PATHS.search(text):
+        low = text.lower()
+        if ("experts" in low or "candidates" in low) and ANSWER_KEY_PATHS.search(text):
             self._flag("load_from_file", EXPLOIT, node, f"names the expert solutions' folder: {LOAD_FROM_FILE_FIX}")
 
     def _check_call(self, name: str, node: ast.Call) -> None:
