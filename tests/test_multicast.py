@@ -31,6 +31,11 @@ from pkb_env.runtime.toolchain import nvcc_path
 from pkb_env.sandbox.variables import FORCED, MULTICAST_OFF, rank_environment
 
 ROOT = Path(__file__).resolve().parents[1]
+try:
+    import cupy_backends.cuda.libs.nvrtc  # noqa: F401
+    CUPY = True
+except ImportError:
+    CUPY = False
 SOLUTION = "\n\ndef solution(tensor):\n    return tensor.clone()\n"
 PTX = "multimem.ld_reduce.relaxed.sys.global.add.f32 %0, [%1];"
 
@@ -288,6 +293,42 @@ def test_an_extension_assembled_at_run_time_is_refused_by_the_compile_service(en
     assert exploits(screen_source(code, ["tensor"])) == {}
     feedback = _step(env2, code)["feedback"]
     assert "OUTCOME cuda_sources[0]: multimem" in feedback and "BUILT" not in feedback, feedback
+
+
+IN_RANK = {
+    "cupy_nvrtc": "from cupy.cuda import nvrtc\nnvrtc.createProgram(source, 'k.cu', [], [])",
+    "cupy_nvrtc_header": "from cupy.cuda import nvrtc\nnvrtc.createProgram('#include \"h.cuh\"', 'k.cu', [source], "
+                         "['h.cuh'])",
+    "torch_nvrtc": "import torch.cuda._utils as u\nu._nvrtc_compile(source, 'k')",
+    "torch_ptx": "import torch.cuda._utils as u\nu._cuda_load_module('.version 8.0\\n' + source)",
+    "torch_jiterator": "from torch.cuda import jiterator\njiterator._create_jit_fn(source)",
+    "runtime_cuda_module": "from pkb_env.runtime import CudaModule\nCudaModule(('.version 8.0\\n' + source).encode())",
+}
+
+
+@pytest.mark.skipif(not CUPY, reason="CuPy is not installed (its NVRTC bindings are one of the routes)")
+def test_compilers_a_rank_runs_itself_refuse_what_was_assembled_at_run_time(env2):
+    """CuPy's NVRTC, torch's NVRTC, PTX loader and jiterator in the candidate's own rank, and the runtime's
+    CudaModule given PTX: each refuses before compiling (so this holds on CPU ranks)."""
+    attempts = "".join(f"try:\n{textwrap.indent(body, '    ')}\n    seen.append({name!r} + ' RAN')\n"
+                       f"except Exception as exc:\n    seen.append({name!r} + ' ' + type(exc).__name__ + ': ' + "
+                       f"str(exc)[:80])\n" for name, body in IN_RANK.items())
+    code = ASSEMBLED + "seen = []\n" + attempts + "raise RuntimeError('SEEN ' + ' | '.join(seen))\n" + SOLUTION
+    assert exploits(screen_source(code, ["tensor"])) == {}, screen_source(code, ["tensor"]).flags
+    feedback = _step(env2, code)["feedback"]
+    for name in IN_RANK:
+        if name == "runtime_cuda_module":
+            assert f"{name} TypeError: CudaModule takes a cubin" in feedback, feedback
+        else:
+            assert re.search(rf"{name} MulticastRefused: [^|]*multimem", feedback), (name, feedback)
+
+
+@pytest.mark.skipif(not CUPY, reason="CuPy is not installed")
+def test_putting_back_a_compiler_the_rank_wrapped_is_caught(env2):
+    code = ("import cupy_backends.cuda.libs.nvrtc as nvrtc\nnvrtc.createProgram = nvrtc.destroyProgram\n" + SOLUTION)
+    info = _step(env2, code)
+    assert info["verdict"] == "flagged", info["feedback"]
+    assert any("createProgram" in f.message for f in info["record"].exploit_flags), info["record"].exploit_flags
 
 
 # -- the switches, in every process the judge starts ---------------------------------------------------
