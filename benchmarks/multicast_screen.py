@@ -199,7 +199,8 @@ def main() -> int:
           "".join(f"\n  {f}" for f in docs_only))
     print(f"asked for through PKB's ParallelKittens helpers without naming multicast: {len(helpers_only)}")
     if exceptions:
-        print("\nfiles where asks and screen disagree, or unparsable" + (" (and every file)" if args.files else "") + ":")
+        every = " (and every file)" if args.files else ""
+        print(f"\nfiles where asks and screen disagree, or unparsable{every}:")
         for name, r in exceptions:
             print(f"  {name}/{r['file']}: mention={r['mentions']} asks={r['asks']} screen={r['screen']} "
                   f"rule={r['rule']} compile={r['compile']}" + (f" UNPARSABLE ({r['screen_error'][:60]})"

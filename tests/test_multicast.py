@@ -11,7 +11,6 @@ experts, the references, TMA's cluster multicast) is not flagged.
 from __future__ import annotations
 
 import ast
-import os
 import re
 import shutil
 import textwrap
@@ -57,7 +56,8 @@ def exploits(result) -> dict[str, list[str]]:
 MULTICAST = {
     # multimem PTX in any string constant (CUDA sources live in Python strings)
     "ptx_triple_quoted": f'SRC = r"""\nextern "C" __global__ void k(float* mc) {{\n  asm volatile("{PTX}");\n}}"""',
-    "ptx_implicit_concatenation": 'SRC = ("asm volatile(\\"multi"\n       "mem.st.relaxed.sys.global.f32 [%0], %1;\\");")',
+    "ptx_implicit_concatenation": 'SRC = ("asm volatile(\\"multi"\n'
+                                  '       "mem.st.relaxed.sys.global.f32 [%0], %1;\\");")',
     "ptx_plus": 'SRC = "asm(\\"multi" + "mem.red.relaxed.sys.global.add.u32 [%0], 1;\\");"',
     "ptx_names_in_any_order": 'TAIL = "mem.st"\nHEAD = "multi"\nSRC = HEAD + TAIL',
     "ptx_augmented": 'SRC = "multi"\nSRC += "mem.ld_reduce"',
@@ -108,7 +108,8 @@ MULTICAST = {
     "symm_mem_multicast_ptr": 'import torch.distributed._symmetric_memory as symm_mem\n'
                               'def f(t):\n    return symm_mem.rendezvous(t, "0").multicast_ptr',
     "symm_mem_getattr": 'def f(handle):\n    return getattr(handle, "multicast_ptr")',
-    "symm_mem_multimem_op": 'import torch\ndef f(t):\n    return torch.ops.symm_mem.multimem_all_reduce_(t, "sum", "0")',
+    "symm_mem_multimem_op": 'import torch\ndef f(t):\n'
+                            '    return torch.ops.symm_mem.multimem_all_reduce_(t, "sum", "0")',
     "symm_mem_one_shot": 'import torch\nop = torch.ops.symm_mem.multimem_one_shot_all_reduce',
     "nvshmem_mc_ptr": 'SRC = "void* p = nvshmemx_mc_ptr(NVSHMEM_TEAM_WORLD, buf);"',
     # the switches: NCCL, torch, NVSHMEM; by name, by value, by dict, removed, by a computed name, behind os.environ
@@ -241,7 +242,8 @@ def test_strings_doubled_by_names_stop_at_a_bound():
 
 @pytest.mark.parametrize("source", [
     f'extern "C" __global__ void k(float* p) {{ float v; asm volatile("{PTX}" : "=f"(v) : "l"(p)); }}',
-    '#include <cuda.h>\nvoid f() { CUmemGenericAllocationHandle h; CUmulticastObjectProp p{}; cuMulticastCreate(&h, &p); }',
+    '#include <cuda.h>\nvoid f() { CUmemGenericAllocationHandle h; CUmulticastObjectProp p{}; '
+    'cuMulticastCreate(&h, &p); }',
     'void* f = dlsym(lib, "cuMulti" "castCreate");',
     '#define CREATE cuMulti##castCreate\nvoid f() { CREATE(0, 0); }',
     'asm volatile("MULTIMEM.ST.RELAXED.SYS.GLOBAL.F32 [%0], %1;" :: "l"(p), "f"(v));',
@@ -419,15 +421,17 @@ def test_a_build_cell_runs_with_the_switches_set(env2):
 FLIP_AT_RUN_TIME = {
     "through_os_environ": "import os\nsetter = type(os.environ).__setitem__\n"
                           "def flip(name):\n    setter(os.environ, name, '1')\n",
-    "through_libc": "import ctypes\nlibc = ctypes.CDLL('libc.so.6')\nsetter = getattr(libc, 'set' + 'env'[::-1][::-1])\n"
+    "through_libc": "import ctypes\nlibc = ctypes.CDLL('libc.so.6')\n"
+                    "setter = getattr(libc, 'set' + 'env')\n"
                     "def flip(name):\n    setter(name.encode(), b'1', 1)\n",
 }
 
 
 @pytest.mark.parametrize("route", FLIP_AT_RUN_TIME.values(), ids=FLIP_AT_RUN_TIME.keys())
 def test_a_switch_flipped_at_run_time_is_caught_by_the_tripwire(env2, route):
-    code = (route + "NAME = ''.join(chr(c - 1) for c in (79, 68, 68, 77, 96, 79, 87, 77, 84, 96, 70, 79, 66, 67, 77, 70))"
-            "\n\ndef solution(tensor):\n    flip(NAME)\n    return tensor.clone()\n")
+    code = (route + "NAME = ''.join(chr(c - 1) for c in "
+            "(79, 68, 68, 77, 96, 79, 87, 77, 84, 96, 70, 79, 66, 67, 77, 70))\n\n"
+            "def solution(tensor):\n    flip(NAME)\n    return tensor.clone()\n")
     assert exploits(screen_source(code, ["tensor"])) == {}, screen_source(code, ["tensor"]).flags
     info = _step(env2, code)
     assert info["verdict"] == "flagged", info["feedback"]

@@ -62,7 +62,8 @@ BUILTIN_NAMES = set(dir(builtins))
 # compile service uses too; these are the Python routes around it: the driver reached by name, and the switches.
 # A shared library of the CUDA driver or runtime, named to ctypes/cffi (cuMulticastCreate is one symbol away).
 DRIVER_LIBRARY = re.compile(r"(?:^|/|\blib)(?:cuda|cudart|nvidia[\w-]*)(?:\.so|\.dll|\b|$)", re.IGNORECASE)
-LIBRARY_LOADERS = {"CDLL", "PyDLL", "LoadLibrary", "dlopen", "find_library", "load_library"}  # by the callee's last name
+# Loaders of shared libraries, by the callee's last name (ctypes.CDLL, cdll.LoadLibrary, ffi.dlopen, ...).
+LIBRARY_LOADERS = {"CDLL", "PyDLL", "LoadLibrary", "dlopen", "find_library", "load_library"}
 LIBRARY_HANDLES = {"ctypes.cdll", "ctypes.pydll"}   # ctypes.cdll.libcuda, ctypes.cdll["libcuda.so.1"] load by name
 DRIVER_HANDLES = {"torch.cuda._utils._get_gpu_runtime_library"}   # torch's ctypes handle on libcuda
 # cuda-python's driver and runtime: reached by a computed name, they hide which function is called.

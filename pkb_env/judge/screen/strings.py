@@ -20,8 +20,8 @@ from typing import Callable
 
 MAX_CHARS = 1 << 20   # a string built past this is cut (names can double a string on every line)
 BUDGET = 16 << 20     # characters built and read per module; past it the screen says the module is too large
-STRING_METHODS = {"join", "replace", "format", "lower", "upper", "casefold", "strip", "lstrip", "rstrip", "decode", "encode",
-                  "removeprefix", "removesuffix", "swapcase", "title", "capitalize"}
+STRING_METHODS = {"join", "replace", "format", "lower", "upper", "casefold", "strip", "lstrip", "rstrip", "decode",
+                  "encode", "removeprefix", "removesuffix", "swapcase", "title", "capitalize"}
 DECODERS = {"bytes.fromhex": bytes.fromhex, "builtins.bytes.fromhex": bytes.fromhex,
             "base64.b64decode": base64.b64decode, "base64.b32decode": base64.b32decode,
             "base64.b16decode": base64.b16decode, "base64.b85decode": base64.b85decode,
