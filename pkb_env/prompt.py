@@ -19,7 +19,10 @@ RULES = """Rules
 - Inputs are random and different on every call; outputs of timed calls are checked too, so caching,
   replaying or deferring work across calls fails.
 - Not allowed: patching torch, time or the judge; reading the judge's files or environment; signalling
-  other processes. Such code is rejected with the lowest reward.
+  other processes; loading code from files (importlib's file loaders, runpy, sys.path changes); NVLink
+  multicast, which is off here (multimem PTX, cuMulticast*, a symmetric buffer's multicast pointer, NVLS
+  switches, the CUDA driver through ctypes): use peer loads/stores or the copy engine. Such code is
+  rejected with the lowest reward.
 - Speed: many barrier-aligned calls, each timed on its slowest rank (the median over calls on GPUs, the
   minimum on CPU ranks), against the reference's time measured the same way; the roofline fraction
   (the cost model's bound below over your time) is reported too."""

@@ -265,7 +265,7 @@ INFOS = [
     ("file_access", "src = open('kernel.cu').read()\n"),
     ("sleeps", "import time\ntime.sleep(0.01)\n"),
     ("sleeps", "from time import sleep\nsleep(0)\n"),
-    ("ctypes", "import ctypes\nlib = ctypes.CDLL('libcuda.so')\n"),
+    ("ctypes", "import ctypes\nlib = ctypes.CDLL('libc.so.6')\n"),
     ("changes_math_mode", "import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\n"),
     ("changes_math_mode", "import torch\ntorch.set_float32_matmul_precision('high')\n"),
     ("changes_config", "import torch._dynamo\ntorch._dynamo.config.cache_size_limit = 64\n"),

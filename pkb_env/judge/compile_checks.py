@@ -12,13 +12,17 @@ wall (a file that is not there cannot be read); these checks are what make a ref
   writes files (output names, kept intermediates, timing and PCH files);
 * sources: `#include`, `#include_next`, `#import`, `#embed` and `__has_include` only of literal header
   names, never absolute and never with "..": the toolkit's headers by name, and the candidate's own;
-  no `.incbin` (an assembler directive that reads a file into the binary);
+  no `.incbin` (an assembler directive that reads a file into the binary); nothing that asks for NVLink
+  multicast (judge/multicast.py: multimem PTX, cuMulticast*, multicast pointers, NVLS switches, driver symbol
+  lookups), whoever assembled the source: this is the line behind the static screen for text built at run time;
 * diagnostics: blocks of compiler output located in a file other than the candidate's own sources, and
   lines naming a path outside them, are dropped; what remains is capped to the first errors.
 """
 from __future__ import annotations
 
 import re
+
+from pkb_env.judge.multicast import MULTICAST_FIX, multicast_use
 
 MAX_LOG_CHARS = 3000
 MAX_LOG_LINES = 30
@@ -114,13 +118,17 @@ def _check(options: list[str], allowed: list[str], what: str, summary: str) -> l
 
 
 def check_sources(sources: list[tuple[str, str]]) -> None:
-    """Every `#include` (and the like) of every (label, source) names a header literally, inside the sources."""
+    """Every `#include` (and the like) of every (label, source) names a header literally, inside the sources;
+    no source asks for NVLink multicast."""
     for label, source in sources:
         if not isinstance(source, str):
             raise CompileRefused(f"{label} must be a string of source code, got {type(source).__name__}")
         text = without_comments(source.replace("\\\r\n", "").replace("\\\n", ""))
         if INCBIN.search(text):
             raise CompileRefused(f"{label}: `.incbin` refused (it reads a file into the binary at compile time)")
+        multicast = multicast_use(text)
+        if multicast:
+            raise CompileRefused(f"{label}: {multicast[0]} refused (`{multicast[1]}`). {MULTICAST_FIX}.")
         for line in text.splitlines():
             match = DIRECTIVE.match(line)
             if match:

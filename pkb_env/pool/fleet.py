@@ -11,9 +11,10 @@ from typing import Any
 from pkb_env.config import JudgeConfig
 from pkb_env.pool import placement
 from pkb_env.pool.cluster import PoolError, connect, ray_module
+from pkb_env.sandbox.variables import MULTICAST_OFF
 
 # Variables every actor's process gets, whatever its node's environment: NVLink multicast stays off.
-ACTOR_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+ACTOR_ENV = dict(MULTICAST_OFF)
 
 
 def step_timeout(config: JudgeConfig, given: float | None) -> float:

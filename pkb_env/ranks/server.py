@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_env.contract import GroupCache
-from pkb_env.ranks import bursts, fingerprints, host_staged, probes
+from pkb_env.ranks import bursts, compilers, fingerprints, host_staged, probes  # noqa: F401 (compilers: wrapped)
 from pkb_env.ranks.clocks import BurstTimes, make_clock
 from pkb_env.ranks.outputs import (OutputError, aliases, check_size, clone_args, export, mutated, nbytes, shared_with,
                                   stage, updated)

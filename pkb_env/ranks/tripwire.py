@@ -7,9 +7,17 @@ run after every candidate call, compares the public attributes with those origin
 patches them anyway (for its own benefit or to mislead the judge) is caught and flagged. It is one layer:
 the static screen rejects the plain and the obfuscated forms it can see; process isolation limits what a
 candidate can reach at all.
+
+NVLink multicast's switches (sandbox/variables.py MULTICAST_OFF) are watched the same way: the values this
+process started with, in os.environ and in the C environment the libraries read (libc's getenv: a setenv
+through ctypes changes that one alone). A candidate that changes one is caught after the call that did it; a
+library that read the changed value during that call (torch's symmetric memory reads it at every rendezvous)
+has already acted on it, which is why the screen refuses such writes before anything runs.
 """
 from __future__ import annotations
 
+import ctypes
+import os
 import time
 from multiprocessing.connection import Connection
 from types import SimpleNamespace
@@ -17,6 +25,7 @@ from types import SimpleNamespace
 import torch
 import torch.distributed as dist
 
+from pkb_env.sandbox.variables import MULTICAST_OFF
 from pkb_env.wire import channel
 
 JUDGE = SimpleNamespace(
@@ -47,6 +56,16 @@ WATCHED = [(time, "perf_counter"), (time, "perf_counter_ns"), (time, "monotonic"
            (channel, "pack_tensors"), (Connection, "send_bytes"), (Connection, "recv_bytes")]
 _ORIGINAL = [(owner, name, owner.__dict__.get(name, getattr(owner, name))) for owner, name in WATCHED]
 _JUDGE_TOOLS = dict(vars(JUDGE))
+_getenv = ctypes.CDLL(None).getenv
+_getenv.restype, _getenv.argtypes = ctypes.c_char_p, [ctypes.c_char_p]
+
+
+def _switches() -> dict[str, tuple[str | None, bytes | None]]:
+    """NVLink multicast's switches as Python and as the C libraries see them."""
+    return {name: (os.environ.get(name), _getenv(name.encode())) for name in MULTICAST_OFF}
+
+
+_SWITCHES = _switches()
 
 
 def watch(owner: object, *names: str) -> None:
@@ -60,6 +79,7 @@ def tampered(*instances: object) -> list[str]:
     found = [f"{getattr(owner, '__name__', owner)}.{name}" for owner, name, original in _ORIGINAL
              if owner.__dict__.get(name, getattr(owner, name, None)) is not original]
     found += [f"judge tool {k}" for k, v in _JUDGE_TOOLS.items() if vars(JUDGE).get(k) is not v]
+    found += [f"NVLink multicast's switch {k} in the environment" for k, v in _switches().items() if v != _SWITCHES[k]]
     for instance in instances:
         overrides = [k for k, v in getattr(instance, "__dict__", {}).items() if k in _METHOD_NAMES and callable(v)]
         found += [f"{type(instance).__name__}().{k}" for k in overrides]

@@ -93,7 +93,13 @@ def _argument(value: Any) -> Any:
 
 
 class CudaModule:
+    """A compiled module, from compile_cubin's bytes: an ELF cubin. PTX text or a fatbin is refused: the
+    driver would compile it here, past the judge's compile service and its checks (docs/containment.md)."""
+
     def __init__(self, cubin: bytes):
+        if not isinstance(cubin, (bytes, bytearray)) or not bytes(cubin[:4]) == b"\x7fELF":
+            raise TypeError("CudaModule takes a cubin from compile_cubin (an ELF image), not PTX text or a "
+                            "fatbin: compile the source with compile_cuda or compile_cubin")
         import cupy
 
         fd, path = tempfile.mkstemp(suffix=".cubin")

@@ -5,12 +5,20 @@ from __future__ import annotations
 import ast
 from typing import Iterable
 
-from pkb_env.judge.screen.rules import (BUILTIN_NAMES, COLLECTIVES, CTYPES_MEMORY, DYNAMIC_CODE, ENV_READ, ENV_WRITE,
-                                         EXPLOIT, FRAME_ATTRS, FRAMES, GC_SCAN, IMPORTERS, INFO, INTROSPECTION_ATTRS,
-                                         KILL, MATH_MODE, MAX_FLAGS, OPEN, PROC_PATHS, PROCESS_MODULES, PROTECTED,
-                                         SETATTR, SUBPROCESS, SYS_MODULES_WRITE, SYSTEM_MODULES, THREAD_MODULES,
-                                         TIMER_ATTRS, TRACING)
+from pkb_env.judge.compile_checks import without_comments
+from pkb_env.judge.screen.rules import (ANSWER_KEY_PATHS, BUILTIN_NAMES, COLLECTIVES, CTYPES_MEMORY, DRIVER_HANDLES,
+                                         DRIVER_LIBRARY, DRIVER_MODULES, DYNAMIC_CODE, ENV_ALL, ENV_KEYED, ENV_MAPPING,
+                                         ENV_READ, ENV_WRITE, EXPLOIT, FRAME_ATTRS, FRAMES, GC_SCAN, IMPORT_PATH_WRITES,
+                                         IMPORT_PATHS, IMPORTERS, INFO, INTROSPECTION_ATTRS, KILL, LIBC_ENV,
+                                         LIBRARY_HANDLES, LIBRARY_LOADERS, LOAD_FROM_FILE, LOAD_FROM_FILE_FIX,
+                                         LOAD_FROM_FILE_MODULES, MATH_MODE, MAX_FLAGS, MODULE_FILE_ATTRS, MULTICAST_FIX,
+                                         OPEN, PROC_PATHS, PROCESS_MODULES, PROTECTED, SETATTR, SUBPROCESS,
+                                         SYS_MODULES_WRITE, SYSTEM_MODULES, THREAD_MODULES, TIMER_ATTRS, TRACING,
+                                         multicast_use)
+from pkb_env.judge.screen.strings import Strings, Text
 from pkb_env.record import Flag, Severity
+
+LOADER_PREFIXES = tuple(m + "." for m in LOAD_FROM_FILE_MODULES)
 
 class Screen(ast.NodeVisitor):
     """Walks the module once, resolving names through a stack of scopes, and collects flags."""
@@ -20,6 +28,7 @@ class Screen(ast.NodeVisitor):
         self.flags: list[Flag] = []
         self._seen: set[tuple] = set()
         self._scopes: list[dict[str, str | None]] = []
+        self.strings = Strings(self._dotted)   # the strings names are bound to, per scope (strings.py)
 
     # ---- scopes and name resolution
     def _enter(self, body: list[ast.stmt], params: Iterable[str] = ()) -> None:
@@ -67,6 +76,11 @@ class Screen(ast.NodeVisitor):
                 resolved = self._dotted(value)
                 if resolved and not resolved.startswith("builtins."):
                     scope[name] = resolved
+        self.strings.push(body, list(names) + list(imports))   # every name bound here hides outer strings
+
+    def _leave(self) -> None:
+        self._scopes.pop()
+        self.strings.pop()
 
     def _lookup(self, name: str) -> str | None:
         for scope in reversed(self._scopes):
@@ -105,8 +119,9 @@ class Screen(ast.NodeVisitor):
         return None
 
     # ---- reporting
-    def _flag(self, code: str, severity: Severity, node: ast.AST, text: str, subject: str | None = None) -> None:
-        line = getattr(node, "lineno", None)
+    def _flag(self, code: str, severity: Severity, node: ast.AST, text: str, subject: str | None = None,
+              line: int | None = None) -> None:
+        line = line or getattr(node, "lineno", None)
         key = (code, subject or text) if severity is INFO else (code, line, text)
         if key in self._seen or len(self.flags) >= MAX_FLAGS:
             return
@@ -117,7 +132,7 @@ class Screen(ast.NodeVisitor):
     def visit_Module(self, node: ast.Module) -> None:
         self._enter(node.body)
         self.generic_visit(node)
-        self._scopes.pop()
+        self._leave()
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         for child in [*node.decorator_list, node.args, *( [node.returns] if node.returns else [])]:
@@ -128,7 +143,7 @@ class Screen(ast.NodeVisitor):
         self._enter(node.body, params)
         for stmt in node.body:
             self.visit(stmt)
-        self._scopes.pop()
+        self._leave()
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
@@ -138,14 +153,16 @@ class Screen(ast.NodeVisitor):
         self._enter(node.body)
         for stmt in node.body:
             self.visit(stmt)
-        self._scopes.pop()
+        self._leave()
 
     def visit_Lambda(self, node: ast.Lambda) -> None:
         self.visit(node.args)
         a = node.args
-        self._scopes.append({x.arg: None for x in a.posonlyargs + a.args + a.kwonlyargs})
+        params = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+        self._scopes.append(dict.fromkeys(params))
+        self.strings.push([], params)
         self.visit(node.body)
-        self._scopes.pop()
+        self._leave()
 
     # ---- imports
     def visit_Import(self, node: ast.Import) -> None:
@@ -162,6 +179,9 @@ class Screen(ast.NodeVisitor):
 
     def _check_module(self, name: str, node: ast.AST) -> None:
         parts = name.split(".")
+        self._check_name(name, node, "imports")
+        if name in LOAD_FROM_FILE or name in LOAD_FROM_FILE_MODULES or name.startswith(LOADER_PREFIXES):
+            self._flag("load_from_file", EXPLOIT, node, f"imports {name}: {LOAD_FROM_FILE_FIX}")
         if parts[0] == "tasks" or parts[:2] == ["pkb_env", "tasks"] or "reference" in parts:
             self._flag("reference_import", EXPLOIT, node, f"imports {name} (importing the task's reference "
                                                           f"or spec is not allowed: write the code yourself)")
@@ -185,12 +205,18 @@ class Screen(ast.NodeVisitor):
         if node.attr in FRAME_ATTRS:
             self._flag("frame_inspection", EXPLOIT, node, f"reads .{node.attr} (inspecting the caller's frames "
                                                           f"is not allowed)")
+        self._check_name(node.attr, node, "reaches")
         if not isinstance(node.ctx, ast.Load):
             base = self._dotted(node.value, subscripts=True)
             if base:
                 self._check_patch(f"{base}.{node.attr}", node)
         else:
             base = self._dotted(node.value)
+            if base in LIBRARY_HANDLES:
+                self._check_library(node.attr, node)
+            if node.attr in MODULE_FILE_ATTRS and (base or "").split(".")[0] == "pkb_env":
+                self._flag("load_from_file", EXPLOIT, node, f"reads {base}.{node.attr} (the package's files): "
+                                                            f"{LOAD_FROM_FILE_FIX}")
             if base == "pkb_env" and node.attr != "runtime":
                 self._flag("judge_import", EXPLOIT, node, f"reaches pkb_env.{node.attr} (only pkb_env.runtime "
                                                           f"is open to candidates)")
@@ -206,11 +232,19 @@ class Screen(ast.NodeVisitor):
             base = self._dotted(node.value, subscripts=True)
             if base == "sys.modules" or (base or "").startswith("sys.modules"):
                 self._flag("sys_modules", EXPLOIT, node, "writes sys.modules (replacing modules is not allowed)")
-            elif base == "os.environ":
+            elif base in ("os.environ", "os.environb"):
+                self._check_env_key(node.slice, node)
                 self._flag("sets_environment", INFO, node, "sets os.environ entries", subject="os.environ")
+            elif base in IMPORT_PATHS:
+                self._flag("load_from_file", EXPLOIT, node, f"writes {base}[...] (imports would reach other "
+                                                            f"folders): {LOAD_FROM_FILE_FIX}")
             elif base and (base == "builtins" or base.endswith(".__dict__")) and base.split(".")[0] in PROTECTED:
                 self._flag("monkeypatch", EXPLOIT, node, f"writes {base}[...] (monkeypatching "
                                                          f"{base.split('.')[0]} is not allowed)")
+        elif self._dotted(node.value) in LIBRARY_HANDLES:
+            self._check_library(node.slice, node)
+        elif self._visit_text(node):
+            return
         self.generic_visit(node)
 
     def _check_patch(self, path: str, node: ast.AST, via: str = "assigns") -> None:
@@ -225,6 +259,9 @@ class Screen(ast.NodeVisitor):
             self._flag("changes_config", INFO, node, f"{via} {path}", subject=path)
         elif path.startswith("sys.modules"):
             self._flag("sys_modules", EXPLOIT, node, f"{via} {path} (replacing modules is not allowed)")
+        elif path in IMPORT_PATHS:
+            self._flag("load_from_file", EXPLOIT, node, f"{via} {path} (imports would reach other folders): "
+                                                        f"{LOAD_FROM_FILE_FIX}")
         else:
             what = "the timer" if parts[-1] in TIMER_ATTRS and root in {"torch", "time"} else \
                 "builtins" if root == "builtins" else root
@@ -235,9 +272,119 @@ class Screen(ast.NodeVisitor):
         name = self._dotted(node.func, calls=True)
         if name:
             self._check_call(name.removesuffix("()"), node)
+        self._check_routes((name or "").removesuffix("()"), node)
         if isinstance(node.func, ast.Attribute) and node.func.attr == "from_address":
             self._flag("ctypes_memory", EXPLOIT, node, ".from_address(...) reads raw memory (not allowed)")
-        self.generic_visit(node)
+        if not self._visit_text(node):
+            self.generic_visit(node)
+
+    def _check_routes(self, name: str, node: ast.Call) -> None:
+        """Calls that reach NVLink multicast or load code from files, by name or by what they are given."""
+        func = node.func
+        last = func.attr if isinstance(func, ast.Attribute) else name.rsplit(".", 1)[-1]
+        first = node.args[0] if node.args else None
+        if name in DRIVER_HANDLES:
+            self._flag("multicast", EXPLOIT, node, f"calls {name} (the CUDA driver's library, where "
+                                                   f"cuMulticastCreate is): {MULTICAST_FIX}")
+        elif last in LIBRARY_LOADERS and not name.startswith("pkb_env."):
+            named = first if first is not None else next((k.value for k in node.keywords if k.arg in
+                                                          ("name", "path", "libname", "lib_name")), None)
+            if named is not None:
+                self._check_library(named, node)
+        elif last in LIBC_ENV and not name.startswith("os."):
+            self._flag("multicast", EXPLOIT, node, f"calls {last}() beside os.environ (the environment holds NVLink "
+                                                   f"multicast's switches): {MULTICAST_FIX}")
+        elif name in ("builtins.getattr", "builtins.vars") and first is not None:
+            target = self._dotted(first, subscripts=True) or ""
+            computed = name == "builtins.vars" or len(node.args) < 2 or _const_str(node.args[1]) is None
+            if computed and target.startswith(DRIVER_MODULES):
+                self._flag("multicast", EXPLOIT, node, f"calls {name.removeprefix('builtins.')}() on {target} with "
+                                                       f"a computed name (which driver function?): {MULTICAST_FIX}")
+        elif name in ENV_KEYED:
+            key = first if first is not None else next((k.value for k in node.keywords if k.arg == "key"), None)
+            self._check_env_key(key, node)
+        elif name in ENV_MAPPING:
+            for arg in node.args:
+                keys = arg.keys if isinstance(arg, ast.Dict) else [None]
+                for key in keys:
+                    self._check_env_key(key, node)
+            for keyword in node.keywords:
+                self._check_env_key(None if keyword.arg is None else ast.Constant(keyword.arg), node)
+        elif name in ENV_ALL:
+            self._flag("multicast", EXPLOIT, node, f"calls {name} (it removes NVLink multicast's switches from the "
+                                                   f"environment): {MULTICAST_FIX}")
+        elif name in LOAD_FROM_FILE or name.startswith(LOADER_PREFIXES):
+            self._flag("load_from_file", EXPLOIT, node, f"calls {name}: {LOAD_FROM_FILE_FIX}")
+        elif name == "importlib.util.find_spec":
+            module = _const_str(first) if first is not None else None
+            if module:
+                self._check_module(module, node)
+            else:
+                self._flag("dynamic_import", EXPLOIT, node, f"calls {name} with a computed name (imports must "
+                                                            f"name their module)")
+        elif name.rsplit(".", 1)[0] in IMPORT_PATHS and last in IMPORT_PATH_WRITES:
+            self._flag("load_from_file", EXPLOIT, node, f"calls {name} (imports would reach other folders): "
+                                                        f"{LOAD_FROM_FILE_FIX}")
+
+    def _check_library(self, named: ast.AST | str, node: ast.AST) -> None:
+        """A shared library loaded by name (ctypes, cffi): the CUDA driver's, or one named at run time, is refused."""
+        if isinstance(named, ast.Constant) and named.value is None:
+            return   # the process's own symbols (dlopen(NULL)): docs/threat_model.md's known holes
+        text = Text(named, True) if isinstance(named, str) else self.strings.text(named)
+        if text is None or not text.complete:
+            self._flag("multicast", EXPLOIT, node, f"loads a shared library by a computed name (the judge cannot "
+                                                   f"tell it from the CUDA driver's): name it literally")
+        elif DRIVER_LIBRARY.search(text.value):
+            self._flag("multicast", EXPLOIT, node, f"loads {text.value!r} (the CUDA driver, where cuMulticastCreate "
+                                                   f"is): {MULTICAST_FIX}")
+
+    def _check_env_key(self, key: ast.AST | None, node: ast.AST) -> None:
+        """An environment variable written or removed: refused where it is a multicast switch or named at run time."""
+        text = self.strings.text(key) if key is not None else None
+        if text is None or not text.complete:
+            self._flag("multicast", EXPLOIT, node, "sets or removes an environment variable by a computed name (it "
+                                                   "could be one of NVLink multicast's switches): name it literally")
+        else:
+            self._check_text(text.value, node)
+
+    def _check_name(self, name: str, node: ast.AST, via: str) -> None:
+        found = multicast_use(name)
+        if found:
+            self._flag("multicast", EXPLOIT, node, f"{via} {name} ({found[0]}): {MULTICAST_FIX}")
+
+    # ---- strings: the whole string an expression builds, checked once (strings.py)
+    def _visit_text(self, node: ast.AST) -> bool:
+        """Check the string `node` builds, if it builds one, then visit what is inside it; False when it does not."""
+        if not self.strings.is_text(node):
+            return False
+        text = self.strings.text(node)
+        if text is not None:
+            self._check_text(text.value, node)
+        self._visit_parts(node)
+        return True
+
+    def _visit_parts(self, node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Constant):
+                self._check_constant(child)
+            elif self.strings.is_text(child):
+                self._visit_parts(child)   # part of the string checked whole
+            else:
+                self.visit(child)
+
+    def _check_text(self, text: str, node: ast.AST) -> None:
+        self.strings.charge(len(text))
+        code = without_comments(text) if text else ""
+        found = multicast_use(code) if code else None
+        if found:
+            what, around = found
+            line = None
+            if isinstance(node, ast.Constant) and "\n" in code:   # the line of a long source where it is
+                line = node.lineno + next((i for i, part in enumerate(code.split("\n")) if multicast_use(part)), 0)
+            self._flag("multicast", EXPLOIT, node, f"{what} in a string ({around!r}): {MULTICAST_FIX}", line=line)
+        low = text.lower()
+        if ("experts" in low or "candidates" in low) and ANSWER_KEY_PATHS.search(text):
+            self._flag("load_from_file", EXPLOIT, node, f"names the expert solutions' folder: {LOAD_FROM_FILE_FIX}")
 
     def _check_call(self, name: str, node: ast.Call) -> None:
         last = name.rsplit(".", 1)[-1]
@@ -334,6 +481,24 @@ class Screen(ast.NodeVisitor):
             self.generic_visit(node)
 
     def visit_Constant(self, node: ast.Constant) -> None:
+        self._check_constant(node)
+        self._visit_text(node)
+
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
+        self._visit_text(node)
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        if not self._visit_text(node):
+            self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        if isinstance(node.op, ast.Add) and isinstance(node.target, ast.Name):
+            built = self.strings.name(node.target.id)   # all the scope's `+=` on the name, appended
+            if built is not None:
+                self._check_text(built.value, node)
+        self.generic_visit(node)
+
+    def _check_constant(self, node: ast.Constant) -> None:
         value = node.value
         if isinstance(value, bytes):
             value = value.decode("latin-1")

@@ -1,0 +1,58 @@
+"""What asks for NVLink multicast (NVLS) in text: one table for the static screen and the compile service.
+
+NVLink multicast never runs on the machines we judge on: it can put a shared host's GPUs out of service, and
+model-written kernels ask for it (100 of PKB's 383 published solutions: multimem PTX, cuMulticast*, a symmetric
+buffer's multicast pointer, ThunderKittens' multicast barriers). Every process the judge starts keeps it off
+(sandbox/variables.py MULTICAST_OFF); a candidate that asks anyway is refused before anything runs:
+  * the static screen (judge/screen/) flags these in every string of the module (CUDA sources, PTX, driver
+    function names, environment variables live in Python strings), and the names it reaches;
+  * the compile service (judge/compile_checks.py) refuses any source holding them, whoever assembled it.
+The patterns are matched case-insensitively. Not on the list: TMA's `.multicast::cluster` (copies inside one
+GPU's thread-block cluster, nothing to do with NVLink) and queries such as `has_multicast_support` (they
+answer False here).
+"""
+from __future__ import annotations
+
+import re
+
+# (what, pattern): `what` is what the refusal names.
+MULTICAST_TEXT = [
+    ("multimem (PTX instructions or multimem operations)", r"multimem"),
+    ("a driver multicast object (cuMulticast*)",
+     r"cu(?:da)?_?multicast|multicast_?(?:create|add_?device|bind|unbind|get_?granularity|object)"),
+    ("a multicast pointer (multicast_ptr, mc_ptr)", r"mc_?ptr|multicast_?ptr"),
+    ("an NVLS switch", r"nvls|disable_?multicast"),
+    ("ThunderKittens' multicast barrier or PGL", r"\bbarrier_t\s*<|\bpgl\s*<[^;]*?,\s*true\s*>"),
+    ("a driver symbol lookup (cuGetProcAddress, cudaGetDriverEntryPoint)",
+     r"get_?proc_?address|get_?driver_?entry_?point"),
+]
+PATTERN = re.compile("|".join(f"(?P<m{i}>{pattern})" for i, (_, pattern) in enumerate(MULTICAST_TEXT)),
+                     re.IGNORECASE)
+MULTICAST_FIX = ("NVLink multicast/NVLS is off on this machine: multimem PTX, cuMulticast*, a symmetric buffer's "
+                 "multicast pointer, NVLS switches and driver symbol lookups are refused; use peer loads/stores "
+                 "(symmetric_buffer(...).ptrs) or the copy engine (buf.peer(r).copy_)")
+# Adjacent string literals ("cuMulti" "castCreate") and token pasting (cuMulti##castCreate) are one name to C.
+_ADJACENT = re.compile(r'"\s*(?:u8|[uUL])?"')
+_PASTE = re.compile(r"\s*##\s*")
+# Every pattern holds one of these (lower case): text without any is passed over at str.find's speed (the
+# compile service checks every request, cached or not: 0.14 ms instead of 4.7 for the all_reduce expert's 13 KB
+# of CUDA, best of 5 on the 2-core machine).
+_ANCHORS = ("multimem", "multicast", "mc_ptr", "mcptr", "nvls", "barrier_t", "pgl", "procaddress", "proc_address",
+            "entrypoint", "entry_point")
+
+
+def multicast_use(text: str) -> tuple[str, str] | None:
+    """(what, the text around it) for the first thing in `text` that asks for multicast, else None."""
+    if '"' in text:
+        text = _ADJACENT.sub("", text)
+    if "##" in text:
+        text = _PASTE.sub("", text)
+    lower = text.lower()
+    if not any(anchor in lower for anchor in _ANCHORS):
+        return None
+    found = PATTERN.search(text)
+    if found is None:
+        return None
+    what = MULTICAST_TEXT[int(found.lastgroup[1:])][0]
+    start, end = max(0, found.start() - 12), min(len(text), found.end() + 12)
+    return what, " ".join(text[start:end].split())
