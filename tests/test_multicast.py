@@ -175,9 +175,9 @@ def test_reading_the_environment_is_information_only():
     assert all(f.severity is Severity.INFO for f in result.flags)
 
 
-EXPERTS = sorted((ROOT / "agents" / "experts").glob("*.py"))
+EXPERTS = sorted((ROOT / "solutions" / "experts").glob("*.py"))
 REFERENCES = sorted((ROOT / "tasks").glob("*/reference.py"))
-CANDIDATES = sorted((ROOT / "agents" / "candidates").glob("*.py"))
+CANDIDATES = sorted((ROOT / "solutions" / "examples").glob("*.py"))
 
 
 def test_experts_references_and_candidates_screen_clean():
@@ -472,6 +472,8 @@ LOADERS = {
     "sys_meta_path": 'import sys\nsys.meta_path.insert(0, object())',
     "package_file": 'import os, pkb_env.runtime\nroot = os.path.dirname(pkb_env.runtime.__file__)',
     "experts_folder": 'import os\np = os.path.join(os.sep, "work", "agents/experts", "all_reduce.py")',
+    "solutions_folder": 'import os\np = os.path.join(os.sep, "work", "solutions/examples", "all_reduce_ring.py")',
+    "solutions_package": 'import pkgutil\nd = pkgutil.get_data("pkb_env.solutions", "experts/all_reduce.py")',
 }
 
 

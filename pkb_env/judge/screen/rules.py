@@ -93,5 +93,6 @@ IMPORT_PATHS = {"sys.path", "sys.meta_path", "sys.path_hooks", "sys.path_importe
 IMPORT_PATH_WRITES = {"append", "insert", "extend", "__setitem__", "__iadd__", "update", "setdefault"}
 # A module's file or folder: the way from pkb_env to the files beside it.
 MODULE_FILE_ATTRS = {"__file__", "__path__", "__spec__", "__loader__", "__cached__"}
-ANSWER_KEY_PATHS = re.compile(r"agents[/\\](?:experts|candidates)\b|[/\\]experts[/\\]\w+\.py", re.IGNORECASE)
+ANSWER_KEY_PATHS = re.compile(r"(?:agents|solutions)[/\\.](?:experts|candidates|examples)\b|[/\\]experts[/\\]\w+\.py",
+                              re.IGNORECASE)
 LOAD_FROM_FILE_FIX = "loading code from files is not allowed (an expert solution read from disk is an answer key)"

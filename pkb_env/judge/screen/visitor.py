@@ -383,7 +383,7 @@ class Screen(ast.NodeVisitor):
                 line = node.lineno + next((i for i, part in enumerate(code.split("\n")) if multicast_use(part)), 0)
             self._flag("multicast", EXPLOIT, node, f"{what} in a string ({around!r}): {MULTICAST_FIX}", line=line)
         low = text.lower()
-        if ("experts" in low or "candidates" in low) and ANSWER_KEY_PATHS.search(text):
+        if ("experts" in low or "candidates" in low or "examples" in low) and ANSWER_KEY_PATHS.search(text):
             self._flag("load_from_file", EXPLOIT, node, f"names the expert solutions' folder: {LOAD_FROM_FILE_FIX}")
 
     def _check_call(self, name: str, node: ast.Call) -> None:
