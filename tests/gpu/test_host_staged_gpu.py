@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import pkb_env  # noqa: F401
-from test_host_staged import SCENARIOS, run_ranks  # the same scenarios as on CPU ranks (tests/ is on sys.path)
+from ranks.test_host_staged import SCENARIOS, run_ranks  # the same scenarios as on CPU ranks (tests/ is on sys.path)
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 

@@ -29,7 +29,7 @@ from pkb_env.runtime import COPY_CUDA, REDUCE_CUDA, SIGNAL_PAD_CUDA
 from pkb_env.runtime.toolchain import nvcc_path
 from pkb_env.sandbox.variables import FORCED, MULTICAST_OFF, rank_environment
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 try:
     import cupy_backends.cuda.libs.nvrtc  # noqa: F401
     CUPY = True

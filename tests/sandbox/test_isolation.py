@@ -181,7 +181,7 @@ def test_nothing_survives_a_killed_judge(tmp_path):
     import time
 
     marker = "7" + str(os.getpid() % 1000).zfill(3)  # a sleep length no one else uses
-    tests = os.path.dirname(os.path.abspath(__file__))
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     own_tmp = tmp_path / "tmp"   # the judge's $TMPDIR, so that no other process's executor root counts
     own_tmp.mkdir()
     roots = os.path.join(own_tmp, "pkb-env-*")

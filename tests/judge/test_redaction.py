@@ -73,7 +73,7 @@ def solution(tensor):
             texts += [info["feedback"], json.dumps(info["record"].to_dict())]
     finally:
         env.close()
-    from test_wandb_logging import finished_log, run_directory
+    from doors.test_wandb_logging import finished_log, run_directory
 
     run_dir = run_directory(tmp_path / "runs")
     finished_log(run_dir)  # wandb-core writes in its own process: wait until the log is complete

@@ -27,7 +27,7 @@ from pkb_env.record import EvaluationRecord
 from pkb_env.rewards import load_reward
 from pkb_env.task import TaskError, load_task
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = load_task("all_reduce").reference_source
 WRONG = "def solution(tensor):\n    return tensor.clone()\n"
 RAISES = "def solution(tensor):\n    raise RuntimeError('not yet')\n"

@@ -31,7 +31,7 @@ from pkb_env.contract.sized import same_values
 from pkb_env.judge.compare import compare_outputs, summarize_mismatches
 from pkb_env.task import TaskError, load_reference, load_task, task_names
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from tolerance_margins import error_over_allowed  # noqa: E402
 
 WORLD_SIZES = (2, 3, 4, 8)

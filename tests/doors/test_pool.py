@@ -24,7 +24,7 @@ from pkb_env.record import EvaluationRecord, Verdict  # noqa: E402
 from pkb_env.rewards import load_reward  # noqa: E402
 from pkb_env.task import TaskError  # noqa: E402
 
-RING = open(os.path.join(os.path.dirname(__file__), "..", "solutions", "examples", "all_reduce_ring.py")).read()
+RING = open(os.path.join(os.path.dirname(__file__), "..", "..", "solutions", "examples", "all_reduce_ring.py")).read()
 WRONG = "def solution(tensor):\n    return tensor.clone()\n"
 HANGS = "import time\ndef solution(tensor):\n    time.sleep(600)\n    return tensor\n"
 CRASHES = "import os\ndef solution(tensor):\n    os._exit(3)\n"

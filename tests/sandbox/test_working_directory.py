@@ -8,7 +8,7 @@ import pytest
 
 from pkb_env.sandbox.containment import Containment, containment_advice
 
-CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JUDGE = """
 import gymnasium, pkb_env
 env = gymnasium.make("pkb_env/ParallelKernel-v0", task="all_reduce", world_size=2, executor="cpu")

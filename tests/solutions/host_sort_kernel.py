@@ -18,7 +18,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from host_kernel import SHIM, compiler
+from solutions.host_kernel import SHIM, compiler
 
 EXTRA = r"""
 #include <sched.h>

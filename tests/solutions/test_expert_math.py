@@ -27,7 +27,7 @@ from pkb_env.contract import Preset, rank_seeds
 from pkb_env.judge.compare import compare_outputs, summarize_mismatches
 from pkb_env.task import load_task
 
-EXPERTS = Path(__file__).resolve().parents[1] / "solutions" / "experts"
+EXPERTS = Path(__file__).resolve().parents[2] / "solutions" / "experts"
 SECRET = 0x0E3E27
 
 

@@ -31,7 +31,7 @@ from pkb_env.rewards import load_reward
 from pkb_env.service import JudgeService
 
 CANDIDATES = resources.files("pkb_env.solutions").joinpath("examples")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def candidate(name: str) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import examples_importable, make_env, variant
-from test_tasks_golden import check_golden, launch, rank_server
+from tasks.test_golden import check_golden, launch, rank_server
 
 from pkb_env.contract import (Check, Comm, Cost, Fft, InPlace, OnRanks, Output, PerRank, Preset, Replicated, Sum,
                               TaskError, TaskSpec, Tensor, Tolerance)

@@ -30,8 +30,8 @@ from pkb_env.contract import Preset
 from pkb_env.runtime import compile_cubin
 from pkb_env.runtime.toolchain import nvcc_path
 from pkb_env.task import load_task
-import host_kernel
-from test_expert_math import EXPERTS, expert, mismatches, rank_inputs
+from solutions import host_kernel
+from solutions.test_expert_math import EXPERTS, expert, mismatches, rank_inputs
 
 BARRIER_TIMEOUT_S = 60
 
@@ -353,7 +353,7 @@ def test_quantized_allreduce_kernel_source_on_host_threads(tmp_path):
     and within the golden's tolerance. A variant whose two-shot phase 2 reads its own buffer instead of the
     peer's is rejected."""
     from pkb_env.contract import Preset
-    from test_expert_math import quantized_allreduce_kernel_model
+    from solutions.test_expert_math import quantized_allreduce_kernel_model
 
     task, calls = "quantized_grad_allreduce", 2
     source = expert(task).SRC
@@ -594,7 +594,7 @@ def zero2_run_ranks(world: int, calls: list[list[dict]], edit: tuple[str, str] |
 def test_zero2_data_movement(world):
     """Three calls back to back: the gradient shard returned and the parameters and moments updated in place
     are within tolerance of the golden on every rank, the parameters bit-identical across ranks."""
-    from test_expert_math import ZERO2_STATE, zero2_mismatches
+    from solutions.test_expert_math import ZERO2_STATE, zero2_mismatches
 
     calls = trials(ZERO2, world, "float32", "tiny")
     pristine = [[{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in a.items()} for a in c] for c in calls]
@@ -608,7 +608,7 @@ def test_zero2_data_movement(world):
 
 def test_zero2_arguments_out_of_place_are_caught():
     """The parameter boundaries o1, o2 swapped in the launch: b1's gradients land in W1's updates."""
-    from test_expert_math import ZERO2_STATE, zero2_mismatches
+    from solutions.test_expert_math import ZERO2_STATE, zero2_mismatches
 
     calls = trials(ZERO2, 2, "float32", "tiny", count=1)
     pristine = [{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in a.items()} for a in calls[0]]
@@ -637,7 +637,7 @@ def test_zero2_kernel_source_on_host_threads(tmp_path):
     the ranks racing each other on the one-slot buffers: every output bit-equal to the torch model of the
     kernel's arithmetic (test_expert_math), the pads back to zero. A variant whose all-gather reads its own
     buffer instead of the peer's is rejected."""
-    from test_expert_math import zero2_adam_model
+    from solutions.test_expert_math import zero2_adam_model
 
     source = expert(ZERO2).SRC
     bad_edit = ("bufs[(rank + j) % W]) + poff", "bufs[rank]) + poff")
@@ -1000,7 +1000,7 @@ def test_sample_sort_kernel_source_on_host_threads(tmp_path):
     kernel's 32 threads: a few samples a rank, several rounds), six calls back to back on the same buffers:
     every split equals the model's, every output the golden's; the call above capacity gives empty splits, length 0
     and the largest count; the signal pads end at zero. A merge that orders ties without the run is rejected."""
-    import host_sort_kernel
+    from solutions import host_sort_kernel
 
     source = expert("distributed_sample_sort").SRC
     good = host_sort_kernel.build(source, tmp_path)

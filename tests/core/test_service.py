@@ -21,7 +21,7 @@ from pkb_env.record import Flag, RankFailure, ScreenResult, ParseResult, Severit
 from pkb_env.task import load_task
 from pkb_env.wire import requests
 
-RING = open(os.path.join(os.path.dirname(__file__), "..", "solutions", "examples", "all_reduce_ring.py")).read()
+RING = open(os.path.join(os.path.dirname(__file__), "..", "..", "solutions", "examples", "all_reduce_ring.py")).read()
 WRONG = "def solution(tensor):\n    return tensor.clone()\n"
 RAISES = "def solution(tensor):\n    raise ValueError('no')\n"
 PATCHES = "import time\ntime.perf_counter = lambda: 0.0\ndef solution(tensor):\n    return tensor.clone()\n"

@@ -10,7 +10,7 @@ from pkb_env.contract.signature import reference_parameters
 from pkb_env.judge.screen import screen_source
 from pkb_env.record import Severity
 
-TASKS = Path(__file__).resolve().parents[1] / "tasks"
+TASKS = Path(__file__).resolve().parents[2] / "tasks"
 SOLUTION = "\n\ndef solution(tensor):\n    return tensor.clone()\n"
 
 

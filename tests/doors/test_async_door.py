@@ -5,7 +5,7 @@ from pathlib import Path
 
 from pkb_env.task import load_task
 
-DOOR = Path(__file__).resolve().parents[1] / "examples" / "async_door.py"
+DOOR = Path(__file__).resolve().parents[2] / "examples" / "async_door.py"
 
 
 def test_an_async_door_plays_concurrent_episodes_over_one_client(tmp_path):
