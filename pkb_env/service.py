@@ -191,6 +191,10 @@ class JudgeService:
         """Every live process of the service (for leak checks)."""
         return self.executor.process_ids()
 
+    def directory(self) -> str:
+        """The directory every file of the service's processes lies under, removed at close (for leak checks)."""
+        return self.executor.root
+
     def directory_bytes(self) -> int:
         """Bytes in the files the service's processes hold on disk now (for leak checks)."""
         return self.executor.directory_bytes()

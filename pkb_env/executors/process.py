@@ -88,6 +88,11 @@ class ProcessExecutor:
         return tuple(self._spares)
 
     @property
+    def ending(self) -> tuple[RankSet, ...]:
+        """The contained candidate rank sets told to end and not yet confirmed gone (for tests and diagnostics)."""
+        return tuple(self._ending)
+
+    @property
     def zygote(self) -> Zygote:
         if self._zygote is None or not self._zygote.alive():
             self._zygote = Zygote(self.env, self.config.start_timeout_s, cache=self.config.cache_dir, root=self.root,

@@ -32,6 +32,7 @@ class Session:
         self._before_timing = before_timing
         self._untimed = untimed
         self.tracer = tracer
+        self._gate = f"gate {ranks.role}"   # the trace's name for a burst asked of these ranks (pkb_env/tracing.py)
         self.config = ranks.config
 
     @property
@@ -76,8 +77,9 @@ class Session:
         self._before_timing()
         deadline = self._deadline(self.config.timing_timeout_s)
         epoch = self.ranks.page.next_epoch()
-        self.ranks.ask(requests(epoch))
-        self.ranks.collect("gated", 1, deadline, label, limit=self._limit("timing_timeout_s"))
+        with self.tracer.span(self._gate):   # ends with every rank at the gate: a sink sees the judge just before
+            self.ranks.ask(requests(epoch))  # the release, the moment nothing but the burst may be about to run
+            self.ranks.collect("gated", 1, deadline, label, limit=self._limit("timing_timeout_s"))
         released = self.ranks.release(epoch)
         got = self.ranks.collect("burst", 1, deadline, label, limit=self._limit("timing_timeout_s"))
         ranks = []

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import examples_importable, make_env, variant
+from conftest import cpu_judge, examples_importable, variant
 from tasks.test_golden import check_golden, launch, rank_server
 
 from pkb_env.contract import (Check, Comm, Cost, Fft, InPlace, OnRanks, Output, PerRank, Preset, Replicated, Sum,
@@ -30,24 +30,19 @@ TASKS = (ADAM, RFFT, DISPATCH)
 
 
 @pytest.fixture(scope="module")
-def env():
+def judge():
     with examples_importable():
-        env = make_env(task=ADAM, world_size=2)
-    env.reset(seed=0)
-    yield env
-    env.close()
+        service = cpu_judge(2)
+    with service:
+        service.open(ADAM)
+        yield service
 
 
-def judge(env, task: str, source: str) -> dict:
-    env.reset(options={"task": task})
-    return env.step(source)[4]
-
-
-def assert_correct(env, task: str, *sources: str) -> None:
+def assert_correct(judge, task: str, *sources: str) -> None:
     """The task's reference and each other correct arrangement are judged correct."""
     for source in (load_task(task).reference_source, *sources):
-        info = judge(env, task, source)
-        assert info["verdict"] == "correct", info["feedback"]
+        record = judge.judge(task, source)
+        assert record.verdict.value == "correct", record.feedback
 
 
 
@@ -78,8 +73,8 @@ ADDCDIV = variant(ADAM, "    update = lr * (exp_avg / (1 - beta1 ** step)) / den
                   "    param.addcdiv_(exp_avg, denom, value=-lr / (1 - beta1 ** step))\n")
 
 
-def test_state_updated_in_place_is_compared_after_the_call(env):
-    assert_correct(env, ADAM, ADDCDIV)
+def test_state_updated_in_place_is_compared_after_the_call(judge):
+    assert_correct(judge, ADAM, ADDCDIV)
 
 
 @pytest.mark.parametrize("source,where", [
@@ -90,10 +85,10 @@ def test_state_updated_in_place_is_compared_after_the_call(env):
     (MISSING_KEY, "missing keys ['clipped']"),
     (STALE_IN_TIMED_CALLS, "timed call 0 of burst 0, updated['exp_avg']"),
 ], ids=["no-bias-correction", "modifies-grad", "replicas-drift", "stats-everywhere", "missing-key", "stale-timed"])
-def test_wrong_state_and_structure_are_judged_wrong_where(env, source, where):
-    info = judge(env, ADAM, source)
-    assert info["verdict"] == "wrong", info["feedback"]
-    assert where in info["feedback"], info["feedback"]
+def test_wrong_state_and_structure_are_judged_wrong_where(judge, source, where):
+    record = judge.judge(ADAM, source)
+    assert record.verdict.value == "wrong", record.feedback
+    assert where in record.feedback, record.feedback
 
 
 # -- complex outputs --------------------------------------------------------------------------------------
@@ -105,12 +100,12 @@ CONJUGATED = variant(RFFT, "torch.fft.rfft(torch.cat(blocks), dim=1)",
 MAGNITUDE = variant(RFFT, "torch.fft.rfft(torch.cat(blocks), dim=1)", "torch.fft.rfft(torch.cat(blocks), dim=1).abs()")
 
 
-def test_complex_outputs_are_compared_on_both_parts(env):
-    assert_correct(env, RFFT, IN_FLOAT64)
-    info = judge(env, RFFT, CONJUGATED)
-    assert info["verdict"] == "wrong" and "elements differ" in info["feedback"], info["feedback"]
-    info = judge(env, RFFT, MAGNITUDE)
-    assert info["verdict"] == "wrong" and "dtype float32, expected complex64" in info["feedback"], info["feedback"]
+def test_complex_outputs_are_compared_on_both_parts(judge):
+    assert_correct(judge, RFFT, IN_FLOAT64)
+    record = judge.judge(RFFT, CONJUGATED)
+    assert record.verdict.value == "wrong" and "elements differ" in record.feedback, record.feedback
+    record = judge.judge(RFFT, MAGNITUDE)
+    assert record.verdict.value == "wrong" and "dtype float32, expected complex64" in record.feedback, record.feedback
 
 
 # -- variable length under a bound, rows in any order keyed by ids, ties --------------------------------
@@ -126,8 +121,8 @@ OVER_BOUND = variant(DISPATCH, "    return rows, got, top",
                      "    return torch.cat([rows, rows.new_zeros(pad, rows.shape[1])]), got, top")
 
 
-def test_rows_in_any_order_are_compared_by_their_ids(env):
-    assert_correct(env, DISPATCH, REVERSED)
+def test_rows_in_any_order_are_compared_by_their_ids(judge):
+    assert_correct(judge, DISPATCH, REVERSED)
 
 
 @pytest.mark.parametrize("source,verdict,where", [
@@ -136,14 +131,14 @@ def test_rows_in_any_order_are_compared_by_their_ids(env):
     (DROPS_ONE, "wrong", "expected"),
     (OVER_BOUND, "runtime_error", "beyond its declared bound"),
 ], ids=["rows-without-ids", "ties-by-higher-index", "drops-a-token", "over-the-bound"])
-def test_wrong_dispatch_is_judged_wrong_where(env, source, verdict, where):
-    info = judge(env, DISPATCH, source)
-    assert info["verdict"] == verdict, info["feedback"]
-    assert where in info["feedback"], info["feedback"]
+def test_wrong_dispatch_is_judged_wrong_where(judge, source, verdict, where):
+    record = judge.judge(DISPATCH, source)
+    assert record.verdict.value == verdict, record.feedback
+    assert where in record.feedback, record.feedback
 
 
-def test_the_prompt_states_the_new_output_kinds(env):
-    prompts = {task: judge_prompt(env, task) for task in TASKS}
+def test_the_prompt_states_the_new_output_kinds(judge):
+    prompts = {task: judge.open(task).prompt for task in TASKS}
     assert "updated['param']: input param updated in place" in prompts[ADAM]
     assert "a Python float" in prompts[ADAM] and "always None" in prompts[ADAM]
     assert "on the ranks with world = 0 only" in prompts[ADAM]
@@ -151,11 +146,6 @@ def test_the_prompt_states_the_new_output_kinds(env):
     assert "complex64" in prompts[RFFT] and "on real and imaginary parts" in prompts[RFFT]
     assert "at most (W * T, D) = (32, 8)" in prompts[DISPATCH]
     assert "ties: the lower index first" in prompts[DISPATCH]
-
-
-def judge_prompt(env, task: str) -> str:
-    obs, _ = env.reset(options={"task": task})
-    return obs["prompt"] if isinstance(obs, dict) else str(obs)
 
 
 # -- the declarations, in this process ---------------------------------------------------------------------

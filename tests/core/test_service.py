@@ -1,25 +1,20 @@
-"""The judge's front door (docs/architecture.md, "The service"): JudgeConfig, JudgeService, TaskSession, the
-record's JSON round trip, the typed requests and the verdict, as a caller sees them."""
+"""The judge's front door (docs/architecture.md, "The service"): JudgeService and TaskSession as a caller sees
+them, and the record's JSON round trip of every verdict. The config alone: test_config.py; the record made by
+hand: test_record.py; the typed requests: tests/wire/test_requests.py; the verdict: tests/judge/test_verdict.py."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-import pickle
 import subprocess
 import sys
 import textwrap
-from dataclasses import replace
 
 import pytest
 
 from conftest import FAST
-from pkb_env import EvaluationRecord, JudgeConfig, JudgeService
-from pkb_env.config import ConfigError, TimingProtocol
-from pkb_env.judge.verdict import decide
-from pkb_env.record import Flag, RankFailure, ScreenResult, ParseResult, Severity, Stage, StageFailure, Verdict, VerifyResult
+from pkb_env import EvaluationRecord, JudgeService
+from pkb_env.record import Flag, RankFailure, Stage, Verdict
 from pkb_env.task import load_task
-from pkb_env.wire import requests
 
 RING = open(os.path.join(os.path.dirname(__file__), "..", "..", "solutions", "examples", "all_reduce_ring.py")).read()
 WRONG = "def solution(tensor):\n    return tensor.clone()\n"
@@ -82,20 +77,6 @@ def test_the_record_round_trips_through_json(judge, code, verdict):
         assert isinstance(back.failure.failures[0], RankFailure) and back.failure.stage is record.failure.stage
 
 
-def test_a_record_with_non_finite_numbers_round_trips():
-    record = EvaluationRecord(task="all_reduce", world_size=2, preset="tiny", dtype="float32", executor="cpu",
-                              hardware="x", verdict=Verdict.WRONG, stage=Stage.VERIFY)
-    record.verify = VerifyResult(False, 4, [])
-    from pkb_env.record import Mismatch
-
-    record.verify.mismatches.append(Mismatch("trial 0", 1, "output", "NaN", max_abs_err=float("nan"),
-                                             max_rel_err=float("inf")))
-    back = EvaluationRecord.from_dict(json.loads(json.dumps(record.to_dict())))
-    assert back == record and str(back.verify.mismatches[0].max_rel_err) == "inf"
-    with pytest.raises(ValueError, match="no field"):
-        EvaluationRecord.from_dict({**record.to_dict(), "extra": 1})
-
-
 def test_the_reference_is_billed_to_the_reference(judge):
     """The reference's trials and timing are the reference's part of a step, not the candidate's stages."""
     judge.forget_reference_timing("broadcast")
@@ -141,83 +122,6 @@ def test_open_refuses_what_cannot_be_judged_here(judge):
     with pytest.raises(ValueError, match="does not take dtype 'int8'"):
         judge.open("all_reduce", dtype="int8")
     assert "all_reduce" in judge.tasks() and set(judge.tasks()) <= set(judge.tasks(preset="tiny"))
-
-
-def test_the_config_is_one_picklable_object_that_names_bad_settings():
-    config = JudgeConfig(executor="cpu", world_size=2, trials=5, protocol=FAST.protocol)
-    assert pickle.loads(pickle.dumps(config)) == config
-    assert JudgeConfig.from_mapping({"world-size": 2, "executor": "cpu", "trials": 5,
-                                     "protocol": FAST.protocol}) == config
-    # A mapping changes the defaults of the clock the judge's placement has, known only where it runs
-    changed = JudgeConfig.from_mapping({"executor": "auto", "protocol": {"budget_s": 0.5, "min_bursts": 7}})
-    assert changed.protocol is None and pickle.loads(pickle.dumps(changed)) == changed
-    for clock in ("cuda", "host"):
-        assert changed.protocol_for(clock) == replace(TimingProtocol.for_clock(clock), budget_s=0.5, min_bursts=7)
-    assert changed.protocol_for("cuda").burst_s == 0.002 and changed.protocol_for("host").statistic == "interval-min"
-    assert config.protocol_for("cuda") == FAST.protocol
-    whole = JudgeConfig.from_mapping({"protocol": dataclasses.asdict(FAST.protocol)})   # every field: the protocol
-    assert whole.protocol == FAST.protocol and whole.protocol_changes == ()
-    for values, message in [({"world_sizes": 2}, "did you mean 'world_size'"),
-                            ({"executor": "tpu"}, "unknown executor 'tpu'"),
-                            ({"world_size": 0}, "world_size must be a positive integer"),
-                            ({"step_budget_s": -1}, "step_budget_s must be a positive number"),
-                            ({"calibration": "sometimes"}, "calibration 'sometimes' is unknown"),
-                            ({"pin_ranks": "yes"}, "pin_ranks must be true or false"),
-                            ({"protocol": {"burst": 1}}, "protocol: unknown setting")]:
-        with pytest.raises(ConfigError, match=message):
-            JudgeConfig.from_mapping(values)
-    with pytest.raises(ConfigError, match="did you mean 'trials'"):
-        config.replace(trial=3)
-
-
-def test_requests_are_as_strict_on_the_rank_side_as_when_made():
-    workload = requests.TaskWorkload("all_reduce", "tiny", "float32", "cpu")
-    burst = requests.Burst(workload, {"world=0": 7}, calls=8, epoch=1, marks_every=2)
-    message = json.loads(json.dumps({**burst.message(), "nonce": "n" * 32}))
-    assert requests.parse(message) == (burst, "n" * 32)
-    for change, problem in [({"calls": "8"}, "Burst.calls"), ({"extra": 1}, "keys"), ({"label": "x"}, "labelled"),
-                            ({"op": "launch_missiles"}, "no known kind"), ({"seeds": {"world=0": -1}}, "seeds"),
-                            ({"workload": {"kind": "task", "task": "all_reduce"}}, "TaskWorkload")]:
-        with pytest.raises(requests.RequestError, match=problem):
-            requests.parse({**message, **change})
-    with pytest.raises(requests.RequestError, match="rng"):
-        requests.TaskWorkload("all_reduce", "tiny", "float32", "gpu")
-    with pytest.raises(requests.RequestError, match="seeds"):
-        requests.Trials(workload, ())
-
-
-def _record(**parts) -> EvaluationRecord:
-    record = EvaluationRecord(task="t", world_size=2, preset="tiny", dtype="float32", executor="cpu", hardware="x")
-    record.parse, record.screen = ParseResult("code", 4, False), ScreenResult()
-    for key, value in parts.items():
-        setattr(record, key, value)
-    return record
-
-
-@pytest.mark.parametrize("parts, stage, verdict, flag", [
-    ({"parse": ParseResult(None, 0, False, error="empty")}, Stage.PARSE, Verdict.UNPARSABLE, None),
-    ({"screen": ScreenResult([Flag("monkeypatch", Severity.EXPLOIT, "patches")], error="bad signature")},
-     Stage.SCREEN, Verdict.FLAGGED, "monkeypatch"),
-    ({"failure": StageFailure(Stage.BUILD, "boom", [RankFailure(0, "exception", "boom", "build")])},
-     Stage.BUILD, Verdict.BUILD_ERROR, None),
-    ({"failure": StageFailure(Stage.RUN, "late", [RankFailure(1, "timeout", "late", "trials")])},
-     Stage.RUN, Verdict.RUNTIME_ERROR, None),
-    ({"failure": StageFailure(Stage.BUILD, "x", [RankFailure(0, "exception", "x", "build"),
-                                                  RankFailure(1, "tampered", "patched", "build")])},
-     Stage.BUILD, Verdict.FLAGGED, "runtime_tampering"),
-    ({"failure": StageFailure(Stage.TIME, "claims", [RankFailure(0, "forged_timing", "claims", "timing")])},
-     Stage.TIME, Verdict.FLAGGED, "forged_timing"),
-    ({"verify": VerifyResult(False, 2)}, Stage.VERIFY, Verdict.WRONG, None),
-    ({"verify": VerifyResult(True, 2), "timed_check": VerifyResult(False, 80)}, Stage.TIME, Verdict.WRONG, None),
-    ({"verify": VerifyResult(True, 2), "timed_check": VerifyResult(True, 80)}, Stage.DONE, Verdict.CORRECT, None),
-])
-def test_the_verdict_follows_from_the_results_alone(parts, stage, verdict, flag):
-    record = _record(**parts)
-    before = record.to_dict()
-    decision = decide(record)
-    assert (decision.stage, decision.verdict) == (stage, verdict)
-    assert [f.code for f in decision.flags if f.severity is Severity.EXPLOIT] == ([flag] if flag else [])
-    assert record.to_dict() == before  # no side effects
 
 
 def test_code_the_screen_decides_is_refused_without_starting_anything():

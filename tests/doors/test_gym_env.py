@@ -1,17 +1,15 @@
 """The public Gymnasium contract: registration, spaces, check_env, reset options, render, bad input, the
-episode's end, executor="auto", and a close() that an impatient Ctrl-C cannot cut short."""
-import os
-import signal
+episode's end and executor="auto" (that its close() holds an impatient Ctrl-C until every process is gone:
+tests/executors/test_injected_faults.py)."""
 import warnings
 
 import gymnasium
 import numpy as np
-import psutil
 import pytest
 from gymnasium.utils.env_checker import check_env
 
 import pkb_env
-from conftest import FAST, make_env, judge_of
+from conftest import FAST, make_env
 from pkb_env.task import TaskError, load_task
 
 
@@ -101,31 +99,6 @@ def test_executor_auto_resolves_to_what_the_machine_has(monkeypatch):
             assert step["correct"], step["feedback"]
     finally:
         env.close()
-
-
-def test_close_holds_ctrl_c_until_the_processes_are_gone():
-    """A Ctrl-C during close() is raised after it, when nothing is left running, not half-way through."""
-    env = make_env(world_size=2)
-    env.reset(seed=0)
-    executor = judge_of(env).executor
-    close = executor.close
-    pids = executor.process_ids()
-    assert pids
-
-    def close_interrupted():
-        signal.raise_signal(signal.SIGINT)  # arrives while closing
-        close()
-
-    executor.close = close_interrupted
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a test worker may not)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            env.close()
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler   # close() put it back
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-    assert not os.path.exists(executor.root)
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -242,7 +242,7 @@ def test_bad_requests_get_errors_and_the_server_keeps_serving(server):
 
 @pytest.mark.timeout(300)
 def test_trl_grpo_trainer_takes_its_reward_from_the_server(server, tmp_path):
-    """Two GRPO steps of a tiny random model (as tests/test_training.py's), each completion judged by the server."""
+    """Two GRPO steps of a tiny random model (as tests/doors/test_training.py's), each completion judged by the server."""
     datasets = pytest.importorskip("datasets")
     trl = pytest.importorskip("trl")
     from pkb_env.agents.train_grpo import make_tiny_model, make_tiny_tokenizer

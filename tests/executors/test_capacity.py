@@ -9,7 +9,7 @@ import sys
 import gymnasium
 import pytest
 
-from conftest import make_env, still_alive, judge_of
+from conftest import cpu_judge, still_alive
 from pkb_env.config import JudgeConfig
 from pkb_env.executors import ExecutorError, check_world_size, make_executor
 from pkb_env.executors.capacity import (CPU_RANKS_PER_CORE, EMULATED_RANKS_PER_GPU, OVERRIDE, usable_cores,
@@ -61,15 +61,11 @@ def test_the_env_refuses_before_any_process_or_directory(tmp_path, monkeypatch):
 
 
 def test_progress_hook_reports_every_rank_of_each_phase():
-    env = make_env(world_size=3)
     events = []
-    try:
-        judge_of(env).executor.progress = lambda *event: events.append(event)
-        obs, _ = env.reset(seed=0)
-        _, _, _, _, info = env.step(obs["reference"])
-        assert info["correct"], info["feedback"]
-    finally:
-        env.close()
+    with cpu_judge(3, progress=lambda *event: events.append(event)) as judge:
+        session = judge.open("all_reduce")
+        record = judge.judge("all_reduce", session.reference)
+        assert record.correct, record.feedback
     for role in ("reference", "candidate"):
         # Whole rounds of 1, 2, 3: the first step may wait for the next candidate rank set too (it lets
         # ranks finish starting before the calibration is measured).
@@ -83,7 +79,7 @@ def test_the_directory_goes_at_exit_even_without_close(tmp_path):
     """A script that never calls env.close(): the processes die with it and the directory is removed."""
     code = ("import gymnasium, pkb_env; "
             "env = gymnasium.make('pkb_env/ParallelKernel-v0', world_size=2, executor='cpu'); env.reset(seed=0); "
-            "service = env.unwrapped.client.run(lambda s: s); print(service.executor.root, *service.process_ids())")
+            "print(*env.unwrapped.client.run(lambda s: [s.directory(), *s.process_ids()]))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
                           env={**os.environ, "TMPDIR": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-2000:]

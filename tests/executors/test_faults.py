@@ -1,12 +1,18 @@
 """Candidates that raise, exit, deadlock or spin: the step ends in time, nothing is left running, the
-next step is judged normally."""
+next step is judged normally. Faults of the judge's own processes (a start that fails, a spare killed):
+test_injected_faults.py."""
 import os
 import time
 
 import psutil
 import pytest
 
-from conftest import FAST, make_env, judge_of
+from conftest import FAST, cpu_judge
+from pkb_env.rewards import load_reward
+from pkb_env.task import load_task
+
+REFERENCE = load_task("all_reduce").reference_source
+REWARD = load_reward("default")   # the env's
 
 # The orphans' command line names this test process, so that a test run elsewhere on the machine (whose
 # candidates sleep too) is not mistaken for a survivor of this one.
@@ -75,45 +81,39 @@ def solution(tensor):
 }
 
 
-def test_huge_output_is_refused_not_fatal(env4):
+def test_huge_output_is_refused_not_fatal(judge4):
     """A 400 MB output: refused by size in the rank with a message saying so; the judge stays up."""
     code = "import torch\ndef solution(tensor):\n    return torch.ones(100_000_000)\n"
-    obs, _ = env4.reset(options={"task": "all_reduce"})
-    _, _, _, _, info = env4.step(code)
-    assert info["verdict"] == "runtime_error" and "381 MiB" in info["feedback"], info["feedback"]
-    _, _, _, _, info = env4.step(obs["reference"])
-    assert info["correct"]
-
-
-def _descendants(env) -> set[int]:
-    return set(judge_of(env).process_ids())
+    record = judge4.judge("all_reduce", code)
+    assert record.verdict.value == "runtime_error" and "381 MiB" in record.feedback, record.feedback
+    record = judge4.judge("all_reduce", REFERENCE)
+    assert record.correct
 
 
 @pytest.mark.parametrize("name", sorted(FAULTS))
-def test_fault_is_contained(env4, name):
+def test_fault_is_contained(judge4, name):
     code, verdict, phrases = FAULTS[name]
-    obs, _ = env4.reset(options={"task": "all_reduce"})
-    before = _descendants(env4)
+    before = set(judge4.process_ids())
     start = time.monotonic()
-    _, reward, _, _, info = env4.step(code)
+    record = judge4.judge("all_reduce", code)
     elapsed = time.monotonic() - start
-    assert info["verdict"] == verdict, info["feedback"]
+    assert record.verdict.value == verdict, record.feedback
     for phrase in phrases:
-        assert phrase in info["feedback"], info["feedback"]
-    assert info["error"].count("did not finish") <= 1, info["error"]  # ranks that failed alike: one line
+        assert phrase in record.feedback, record.feedback
+    assert record.error.count("did not finish") <= 1, record.error  # ranks that failed alike: one line
     assert elapsed < FAST.trial_timeout_s + FAST.build_timeout_s + 10
-    assert reward < -0.2  # below a wrong answer
+    assert REWARD(record).value < -0.2  # below a wrong answer
     # Nothing of the failed candidate survives: the executor owns only what it owned before (the
     # candidate rank set it used is replaced by the pre-started one), and no orphan 'sleep' of this run exists.
-    after = _descendants(env4)
+    after = set(judge4.process_ids())
     assert len(after) <= len(before) + 4
     assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == SLEEP]
     # The next step is judged normally.
-    _, _, _, _, info = env4.step(obs["reference"])
-    assert info["correct"], info["feedback"]
+    record = judge4.judge("all_reduce", REFERENCE)
+    assert record.correct, record.feedback
 
 
-def test_segfault_at_runtime_is_reported(env4):
+def test_segfault_at_runtime_is_reported(judge4):
     """A real SIGSEGV (through a path the static screen does not flag) is reported as a signal."""
     code = """
 import faulthandler, torch.distributed as dist
@@ -124,103 +124,19 @@ def solution(tensor):
     dist.all_reduce(out)
     return out
 """
-    obs, _ = env4.reset(options={"task": "all_reduce"})
-    _, _, _, _, info = env4.step(code)
-    assert info["verdict"] == "runtime_error", info["feedback"]
-    assert "rank 0 was killed by SIGSEGV" in info["feedback"], info["feedback"]
-    _, _, _, _, info = env4.step(obs["reference"])
-    assert info["correct"]
+    record = judge4.judge("all_reduce", code)
+    assert record.verdict.value == "runtime_error", record.feedback
+    assert "rank 0 was killed by SIGSEGV" in record.feedback, record.feedback
+    record = judge4.judge("all_reduce", REFERENCE)
+    assert record.correct
 
 
 def test_no_process_left_after_close():
-    from conftest import make_env
-
-    env = make_env(world_size=2)
-    env.reset(seed=1)
-    env.step("def solution(tensor):\n    while True: pass\n")
-    pids = judge_of(env).process_ids()
+    judge = cpu_judge(2)
+    judge.open("all_reduce")
+    judge.judge("all_reduce", "def solution(tensor):\n    while True: pass\n")
+    pids = judge.process_ids()
     assert pids
-    env.close()
+    judge.close()
     time.sleep(0.2)
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-
-
-def test_a_next_generation_that_cannot_start_does_not_cost_this_step(monkeypatch):
-    """Starting the next candidate rank set (at release) can fail (a full disk, a dead zygote): the step
-    that released keeps its verdict, and the next step starts its own rank set or says why it cannot."""
-    env = make_env(world_size=2, target_speedup=float("inf"))
-    try:
-        obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
-        executor = judge_of(env).executor
-        real = executor._start
-        failures = []
-
-        def refuse(role, hold=False):
-            failures.append(role)
-            raise OSError(28, "No space left on device")
-
-        monkeypatch.setattr(executor, "_start", refuse)
-        _, _, _, _, info = env.step(obs["reference"])
-        assert info["correct"], info["feedback"]
-        assert failures and len(executor.spares) < executor.spare_depth
-        monkeypatch.setattr(executor, "_start", real)
-        _, _, _, _, info = env.step(obs["reference"])
-        assert info["correct"], info["feedback"]
-    finally:
-        env.close()
-
-
-@pytest.mark.parametrize("depth", [1, 4])
-def test_spares_killed_in_any_phase_of_their_start_are_replaced(depth):
-    """A pre-started rank set can die before it is used, in any phase of its start (whoever ran before
-    killed it, or the machine did): the next step takes another or starts its own, and the spares are
-    made up again, whatever phase each was in."""
-    env = make_env(world_size=2, target_speedup=float("inf"), config=FAST.replace(spares=depth))
-    try:
-        executor = judge_of(env).executor
-        if depth > 1 and executor.namespaces_missing:
-            pytest.skip(f"held spares need cells with namespaces ({executor.namespaces_missing})")
-        obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
-        for _ in range(2):
-            _, _, _, _, info = env.step(obs["reference"])
-            assert info["correct"], info["feedback"]
-            assert len(executor.spares) == depth
-            for spare in executor.spares:  # one rank of every spare, wherever its start has got to
-                os.kill(spare.pids[-1], 9)
-        _, _, _, _, info = env.step(obs["reference"])
-        assert info["correct"], info["feedback"]
-        assert len(executor.spares) == depth and all(s.alive() for s in executor.spares)
-    finally:
-        env.close()
-
-
-def test_ranks_that_cannot_start_are_the_judges_failure_not_the_candidates(monkeypatch):
-    """No candidate code has run in a rank set that fails to start (a host out of processes, a spare
-    killed before it was used): after the spares and a second fresh start, the step is the judge's failure (a
-    judge_error turn, the JudgeError's message in it, no reward) instead of charging the candidate a build error
-    or an exploit flag, and the next step is judged."""
-    env = make_env(world_size=2, target_speedup=float("inf"))
-    try:
-        obs, _ = env.reset(seed=0, options={"task": "all_reduce"})
-        executor = judge_of(env).executor
-        real = executor._start
-        starts = []
-
-        def doomed(role, hold=False):
-            gen = real(role, hold)
-            starts.append(gen)
-            for pid in gen.pids:
-                os.kill(pid, 9)
-            return gen
-
-        for spare in executor.spares:
-            os.kill(spare.pids[0], 9)
-        monkeypatch.setattr(executor, "_start", doomed)
-        _, reward, _, _, info = env.step(obs["reference"])
-        assert info["verdict"] == "judge_error" and "failed to start" in info["error"] and reward == 0.0, info
-        assert len(starts) == 2 and all(gen.closed for gen in starts)  # config.fresh_starts, each closed
-        monkeypatch.setattr(executor, "_start", real)
-        _, _, _, _, info = env.step(obs["reference"])
-        assert info["correct"], info["feedback"]
-    finally:
-        env.close()

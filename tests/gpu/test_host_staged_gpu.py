@@ -1,6 +1,6 @@
 """Point-to-point and collectives of CUDA tensors on emulated ranks (pkb_env/ranks/host_staged.py), one GPU.
 
-* The staging scenarios of tests/host_staged_ranks.py (rings, pairwise exchanges, halos, results landing at
+* The staging scenarios of tests/ranks/host_staged_ranks.py (rings, pairwise exchanges, halos, results landing at
   wait, every collective the references call: all_reduce incl. AVG, reduce, broadcast, all_gather(_into_tensor),
   reduce_scatter(_tensor), all_to_all(_single) even and uneven, gather, scatter, barrier, subgroups, bf16) on
   four ranks sharing cuda:0.

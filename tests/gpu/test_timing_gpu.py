@@ -14,7 +14,6 @@ import pytest
 import torch
 
 import pkb_env  # noqa: F401
-from conftest import judge_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from adversarial.exploits import BY_NAME as EXPLOITS  # noqa: E402
@@ -51,7 +50,7 @@ def test_bursts_start_at_a_device_gate(cuda_env):
     obs, _ = cuda_env.reset(options={"task": "all_reduce"})
     _, _, _, _, info = cuda_env.step(obs["reference"])
     assert info["correct"], info["feedback"]
-    facts = judge_of(cuda_env).reference_facts()
+    facts = cuda_env.unwrapped.client.run(lambda service: service.reference_facts())
     assert [f["gate"] for f in facts] == ["device"] * GPUS, facts
     t = info["record"].timing
     assert t.clock == "cuda" and t.statistic == "burst-median" and t.suspect is None and t.clock_margin_s > 0

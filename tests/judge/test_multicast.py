@@ -268,32 +268,27 @@ ASSEMBLED = ('word = "".join(chr(c) for c in (109, 117, 108, 116, 105, 109, 101,
              '\'.ld_reduce.relaxed.sys.global.add.f32 %0, [%1];" : "=f"(v) : "l"(p)); p[0] = v; }\'\n')
 
 
-def _step(env, code: str):
-    _, _, _, _, info = env.step(code)
-    return info
-
-
 @pytest.mark.parametrize("backend", ["nvcc", "nvrtc"])
-def test_a_source_assembled_at_run_time_is_refused_by_the_compile_service(env2, backend):
+def test_a_source_assembled_at_run_time_is_refused_by_the_compile_service(judge2, backend):
     """Past the screen (it has no flag to raise), into compile_cubin in a rank: the service refuses it before any
     compiler starts (so this holds on machines with neither compiler)."""
     code = ("from pkb_env.runtime import compile_cubin\n" + ASSEMBLED +
             f"try:\n    compile_cubin(source, backend={backend!r}, arch='90')\n    outcome = 'COMPILED'\n"
             "except Exception as exc:\n    outcome = str(exc)\nraise RuntimeError('OUTCOME ' + outcome)\n" + SOLUTION)
     assert exploits(screen_source(code, ["tensor"])) == {}
-    info = _step(env2, code)
-    feedback = info["feedback"]
-    assert info["verdict"] == "build_error" and "COMPILED" not in feedback, feedback
+    record = judge2.judge("all_reduce", code)
+    feedback = record.feedback
+    assert record.verdict.value == "build_error" and "COMPILED" not in feedback, feedback
     assert "OUTCOME the CUDA source: multimem" in feedback and "NVLink multicast/NVLS is off" in feedback, feedback
 
 
-def test_an_extension_assembled_at_run_time_is_refused_by_the_compile_service(env2):
+def test_an_extension_assembled_at_run_time_is_refused_by_the_compile_service(judge2):
     code = ("from pkb_env.runtime import load_inline\n" + ASSEMBLED +
             "try:\n    load_inline('pkb_mc_probe', cpp_sources='int f() { return 1; }', cuda_sources=source, "
             "functions=['f'])\n    outcome = 'BUILT'\nexcept Exception as exc:\n    outcome = str(exc)\n"
             "raise RuntimeError('OUTCOME ' + outcome)\n" + SOLUTION)
     assert exploits(screen_source(code, ["tensor"])) == {}
-    feedback = _step(env2, code)["feedback"]
+    feedback = judge2.judge("all_reduce", code).feedback
     assert "OUTCOME cuda_sources[0]: multimem" in feedback and "BUILT" not in feedback, feedback
 
 
@@ -309,7 +304,7 @@ IN_RANK = {
 
 
 @pytest.mark.skipif(not CUPY, reason="CuPy is not installed (its NVRTC bindings are one of the routes)")
-def test_compilers_a_rank_runs_itself_refuse_what_was_assembled_at_run_time(env2):
+def test_compilers_a_rank_runs_itself_refuse_what_was_assembled_at_run_time(judge2):
     """CuPy's NVRTC, torch's NVRTC, PTX loader and jiterator in the candidate's own rank, and the runtime's
     CudaModule given PTX: each refuses before compiling (so this holds on CPU ranks)."""
     attempts = "".join(f"try:\n{textwrap.indent(body, '    ')}\n    seen.append({name!r} + ' RAN')\n"
@@ -317,7 +312,7 @@ def test_compilers_a_rank_runs_itself_refuse_what_was_assembled_at_run_time(env2
                        f"str(exc)[:80])\n" for name, body in IN_RANK.items())
     code = ASSEMBLED + "seen = []\n" + attempts + "raise RuntimeError('SEEN ' + ' | '.join(seen))\n" + SOLUTION
     assert exploits(screen_source(code, ["tensor"])) == {}, screen_source(code, ["tensor"]).flags
-    feedback = _step(env2, code)["feedback"]
+    feedback = judge2.judge("all_reduce", code).feedback
     for name in IN_RANK:
         if name == "runtime_cuda_module":
             assert f"{name} TypeError: CudaModule takes a cubin" in feedback, feedback
@@ -326,11 +321,11 @@ def test_compilers_a_rank_runs_itself_refuse_what_was_assembled_at_run_time(env2
 
 
 @pytest.mark.skipif(not CUPY, reason="CuPy is not installed")
-def test_putting_back_a_compiler_the_rank_wrapped_is_caught(env2):
+def test_putting_back_a_compiler_the_rank_wrapped_is_caught(judge2):
     code = ("import cupy_backends.cuda.libs.nvrtc as nvrtc\nnvrtc.createProgram = nvrtc.destroyProgram\n" + SOLUTION)
-    info = _step(env2, code)
-    assert info["verdict"] == "flagged", info["feedback"]
-    assert any("createProgram" in f.message for f in info["record"].exploit_flags), info["record"].exploit_flags
+    record = judge2.judge("all_reduce", code)
+    assert record.verdict.value == "flagged", record.feedback
+    assert any("createProgram" in f.message for f in record.exploit_flags), record.exploit_flags
 
 
 # -- the switches, in every process the judge starts ---------------------------------------------------
@@ -359,13 +354,13 @@ def _switches(feedback: str) -> dict[str, tuple[str, str]]:
     return {k: (v, c) for k, v, c in ast.literal_eval(found.group(1))}
 
 
-def test_a_rank_runs_with_the_switches_set(env2):
+def test_a_rank_runs_with_the_switches_set(judge2):
     """Read from inside a candidate rank on CPU ranks, in os.environ and in the C environment; reading the
     environment is an INFO flag only."""
-    info = _step(env2, READ_SWITCHES + SOLUTION)
-    assert info["verdict"] == "build_error", info["feedback"]
-    assert not info["record"].exploit_flags and "reads_environment" in {f.code for f in info["record"].flags}
-    seen = _switches(info["feedback"])
+    record = judge2.judge("all_reduce", READ_SWITCHES + SOLUTION)
+    assert record.verdict.value == "build_error", record.feedback
+    assert not record.exploit_flags and "reads_environment" in {f.code for f in record.flags}
+    seen = _switches(record.feedback)
     for name, value in MULTICAST_OFF.items():
         assert seen[name] == (value, value), seen
 
@@ -400,16 +395,16 @@ int probe() { return recorded + 1; }
 
 @pytest.mark.skipif(nvcc_path() is None or shutil.which("g++") is None or shutil.which("ninja") is None,
                     reason="needs nvcc, g++ and ninja")
-def test_a_build_cell_runs_with_the_switches_set(env2):
+def test_a_build_cell_runs_with_the_switches_set(judge2):
     """An extension's initialiser records the environment it runs in, in its own file: once in the build cell
     (those bytes are what the rank receives), once in the rank that imports them."""
     code = (f"from pkb_env.runtime import load_inline\nSRC = {EXTENSION_RECORDS_ITS_ENVIRONMENT!r}\n"
             "ext = load_inline('pkb_env_record', cpp_sources=SRC, functions=['probe'])\n"
             "import re\ndata = open(ext.__file__, 'rb').read().decode('latin-1')\n"
             "raise RuntimeError('RECORDS ' + repr(re.findall('ENVREC[{]([^}]*)[}]', data)))\n" + SOLUTION)
-    info = _step(env2, code)
-    feedback = info["feedback"]
-    assert info["verdict"] == "build_error" and not info["record"].exploit_flags, feedback
+    record = judge2.judge("all_reduce", code)
+    feedback = record.feedback
+    assert record.verdict.value == "build_error" and not record.exploit_flags, feedback
     records = ast.literal_eval(re.search(r"RECORDS (\[.*?\])", feedback).group(1))
     assert len(records) == 2, feedback   # the build cell's, then the rank's
     for record in records:
@@ -428,14 +423,14 @@ FLIP_AT_RUN_TIME = {
 
 
 @pytest.mark.parametrize("route", FLIP_AT_RUN_TIME.values(), ids=FLIP_AT_RUN_TIME.keys())
-def test_a_switch_flipped_at_run_time_is_caught_by_the_tripwire(env2, route):
+def test_a_switch_flipped_at_run_time_is_caught_by_the_tripwire(judge2, route):
     code = (route + "NAME = ''.join(chr(c - 1) for c in "
             "(79, 68, 68, 77, 96, 79, 87, 77, 84, 96, 70, 79, 66, 67, 77, 70))\n\n"
             "def solution(tensor):\n    flip(NAME)\n    return tensor.clone()\n")
     assert exploits(screen_source(code, ["tensor"])) == {}, screen_source(code, ["tensor"]).flags
-    info = _step(env2, code)
-    assert info["verdict"] == "flagged", info["feedback"]
-    [flag] = [f for f in info["record"].exploit_flags if f.code == "runtime_tampering"]
+    record = judge2.judge("all_reduce", code)
+    assert record.verdict.value == "flagged", record.feedback
+    [flag] = [f for f in record.exploit_flags if f.code == "runtime_tampering"]
     assert "NVLink multicast's switch NCCL_NVLS_ENABLE" in flag.message, flag.message
 
 

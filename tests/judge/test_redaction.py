@@ -1,6 +1,6 @@
 """The judge user's secrets never reach the feedback, the record or the wandb log (issue 11, Deliver 3).
 
-A candidate is given no way to read a secret (test_file_access); here it knows the values anyway (as if a
+A candidate is given no way to read a secret (tests/sandbox/test_file_access.py); here it knows the values anyway (as if a
 policy had learned them) and puts them into an exception, its stdout and its outputs. Nothing that
 reaches the policy, `record.to_dict()` or the offline wandb run may hold one.
 """

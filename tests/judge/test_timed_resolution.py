@@ -9,12 +9,10 @@ in bf16 with the production protocol (tests/gpu/test_timed_resolution_gpu.py run
 from __future__ import annotations
 
 import pytest
-from conftest import make_env
 
-from pkb_env.config import JudgeConfig, TimingProtocol
+from conftest import PRODUCTION, cpu_judge
+from pkb_env.task import load_task
 
-PRODUCTION = JudgeConfig(trials=2, trial_timeout_s=10.0, timing_timeout_s=30.0,
-                         protocol=TimingProtocol.for_clock("host"))
 STEPS = 5
 
 NUDGE = """
@@ -33,24 +31,21 @@ def solution(tensor):
 
 @pytest.fixture(scope="module")
 def bf16():
-    env = make_env(world_size=2, dtype="bfloat16", config=PRODUCTION)
-    yield env
-    env.close()
+    with cpu_judge(2, PRODUCTION.replace(dtype="bfloat16")) as judge:
+        yield judge
 
 
 def test_a_two_percent_nudge_in_one_timed_call_of_forty_is_caught_in_every_step(bf16):
     caught = []
     for _ in range(STEPS):
-        bf16.reset(options={"task": "all_reduce"})
-        info = bf16.step(NUDGE)[4]
-        assert info["record"].verify.correct, info["feedback"]  # right on every trial: only timed calls are off
-        caught.append(info["verdict"] == "wrong" and "elements at secret positions differ" in info["feedback"])
+        record = bf16.judge("all_reduce", NUDGE)
+        assert record.verify.correct, record.feedback  # right on every trial: only timed calls are off
+        caught.append(record.verdict.value == "wrong" and "elements at secret positions differ" in record.feedback)
     assert all(caught), caught
 
 
 def test_the_reference_in_bf16_stays_correct(bf16):
-    obs, _ = bf16.reset(options={"task": "all_reduce"})
+    reference = load_task("all_reduce").reference_source
     for _ in range(3):
-        bf16.reset(options={"task": "all_reduce"})
-        info = bf16.step(obs["reference"])[4]
-        assert info["verdict"] == "correct", info["feedback"]
+        record = bf16.judge("all_reduce", reference)
+        assert record.verdict.value == "correct", record.feedback

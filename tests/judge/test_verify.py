@@ -2,6 +2,9 @@
 import pytest
 
 from pkb_env import solutions
+from pkb_env.rewards import load_reward
+
+REWARD = load_reward("default")   # the env's
 
 RING = solutions.read("examples", "all_reduce_ring")
 
@@ -50,28 +53,26 @@ def solution(tensor):
 }
 
 
-def test_ring_all_reduce_is_correct(env4):
-    obs, _ = env4.reset(options={"task": "all_reduce"})
-    _, reward, terminated, _, info = env4.step(RING)
-    assert info["correct"], info["feedback"]
-    assert info["speedup"] > 0 and reward > 0
-    assert any(f.startswith("uses_collectives") for f in info["flags"])
+def test_ring_all_reduce_is_correct(judge4):
+    record = judge4.judge("all_reduce", RING)
+    assert record.correct, record.feedback
+    assert record.speedup > 0 and REWARD(record).value > 0
+    assert any(f.code.startswith("uses_collectives") for f in record.flags)
 
 
 @pytest.mark.parametrize("name", sorted(WRONG))
-def test_wrong_candidates_are_wrong_and_say_where(env4, name):
+def test_wrong_candidates_are_wrong_and_say_where(judge4, name):
     code, phrases = WRONG[name]
-    env4.reset(options={"task": "all_reduce"})
-    _, reward, _, _, info = env4.step(code)
-    assert info["verdict"] == "wrong", info["feedback"]
-    assert info["stage"] == "verify" and not info["correct"]
-    assert info["speedup"] is None  # wrong code is never timed
+    record = judge4.judge("all_reduce", code)
+    assert record.verdict.value == "wrong", record.feedback
+    assert record.stage.value == "verify" and not record.correct
+    assert record.speedup is None  # wrong code is never timed
     for phrase in phrases:
-        assert phrase in info["feedback"], info["feedback"]
-    assert reward == pytest.approx(-0.2)
+        assert phrase in record.feedback, record.feedback
+    assert REWARD(record).value == pytest.approx(-0.2)
 
 
-def test_timed_outputs_are_checked_cache_after_first_call(env4):
+def test_timed_outputs_are_checked_cache_after_first_call(judge4):
     """Correct on the trials, then replays its first timed output: caught by the timed-output check."""
     code = """
 import torch.distributed as dist
@@ -86,13 +87,12 @@ def solution(tensor):
     _cache["out"] = out
     return out
 """
-    env4.reset(options={"task": "all_reduce"})
-    _, _, _, _, info = env4.step(code)
-    assert info["verdict"] == "wrong" and info["stage"] == "time", info["feedback"]
-    assert "timed call" in info["feedback"]
+    record = judge4.judge("all_reduce", code)
+    assert record.verdict.value == "wrong" and record.stage.value == "time", record.feedback
+    assert "timed call" in record.feedback
 
 
-def test_broadcast_alternative_send_recv_is_correct(env4):
+def test_broadcast_alternative_send_recv_is_correct(judge4):
     code = """
 import torch, torch.distributed as dist
 def solution(tensor, src):
@@ -106,6 +106,5 @@ def solution(tensor, src):
         dist.recv(out, src)
     return out
 """
-    env4.reset(options={"task": "broadcast"})
-    _, _, _, _, info = env4.step(code)
-    assert info["correct"], info["feedback"]
+    record = judge4.judge("broadcast", code)
+    assert record.correct, record.feedback

@@ -1,4 +1,4 @@
-"""One rank of tests/test_host_staged.py (and tests/gpu/test_host_staged_gpu.py): `python host_staged_ranks.py
+"""One rank of tests/ranks/test_host_staged.py (and tests/gpu/test_host_staged_gpu.py): `python host_staged_ranks.py
 RANK WORLD STORE DEVICE` joins a host-staged group (pkb_env/ranks/host_staged.py) staging DEVICE's tensors
 ("cpu" stages host tensors too, so CPU ranks exercise the staging), runs every scenario and prints one JSON
 line: {scenario: null when it delivered, else what went wrong}.

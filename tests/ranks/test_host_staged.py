@@ -1,6 +1,6 @@
 """The host-staged process group of emulated ranks (pkb_env/ranks/host_staged.py), its staging exercised on CPU
 ranks: three real processes over gloo, started by a command, staging their host tensors through host copies
-exactly as emulated ranks stage CUDA tensors (tests/host_staged_ranks.py has the scenarios: rings, pairwise
+exactly as emulated ranks stage CUDA tensors (tests/ranks/host_staged_ranks.py has the scenarios: rings, pairwise
 exchanges, halos, results landing at wait, and every collective the references call).
 
 On one H200 the same scenarios run on CUDA tensors, and the kinds of candidate the issue listed are judged on

@@ -15,7 +15,7 @@ import shutil
 
 import pytest
 
-from conftest import FAST, make_env
+from conftest import FAST, cpu_judge
 from pkb_env.config import JudgeConfig
 from pkb_env.sandbox.containment import Containment
 
@@ -64,12 +64,12 @@ def judge_home(tmp_path_factory):
     saved = {k: os.environ.get(k) for k in ("HOME", "PKB_ENV_CACHE")}
     os.environ["HOME"] = home
     os.environ["PKB_ENV_CACHE"] = os.path.join(home, ".cache", "pkb_env")
-    env = make_env(world_size=2, config=FAST.replace(cache_dir=os.environ["PKB_ENV_CACHE"]))
-    obs, _ = env.reset(seed=0)
+    judge = cpu_judge(2, FAST.replace(cache_dir=os.environ["PKB_ENV_CACHE"]))
     try:
-        yield env, obs["reference"], paths, values, home
+        session = judge.open("all_reduce")
+        yield judge, session.reference, paths, values, home
     finally:
-        env.close()
+        judge.close()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -102,25 +102,24 @@ def solution(tensor):
 
 @needs_namespaces
 def test_candidates_find_no_private_file(judge_home):
-    env, reference, paths, values, home = judge_home
-    env.step(reference)  # the judge calibrated at the episode's start: its own cache file exists now
+    judge, reference, paths, values, home = judge_home
+    judge.judge("all_reduce", reference)  # the judge calibrated at its first open: its own cache file exists now
     calibrations = os.listdir(os.path.join(home, ".cache", "pkb_env", "calibration"))
     assert len(calibrations) >= 2, f"the judge wrote no calibration of its own: {calibrations}"
     targets = [*paths.items(), ("shadow", "/etc/shadow"), ("gshadow", "/etc/gshadow"),
                ("own_calibration", os.path.join(home, ".cache", "pkb_env", "calibration", sorted(calibrations)[0]))]
     folders = [("home", home), ("homes", "/home"), ("cache", os.path.join(home, ".cache"))]
-    env.reset(options={"task": "all_reduce"})  # the reference's step may have ended its episode
-    _, _, _, _, info = env.step(PROBE.format(targets=targets, folders=[*folders, ("root_home", "/root")]))
-    feedback = info["feedback"]
-    assert info["verdict"] == "build_error", feedback  # the probe ran (it was not screened out) and raised
+    record = judge.judge("all_reduce", PROBE.format(targets=targets, folders=[*folders, ("root_home", "/root")]))
+    feedback = record.feedback
+    assert record.verdict.value == "build_error", feedback  # the probe ran (it was not screened out) and raised
     assert "FOUND" in feedback and "READ:" not in feedback, feedback
     # /root may exist as a skeleton holding the Python install (a pyenv under /root), never the judge's files.
     assert "LISTED:" not in feedback.replace("root_home=LISTED:", "") and os.path.basename(home) not in feedback, \
         feedback
     for name, _ in targets + folders:
         assert f"{name}=errno2" in feedback, f"{name} must not exist in the cell at all: {feedback}"
-    record = str(info["record"].to_dict())
+    text = str(record.to_dict())
     for value in values.values():
         if value:
-            assert value not in feedback and value not in record
-    assert info["record"].containment["filesystem"].startswith("allowlisted root"), info["record"].containment
+            assert value not in feedback and value not in text
+    assert record.containment["filesystem"].startswith("allowlisted root"), record.containment

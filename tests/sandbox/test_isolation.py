@@ -10,33 +10,35 @@ import psutil
 import pytest
 
 import pkb_env
-from conftest import FAST, make_env, judge_of
+from conftest import FAST, cpu_judge
 from pkb_env.config import JudgeConfig
 from pkb_env.sandbox.containment import Containment, ContainmentError
 from pkb_env.sandbox.limits import running
+from pkb_env.task import load_task
 
 NAMESPACES = Containment.of(JudgeConfig()).missing()
 needs_namespaces = pytest.mark.skipif(NAMESPACES is not None, reason=f"no namespaces here: {NAMESPACES}")
+REFERENCE = load_task("all_reduce").reference_source
 
 
-def _verdict_message(env, body: str):
+def _verdict_message(judge, body: str):
     """Run a candidate that raises with a message telling what it saw; return the feedback."""
     code = "def solution(tensor):\n" + "".join(f"    {line}\n" for line in body.splitlines())
-    _, _, _, _, info = env.step(code)
-    assert info["verdict"] in ("runtime_error", "flagged"), info["feedback"]
-    return info["feedback"]
+    record = judge.judge("all_reduce", code)
+    assert record.verdict.value in ("runtime_error", "flagged"), record.feedback
+    return record.feedback
 
 
 @needs_namespaces
-def test_no_network_beyond_the_namespace(env2):
-    assert judge_of(env2).isolation()["network"].startswith("private")
+def test_no_network_beyond_the_namespace(judge2):
+    assert judge2.isolation()["network"].startswith("private")
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
     port = server.getsockname()[1]
     threading.Thread(target=lambda: server.accept(), daemon=True).start()
     try:
-        feedback = _verdict_message(env2, f"""import socket
+        feedback = _verdict_message(judge2, f"""import socket
 s = socket.socket()
 s.settimeout(2)
 try:
@@ -49,15 +51,15 @@ except OSError as exc:
     assert "BLOCKED" in feedback and "REACHED" not in feedback
 
 
-def test_unprivileged_candidate_cannot_touch_the_judge(env2, tmp_path):
-    isolation = judge_of(env2).isolation()
+def test_unprivileged_candidate_cannot_touch_the_judge(judge2, tmp_path):
+    isolation = judge2.isolation()
     if "uid 65534" not in isolation["privileges"]:
         pytest.skip(f"privilege drop not available here: {isolation['privileges']}")
     target = tmp_path / "judge-file"
     target.write_text("judge")
     # Past the static screen on purpose (libc's kill through ctypes, a computed /proc path): this checks the
     # operating system's barrier, the one that holds when the screen is fooled.
-    feedback = _verdict_message(env2, f"""import os
+    feedback = _verdict_message(judge2, f"""import os
 results = [str(os.getuid())]
 try:
     open({str(target)!r}, "w").write("pwned")
@@ -80,8 +82,8 @@ raise RuntimeError("RESULT " + " ".join(results))""")
 
 
 @needs_namespaces
-def test_a_generation_sees_only_itself_and_writes_only_its_own(env2):
-    isolation = judge_of(env2).isolation()
+def test_a_generation_sees_only_itself_and_writes_only_its_own(judge2):
+    isolation = judge2.isolation()
     assert isolation["pid"].startswith("private") and isolation["filesystem"].startswith("allowlisted root"), isolation
     package = os.path.dirname(pkb_env.__file__)
     # Obfuscated past the static screen on purpose: this checks the kernel's barrier, not the screen's.
@@ -99,7 +101,7 @@ for path in ({package!r} + "/pwned.py", "/pwned-root"):
 open("/tmp/pkb-left-behind", "w").write("x")
 seen.append("tmp=" + ",".join(sorted(os.listdir("/tmp"))))
 raise RuntimeError("SEEN " + " ".join(seen) + " END")"""
-    first = _verdict_message(env2, probe_code)
+    first = _verdict_message(judge2, probe_code)
     seen = first[first.index("SEEN pids="):].split(" END")[0].split()
     pids = [int(p) for p in seen[1].removeprefix("pids=").split(",")]
     assert max(pids) < 64, f"a rank sees processes beyond its rank set: {seen[1]}"
@@ -108,7 +110,7 @@ raise RuntimeError("SEEN " + " ".join(seen) + " END")"""
     assert not os.path.exists(os.path.join(package, "pwned.py"))
     assert not os.path.exists("/tmp/pkb-left-behind"), "a rank's /tmp reached the host"
     # The next rank set's /tmp is a fresh one: what this one left there is gone.
-    second = _verdict_message(env2, probe_code)
+    second = _verdict_message(judge2, probe_code)
     tmp_entries = [part for part in second.split() if part.startswith("tmp=")][0]
     assert tmp_entries.count("pkb-left-behind") == 1, tmp_entries  # only this rank set's own write
 
@@ -129,40 +131,35 @@ def test_the_namespace_probe_runs_in_a_fresh_interpreter(monkeypatch):
 
 
 def test_without_namespaces_the_judge_still_works():
-    env = make_env(world_size=2, target_speedup=float("inf"), config=FAST.replace(namespaces=False))  # 3 steps
-    try:
+    with cpu_judge(2, FAST.replace(namespaces=False)) as judge:  # 3 steps
         with pytest.warns(RuntimeWarning, match="without namespaces.*PKB_ENV_REQUIRE_CONTAINMENT"):
-            obs, _ = env.reset(seed=0)
-        assert judge_of(env).isolation()["pid"].startswith("off"), judge_of(env).isolation()
-        _, _, _, _, info = env.step(obs["reference"])
-        assert info["correct"], info["feedback"]
-        _, _, _, _, info = env.step("import time\ndef solution(tensor):\n    while True:\n        time.sleep(0.01)\n")
-        assert info["verdict"] == "runtime_error" and "did not finish" in info["feedback"], info["feedback"]
-        _, _, _, _, info = env.step(obs["reference"])
-        assert info["correct"], info["feedback"]
-        zygote = psutil.Process(judge_of(env).executor.zygote.pid)
+            judge.open("all_reduce")
+        assert judge.isolation()["pid"].startswith("off"), judge.isolation()
+        record = judge.judge("all_reduce", REFERENCE)
+        assert record.correct, record.feedback
+        record = judge.judge("all_reduce", "import time\ndef solution(tensor):\n    while True:\n        time.sleep(0.01)\n")
+        assert record.verdict.value == "runtime_error" and "did not finish" in record.feedback, record.feedback
+        record = judge.judge("all_reduce", REFERENCE)
+        assert record.correct, record.feedback
+        # the zygote: the one process of the judge's that this process started
+        (zygote,) = [p for p in psutil.Process().children() if p.pid in set(judge.process_ids())]
         # zygote's children: the pre-started candidate cell and the reference cell, nothing adopted
         assert len(zygote.children()) == 2, [c.cmdline() for c in zygote.children()]
-    finally:
-        env.close()
 
 
 def test_required_containment_refuses_to_run_without_it():
-    env = make_env(world_size=2, config=FAST.replace(namespaces=False, require_containment=True))
-    try:
+    with cpu_judge(2, FAST.replace(namespaces=False, require_containment=True)) as judge:
         with pytest.raises(ContainmentError, match="PKB_ENV_REQUIRE_CONTAINMENT"):
-            env.reset(seed=0)
-    finally:
-        env.close()
+            judge.open("all_reduce")
 
 
 JUDGE_SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})
-from conftest import make_env
-env = make_env(world_size=2)
-obs, _ = env.reset(seed=0)
-env.step('''import subprocess
+from conftest import cpu_judge
+judge = cpu_judge(2)
+judge.open("all_reduce")
+judge.judge("all_reduce", '''import subprocess
 def solution(tensor):
     subprocess.Popen(["sh", "-c", "(sleep {marker} &) ; sleep {marker}"], start_new_session=True)
     while True:

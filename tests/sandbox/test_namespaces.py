@@ -3,7 +3,7 @@ user through a user namespace (the path most users' machines take; the executor 
 
 The child plays the cell (cell.contain: namespaces, the allowlisted root, PID 1, pivot_root) and forks a
 "rank" that drops its privileges and reports what it can see and do; the parent asserts. Skipped where
-namespaces are unavailable (the executor then reports them unavailable and falls back; test_isolation
+namespaces are unavailable (the executor then reports them unavailable and falls back; test_isolation.py
 covers that).
 """
 import ctypes

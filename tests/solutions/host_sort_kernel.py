@@ -1,7 +1,7 @@
 """The distributed_sample_sort expert's CUDA source, run on the host: one process per rank, one OS thread per
 CUDA thread (a test harness, not a simulator of the GPU).
 
-It reuses tests/host_kernel.py's SHIM (threadIdx and blockIdx per thread, `__syncthreads` on std::barrier, the
+It reuses tests/solutions/host_kernel.py's SHIM (threadIdx and blockIdx per thread, `__syncthreads` on std::barrier, the
 system-scope atomics and fences of `pkb_block_barrier` on real atomics), adds what the sort kernels use
 (`__shared__` as a static: a rank's blocks run one after another in its process, so a static is one block's
 shared memory; int atomicMax / atomicMin; bf16 / fp16 to float; L2-only loads of 16-bit values; a yield in

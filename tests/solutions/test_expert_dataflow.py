@@ -2,7 +2,7 @@
 faked by CPU tensors every thread can read, barriers by a threading barrier, CUDA streams and events by
 no-ops (so every operation runs in program order on its rank).
 
-What this checks that tests/test_expert_math.py cannot: the `solution` functions themselves (the slots,
+What this checks that tests/solutions/test_expert_math.py cannot: the `solution` functions themselves (the slots,
 the views of the peers' buffers, which peer is read at which step, the chunk bounds, the staging blocks),
 over several calls back to back on the same buffers with ranks racing each other, against the golden;
 and that every rank takes the same number of barriers per call (a mismatch breaks the threading barrier).
@@ -10,7 +10,7 @@ What it cannot check: ordering between CUDA streams (here there is one order per
 FlashAttention, and the CUDA kernels of tp_rms_norm, vocab_parallel_cross_entropy and
 quantized_grad_allreduce (GPU tests; here their launches are checked against the kernels' signatures, and
 the quantised all-reduce's source runs on host threads). physicsnemo_distributed_rfft's transpose kernel
-has no block-level synchronisation: its own source, built as a host library (tests/host_kernel.py), runs in
+has no block-level synchronisation: its own source, built as a host library (tests/solutions/host_kernel.py), runs in
 place of the GPU launch, so that expert's `solution` is checked whole.
 """
 from __future__ import annotations
@@ -335,7 +335,7 @@ def test_single_kernel_experts_compile_for_hopper(task):
     assert cubin[:4] == b"\x7fELF"
 
 
-# -- the quantised all-reduce's CUDA source itself, on host threads (tests/host_kernel.py) ----------------------
+# -- the quantised all-reduce's CUDA source itself, on host threads (tests/solutions/host_kernel.py) ----------------------
 
 HOST_CASES = [  # world, blocks of the grid, 128-value blocks, dtype, two-shot; the variant is run on the second
     (2, 2, 7, "float32", False),
@@ -974,7 +974,7 @@ def test_sample_sort_expert_compiles_for_hopper():
     assert len(sort_kernel_signatures(source)) == 9
     assert compile_cubin(source, arch="90", backend=_backend())[:4] == b"\x7fELF"
 
-# -- the sort expert's CUDA source itself, on host threads (tests/host_sort_kernel.py) ---------------------------
+# -- the sort expert's CUDA source itself, on host threads (tests/solutions/host_sort_kernel.py) ---------------------------
 
 SORT_HOST_CAP = 512   # a slot's capacity in the harness; one call per case exceeds it
 

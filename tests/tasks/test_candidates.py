@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import make_env
 
+from conftest import FAST, cpu_judge
+from pkb_env.record import EvaluationRecord
 from pkb_env.task import load_task
 
 
@@ -20,14 +21,9 @@ def variant(task: str, *edits: tuple[str, str]) -> str:
     return source
 
 
-def judge(env, task: str, source: str) -> dict:
-    env.reset(options={"task": task})
-    return env.step(source)[4]
-
-
-def assert_wrong_with_a_location(info: dict) -> None:
-    assert info["verdict"] == "wrong", info["feedback"]
-    first = info["feedback"].splitlines()[1]
+def assert_wrong_with_a_location(record: EvaluationRecord) -> None:
+    assert record.verdict.value == "wrong", record.feedback
+    first = record.feedback.splitlines()[1]
     assert re.match(r"rank \d, trial \d( \([^()]*\))?, (output(\[\d+\])?|updated)(\['\w+'\])*: \d+/\d+ elements differ "
                     r"\((beyond atol|exact)", first), first
     assert "first at [" in first and "expected" in first and "got" in first
@@ -74,8 +70,8 @@ WRONG_LINEAR_ATTENTION = {
 
 
 @pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_LINEAR_ATTENTION.items() for n in wrongs])
-def test_wrong_linear_and_async_attention_is_judged_wrong(env4, task, name):
-    assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_LINEAR_ATTENTION[task][name])))
+def test_wrong_linear_and_async_attention_is_judged_wrong(judge4, task, name):
+    assert_wrong_with_a_location(judge4.judge(task, variant(task, *WRONG_LINEAR_ATTENTION[task][name])))
 
 
 WRONG_RING = {
@@ -117,9 +113,9 @@ WRONG_TENSOR_PARALLEL = {
 
 
 @pytest.mark.parametrize("name", WRONG_TENSOR_PARALLEL)
-def test_wrong_tensor_parallel_candidates_are_judged_wrong(env4, name):
+def test_wrong_tensor_parallel_candidates_are_judged_wrong(judge4, name):
     task, edits = WRONG_TENSOR_PARALLEL[name]
-    assert_wrong_with_a_location(judge(env4, task, variant(task, *edits)))
+    assert_wrong_with_a_location(judge4.judge(task, variant(task, *edits)))
 
 
 WRONG_CONTEXT = {
@@ -153,8 +149,8 @@ WRONG_ULYSSES = {
 
 
 @pytest.mark.parametrize("task,name", WRONG_ULYSSES)
-def test_wrong_ulysses_layouts_are_judged_wrong(env4, task, name):
-    assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_ULYSSES[task, name])))
+def test_wrong_ulysses_layouts_are_judged_wrong(judge4, task, name):
+    assert_wrong_with_a_location(judge4.judge(task, variant(task, *WRONG_ULYSSES[task, name])))
 
 
 WRONG_VOCAB = {
@@ -181,8 +177,8 @@ WRONG_VOCAB = {
 
 
 @pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_VOCAB.items() for n in wrongs])
-def test_wrong_vocab_parallel_candidates_are_judged_wrong(env4, task, name):
-    assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_VOCAB[task][name])))
+def test_wrong_vocab_parallel_candidates_are_judged_wrong(judge4, task, name):
+    assert_wrong_with_a_location(judge4.judge(task, variant(task, *WRONG_VOCAB[task][name])))
 
 
 # Training systems (PKB 21-25, 30, 43, 44, 52, 53, 58): (task, edits) per wrong candidate.
@@ -234,9 +230,9 @@ WRONG_TRAINING = {
 
 
 @pytest.mark.parametrize("name", WRONG_TRAINING)
-def test_wrong_training_systems_candidates_are_judged_wrong(env4, name):
+def test_wrong_training_systems_candidates_are_judged_wrong(judge4, name):
     task, edits = WRONG_TRAINING[name]
-    assert_wrong_with_a_location(judge(env4, task, variant(task, *edits)))
+    assert_wrong_with_a_location(judge4.judge(task, variant(task, *edits)))
 
 
 # Training steps with state updated in place (PKB 40-42, 47, 48): (task, edits, where the feedback must point).
@@ -266,48 +262,48 @@ WRONG_STEPS = {
 
 
 @pytest.mark.parametrize("name", WRONG_STEPS)
-def test_wrong_training_steps_are_judged_wrong_where(env4, name):
+def test_wrong_training_steps_are_judged_wrong_where(judge4, name):
     task, edits, where = WRONG_STEPS[name]
-    info = judge(env4, task, variant(task, *edits))
-    assert info["verdict"] == "wrong", info["feedback"]
-    first = info["feedback"].splitlines()[1]
+    record = judge4.judge(task, variant(task, *edits))
+    assert record.verdict.value == "wrong", record.feedback
+    first = record.feedback.splitlines()[1]
     assert re.match(r"rank \d, trial \d( \([^()]*\))?, ", first) and where in first, first
     assert "elements differ" in first and "first at [" in first, first
 
 
 @pytest.fixture(scope="module")
 def muon_bf16():
-    env = make_env(task="tp_muon_orthogonalization", world_size=2, dtype="bfloat16")
-    yield env
-    env.close()
+    with cpu_judge(2, FAST.replace(dtype="bfloat16")) as judge:
+        judge.open("tp_muon_orthogonalization")
+        yield judge
 
 
 def test_muon_iterating_in_bf16_is_correct_and_a_local_gram_is_wrong(muon_bf16):
     """The Muon tolerance admits Newton-Schulz in bf16 (as Muon runs it: x's dtype throughout), and still
     rejects a Gram of the rank's own columns only."""
     in_bf16 = variant("tp_muon_orthogonalization", ("    work = x.float()\n", "    work = x.clone()\n"))
-    info = judge(muon_bf16, "tp_muon_orthogonalization", in_bf16)
-    assert info["correct"], info["feedback"]
+    record = muon_bf16.judge("tp_muon_orthogonalization", in_bf16)
+    assert record.correct, record.feedback
     local = variant("tp_muon_orthogonalization", ("        dist.all_reduce(gram, group=group)\n", ""))
-    assert_wrong_with_a_location(judge(muon_bf16, "tp_muon_orthogonalization", local))
+    assert_wrong_with_a_location(muon_bf16.judge("tp_muon_orthogonalization", local))
 
 
 @pytest.mark.parametrize("name", WRONG_GEMM)
-def test_wrong_gemm_allreduce_is_judged_wrong(env4, name):
-    assert_wrong_with_a_location(judge(env4, "gemm_allreduce", variant("gemm_allreduce", *WRONG_GEMM[name])))
+def test_wrong_gemm_allreduce_is_judged_wrong(judge4, name):
+    assert_wrong_with_a_location(judge4.judge("gemm_allreduce", variant("gemm_allreduce", *WRONG_GEMM[name])))
 
 
 @pytest.mark.parametrize("name", WRONG_RING)
-def test_wrong_ring_attention_is_judged_wrong(env4, name):
-    assert_wrong_with_a_location(judge(env4, "ring_attention_tp", variant("ring_attention_tp", *WRONG_RING[name])))
+def test_wrong_ring_attention_is_judged_wrong(judge4, name):
+    assert_wrong_with_a_location(judge4.judge("ring_attention_tp", variant("ring_attention_tp", *WRONG_RING[name])))
 
 
 @pytest.mark.parametrize("task,name", WRONG_CONTEXT)
-def test_wrong_context_parallel_attention_is_judged_wrong(env4, task, name):
-    assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_CONTEXT[task, name])))
+def test_wrong_context_parallel_attention_is_judged_wrong(judge4, task, name):
+    assert_wrong_with_a_location(judge4.judge(task, variant(task, *WRONG_CONTEXT[task, name])))
 
 
-def test_a_candidate_that_builds_its_own_groups_in_every_call_is_correct(env4):
+def test_a_candidate_that_builds_its_own_groups_in_every_call_is_correct(judge4):
     """The judge passes groups in, but a candidate may ignore them and make its own, even inside the call
     (every rank creates every group in the same order, as torch requires)."""
     source = variant("ring_attention_tp", (
@@ -317,9 +313,9 @@ def test_a_candidate_that_builds_its_own_groups_in_every_call_is_correct(env4):
         "    cp_groups = [dist.new_group(list(range(t, world, 2))) for t in range(2)]\n"
         "    tp_group, cp_group = tp_groups[rank // 2], cp_groups[rank % 2]\n"
         "    tp, cp = dist.get_world_size(tp_group), dist.get_world_size(cp_group)\n"))
-    info = judge(env4, "ring_attention_tp", source)
-    assert info["correct"], info["feedback"]
-    timing = info["record"].timing  # timed like any candidate: at least the protocol's bursts, a call or more each
+    record = judge4.judge("ring_attention_tp", source)
+    assert record.correct, record.feedback
+    timing = record.timing  # timed like any candidate: at least the protocol's bursts, a call or more each
     assert timing.bursts >= 3 and timing.calls >= timing.bursts
 
 
@@ -415,13 +411,13 @@ WRONG_SCIENCE = {
 
 
 @pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_SCIENCE.items() for n in wrongs])
-def test_wrong_science_candidates_are_judged_wrong(env4, task, name):
-    assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_SCIENCE[task][name])))
+def test_wrong_science_candidates_are_judged_wrong(judge4, task, name):
+    assert_wrong_with_a_location(judge4.judge(task, variant(task, *WRONG_SCIENCE[task][name])))
 
 
 @pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_SPATIAL.items() for n in wrongs])
-def test_wrong_halo_exchanges_and_sharded_convolutions_are_judged_wrong(env4, task, name):
-    assert_wrong_with_a_location(judge(env4, task, variant(task, *WRONG_SPATIAL[task][name])))
+def test_wrong_halo_exchanges_and_sharded_convolutions_are_judged_wrong(judge4, task, name):
+    assert_wrong_with_a_location(judge4.judge(task, variant(task, *WRONG_SPATIAL[task][name])))
 
 
 # Science and systems beyond LLMs (PKB 79, 81, 85, 61): exact balance of a sort's slices, a kNN's stated tie
@@ -452,16 +448,16 @@ WRONG_SORT_KNN_NMS = {
 
 
 @pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_SORT_KNN_NMS.items() for n in wrongs])
-def test_wrong_sorts_knn_ties_and_suppressions_are_judged_wrong(env4, task, name):
+def test_wrong_sorts_knn_ties_and_suppressions_are_judged_wrong(judge4, task, name):
     """Wrong with the rank, trial (and edge case) and output; an unbalanced sort may instead exceed the output's
     declared bound on some rank, which the rank refuses before the output travels (a runtime error naming it)."""
-    info = judge(env4, task, variant(task, *WRONG_SORT_KNN_NMS[task][name]))
-    first = info["feedback"].splitlines()[1]
-    if info["verdict"] == "runtime_error" and task == "distributed_sample_sort":
+    record = judge4.judge(task, variant(task, *WRONG_SORT_KNN_NMS[task][name]))
+    first = record.feedback.splitlines()[1]
+    if record.verdict.value == "runtime_error" and task == "distributed_sample_sort":
         assert re.match(r"ranks? [\d, ]+ raised during trials: OutputError: output has shape \[\d+\], beyond its "
                         r"declared bound \[\d+\]", first), first
         return
-    assert info["verdict"] == "wrong", info["feedback"]
+    assert record.verdict.value == "wrong", record.feedback
     assert re.match(r"rank \d, trial \d( \((?:[^()]|\([^()]*\))*\))?, output(\[\d+\])?: ", first), first
 
 
@@ -489,11 +485,11 @@ WRONG_MOE_DISPATCH = {
 
 
 @pytest.mark.parametrize("name", WRONG_MOE_DISPATCH)
-def test_moe_routing_that_drops_or_duplicates_pairs_is_judged_wrong(env4, name):
+def test_moe_routing_that_drops_or_duplicates_pairs_is_judged_wrong(judge4, name):
     task, edits = WRONG_MOE_DISPATCH[name]
-    info = judge(env4, task, variant(task, *edits))
-    assert info["verdict"] == "wrong", info["feedback"]
-    first = info["feedback"].splitlines()[1]
+    record = judge4.judge(task, variant(task, *edits))
+    assert record.verdict.value == "wrong", record.feedback
+    first = record.feedback.splitlines()[1]
     assert re.match(r"rank \d, trial \d( \([^()]*\))?, output(\[\d+\])?: (\d+/\d+ elements differ|shape \[)", first), \
         first
 
@@ -518,9 +514,9 @@ WRONG_MOE_FUSED = {
 
 
 @pytest.mark.parametrize("name", WRONG_MOE_FUSED)
-def test_wrong_fused_moe_candidates_are_judged_wrong(env4, name):
+def test_wrong_fused_moe_candidates_are_judged_wrong(judge4, name):
     task, edits = WRONG_MOE_FUSED[name]
-    assert_wrong_with_a_location(judge(env4, task, variant(task, *edits)))
+    assert_wrong_with_a_location(judge4.judge(task, variant(task, *edits)))
 
 
 WRONG_GRAPH = {
@@ -564,14 +560,14 @@ WRONG_GRAPH = {
 }
 
 
-def assert_wrong_at(info: dict, where: str) -> None:
+def assert_wrong_at(record: EvaluationRecord, where: str) -> None:
     """Judged wrong, the first failure naming a rank, a trial and the output `where` points at."""
-    assert info["verdict"] == "wrong", info["feedback"]
-    first = info["feedback"].splitlines()[1]
+    assert record.verdict.value == "wrong", record.feedback
+    first = record.feedback.splitlines()[1]
     assert re.match(r"rank \d, trial \d( \([^()]*\))?, " + re.escape(where), first), first
 
 
 @pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_GRAPH.items() for n in wrongs])
-def test_wrong_graph_exchanges_are_judged_wrong(env4, task, name):
-    info = judge(env4, task, variant(task, *WRONG_GRAPH[task][name]))
-    assert_wrong_at(info, "output")
+def test_wrong_graph_exchanges_are_judged_wrong(judge4, task, name):
+    record = judge4.judge(task, variant(task, *WRONG_GRAPH[task][name]))
+    assert_wrong_at(record, "output")

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import make_env, variant
+from conftest import cpu_judge, variant
 
 from pkb_env.contract import Edge, Normal, Output, Preset, Sharded, Sum, TaskSpec, Tensor, TaskError
 from pkb_env.contract.edges import edge_of
 from pkb_env.contract.mesh import SHARED, Mesh
 from pkb_env.judge.seeds import SeedPlan
+from pkb_env.record import EvaluationRecord
 from pkb_env.task import load_task
 
 STEPS = 4
@@ -36,36 +37,31 @@ TIES_BY_SORT = variant(TOPK, '''        kth = logits.topk(min(top_k, logits.shap
 
 
 @pytest.fixture(scope="module", params=[2, 4])
-def env(request):
-    env = make_env(world_size=request.param)
-    env.reset(seed=0)
-    yield env
-    env.close()
+def judge(request):
+    with cpu_judge(request.param) as service:
+        service.open("all_reduce")
+        yield service
 
 
-def steps(env, task: str, source: str) -> list[dict]:
-    out = []
-    for _ in range(STEPS):  # a new episode per step: a correct answer ends one
-        env.reset(options={"task": task})
-        out.append(env.step(source)[4])
-    return out
+def steps(judge, task: str, source: str) -> list[EvaluationRecord]:
+    return [judge.judge(task, source) for _ in range(STEPS)]
 
 
 @pytest.mark.parametrize("task,source,case,symptom", [
     (FP8, NO_ZERO_GUARD, "an all-zero block in rank ", "NaN or infinite where the reference is finite"),
     (TOPK, EXACTLY_K, "integer logits tied at the top-k boundary", "elements differ"),
 ], ids=["no-zero-guard", "exactly-k"])
-def test_a_bug_on_an_edge_case_is_wrong_in_every_step(env, task, source, case, symptom):
-    for info in steps(env, task, source):
-        assert info["verdict"] == "wrong", info["feedback"]
-        assert case in info["feedback"] and symptom in info["feedback"], info["feedback"]
+def test_a_bug_on_an_edge_case_is_wrong_in_every_step(judge, task, source, case, symptom):
+    for record in steps(judge, task, source):
+        assert record.verdict.value == "wrong", record.feedback
+        assert case in record.feedback and symptom in record.feedback, record.feedback
 
 
 @pytest.mark.parametrize("task,source", [(FP8, None), (FP8, OTHER_ZERO_GUARD), (TOPK, None), (TOPK, TIES_BY_SORT)],
                          ids=["fp8-reference", "fp8-masked-fill", "topk-reference", "topk-kth-by-sort"])
-def test_correct_code_stays_correct_on_the_edge_cases(env, task, source):
-    for info in steps(env, task, source or load_task(task).reference_source):
-        assert info["verdict"] == "correct", info["feedback"]
+def test_correct_code_stays_correct_on_the_edge_cases(judge, task, source):
+    for record in steps(judge, task, source or load_task(task).reference_source):
+        assert record.verdict.value == "correct", record.feedback
 
 
 # -- the contract and the plan, in this process -----------------------------------------------------

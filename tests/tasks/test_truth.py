@@ -1,7 +1,7 @@
 """A candidate more exact than the reference is never rejected (issue 31, item 1).
 
 The judge compares candidates with the reference's outputs at the task's tolerance T; the reference
-stays within T/2 of the float64 golden (tests/test_tasks_golden.py), so every candidate within T/2
+stays within T/2 of the float64 golden (tests/tasks/test_golden.py), so every candidate within T/2
 of the golden passes (docs/task_contract.md, "Against the truth"). The issue's case: a float64 candidate
 for ring_attention_backward_dp matched the golden to 0.000 of the allowed error and was rejected in 3
 of ~95 steps at world size 8, because the float32 reference itself was up to 2.3x its allowance away.
@@ -9,7 +9,7 @@ of ~95 steps at world size 8, because the float32 reference itself was up to 2.3
 from __future__ import annotations
 
 import pytest
-from conftest import make_env
+from conftest import cpu_judge
 
 from pkb_env.task import load_task
 
@@ -40,18 +40,16 @@ def in_float64() -> str:
 
 
 @pytest.fixture(scope="module")
-def env8():
-    env = make_env(task=TASK, world_size=8)
-    yield env
-    env.close()
+def judge8():
+    with cpu_judge(8) as judge:
+        yield judge
 
 
-def test_a_float64_candidate_is_correct_in_every_step_at_world_size_8(env8):
+def test_a_float64_candidate_is_correct_in_every_step_at_world_size_8(judge8):
     source = in_float64()
     verdicts = []
     for _ in range(STEPS):
-        env8.reset(options={"task": TASK})
-        info = env8.step(source)[4]
-        verdicts.append(info["verdict"])
-        assert info["verdict"] == "correct", info["feedback"]
+        record = judge8.judge(TASK, source)
+        verdicts.append(record.verdict.value)
+        assert record.verdict.value == "correct", record.feedback
     assert verdicts == ["correct"] * STEPS
