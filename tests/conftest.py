@@ -3,7 +3,9 @@
 Tests of the core and the layers below it judge through a `JudgeService` (`judge2`, `judge4`, `cpu_judge`);
 tests of the Gymnasium env and the other doors go through them (`make_env`). Every folder below is a package
 (as tests/gpu and tests/adversarial), so tests/ is the one sys.path entry and `from conftest import ...` finds
-this file from any of them.
+this file from any of them. tests/tasks, rewards, solutions and agents share their names with the checkout's
+own packages: pytest puts tests/ first, but a process that imports a test module with its own sys.path (the
+checkout's folder first) finds the checkout's (tasks/test_golden.py's fork server imports none of them).
 """
 from __future__ import annotations
 

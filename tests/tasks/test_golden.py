@@ -145,10 +145,14 @@ def launch(world_size: int, out_dir: Path, only: tuple[str, ...] | None = None) 
 
 @contextmanager
 def rank_server():
-    """Where `launch` forks its ranks: a fork server that imported this module, torch and the tasks once. As
-    fresh as spawned processes, without 2-3 s of imports per rank (17 ranks over the four world sizes); the
-    server is stopped at the end of the block, so that no process of it outlives the block."""
-    mp.get_context("forkserver").set_forkserver_preload([__name__])   # before the fork server starts
+    """Where `launch` forks its ranks: a fork server that imported torch and the task loader once. As fresh as
+    spawned processes, without 2-3 s of imports per rank (17 ranks over the four world sizes); the server is
+    stopped at the end of the block, so that no process of it outlives the block.
+
+    Not this module: the fork server imports its preloads on its own sys.path (Python 3.11 drops the one it is
+    given), where the working directory comes first, and from the checkout `tasks` is the task package, not
+    tests/tasks; a rank imports this module itself, once it has this process's sys.path."""
+    mp.get_context("forkserver").set_forkserver_preload(["torch", "pkb_env.task"])   # before the server starts
     try:
         yield
     finally:
