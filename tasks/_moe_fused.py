@@ -36,7 +36,7 @@ from pkb_env.contract import (Comm, Compute, Const, Cost, Custom, Expr, Group, M
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 SKEW = 0.5
 """The std of the per-call popularity bias of the experts: the busiest expert takes ~1.5x the mean's pairs
-(docs/task_contract.md, "top-k routing drawn jointly"), as in a trained layer with a balancing loss."""
+(docs/task_contract.md, "Top-k routing drawn jointly over a group"), as in a trained layer with a balancing loss."""
 
 EXPERT_WEIGHTS = ("w_gate", "b_gate", "w_up", "b_up", "w_down", "b_down")
 LORA_WEIGHTS = ("lora_gate_A", "lora_gate_B", "lora_up_A", "lora_up_B", "lora_down_A", "lora_down_B")

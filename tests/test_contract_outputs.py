@@ -1,4 +1,5 @@
-"""Contract v3, the output side, judged end to end on CPU ranks (docs/task_contract.md, "Contract v3: ...").
+"""Contract v3, the output side, judged end to end on CPU ranks (docs/task_contract.md, "Outputs" to "What the
+timed-output check covers").
 
 The tasks are example specs outside the suite (tests/contract_v3_tasks/, addressed by their dotted path):
 an Adam step whose state is updated in place, with a Python float, a slot that is
