@@ -14,7 +14,8 @@ def test_reference_is_correct_about_1x_and_within_its_roofline(env4, task):
     assert info["correct"], info["feedback"]
     assert info["verdict"] == "correct" and info["stage"] == "done" and info["error"] is None
     # The same code twice, on 4 ranks sharing 2 cores with whatever else runs: only a gross error (the first
-    # protocol's 4-8x) must not hide here; the distribution across steps is in docs/timing.md (honest soak).
+    # protocol's 4-8x) must not hide here; the distribution across steps is in
+    # docs/measurements/2026-12-01-timing-cpu.md (honest soak).
     assert 0.1 <= info["speedup"] <= 10.0, info["feedback"]
     timing = info["record"].timing
     assert info["speedup"] == pytest.approx(timing.reference_s / timing.time_s, rel=1e-12) and timing.clock_margin_s >= 0
@@ -22,7 +23,7 @@ def test_reference_is_correct_about_1x_and_within_its_roofline(env4, task):
     record = info["record"]
     assert record.timing.suspect is None, info["feedback"]
     # CPU ranks calibrate no float64 rate: a float64 task's compute term is left out of the bound (a known hole,
-    # docs/task_contract.md "Contract v3: float64"), which keeps it a lower bound; nothing else may be missing
+    # docs/known_holes.md "Timing and roofline"), which keeps it a lower bound; nothing else may be missing
     missing = [m for m in record.roofline.bound.missing if "float64" not in m]
     assert record.roofline.bound.source == "calibrated" and not missing, record.roofline.bound.missing
     assert 0.0 < info["roofline_fraction"] <= 1.0, info["feedback"]

@@ -183,8 +183,8 @@ class ProcessExecutor:
         timed, and `_free_spares` lets them go on at the untimed work between bursts (the fingerprints of a
         pair) and once the step's timing is over. So a phase runs in the untimed parts of one step or
         several, and no step waits for one. With one spare per phase and a ready one (GPU placements: five),
-        phases of different spares run side by side (on one H200 the context took 0.42-0.57 s, the process
-        group 0.40-0.52 s; docs/timing.md). With one (CPU ranks, whose start is short, or cells without
+        phases of different spares run side by side (each phase a fraction of a second of GPU and host work:
+        docs/measurements/2026-12-01-timing-h200.md). With one (CPU ranks, whose start is short, or cells without
         namespaces, where a spare beside a running candidate could be reached by it: same uid) the spare
         is started whole once the candidate's timing is over (and, without namespaces, once the candidate is
         gone). A start that fails (START_FAILURES) is not the calling step's: its result stands, and the
@@ -290,7 +290,8 @@ class ProcessExecutor:
         """Kill a candidate rank set now; `_release` confirms the end later.
 
         A contained rank set is told to end and not waited for: the kernel kills its processes with its
-        namespace, and their CUDA contexts (0.14-0.16 s on one H200, docs/timing.md) come down meanwhile.
+        namespace, and their CUDA contexts (a tenth of a second or more: docs/measurements/2026-12-01-timing-h200.md)
+        come down meanwhile.
         An uncontained one is ended and swept at once.
         """
         if ranks.cell.contained and not ranks.closed:
@@ -302,7 +303,7 @@ class ProcessExecutor:
         """Kill a contained rank set with its namespace, not waiting, once (a set retired after its timing is
         released at the step's end). First off the ranks' cores (`placement.cpus`): its processes' end runs
         where they are, and the next step's rank r, already pinned to rank r's core, would share it with the
-        teardown of this set's CUDA contexts (0.1-0.16 s on one H200, docs/timing.md)."""
+        teardown of this set's CUDA contexts (docs/measurements/2026-12-03-timing-h200.md)."""
         if ranks.cell.ending:
             return
         if self.placement.cpus:
@@ -317,7 +318,8 @@ class ProcessExecutor:
         A contained one is told to end and confirmed gone later (`_confirm_ended`: before anything is timed
         next, and when the executor is asked what runs or closes): the kernel kills every process of its
         namespace whatever they do, so none runs candidate code again, and the step need not wait while their
-        CUDA contexts come down (0.1-0.14 s on one H200, docs/timing.md). An uncontained one is ended and
+        CUDA contexts come down (docs/measurements/2026-12-02-symmetric-memory-and-throughput-h200.md, "Where a
+        failing step's time goes"). An uncontained one is ended and
         swept now."""
         if ranks.cell.contained and not ranks.closed:
             self._kill_contained(ranks)

@@ -156,8 +156,9 @@ _LEXEME = re.compile(r'//|/\*|["\']|(?:u8|[uUL])?R"')
 def without_comments(source: str) -> str:
     """`source` with comments blanked (newlines kept), strings and raw strings left as they are.
 
-    Plain code between two lexemes is copied in one slice (a scan character by character took 10-12 ms for
-    a 13 KB kernel source, on every compile request, cached or not: docs/timing.md)."""
+    Plain code between two lexemes is copied in one slice: a scan character by character cost a candidate's
+    every compile request milliseconds, cached or not (docs/measurements/2026-12-03-timing-h200.md, "A
+    candidate's first call")."""
     out, i, n = [], 0, len(source)
     while i < n:
         found = _LEXEME.search(source, i)

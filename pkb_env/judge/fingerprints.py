@@ -150,8 +150,8 @@ def _differs(exp: dict, e: np.ndarray, got: dict, g: np.ndarray, tol: Tolerance)
     `tol`: the output's tolerance, for the values at the secret positions (compared as trials are).
 
     In NumPy: these arrays are small (calls x blocks). The same operations in torch took milliseconds
-    each inside a GPU step (38-58 ms per burst compared, against 2 ms in a quiet process; the cause was
-    not pinned down), where NumPy's take tens of microseconds."""
+    each inside a GPU step, far more than in a quiet process (the cause was not pinned down), where NumPy's
+    take microseconds (docs/measurements/2026-12-01-timing-h200.md, "What a warm step's time went to")."""
     if exp["kind"] != got["kind"] or exp["n"] != got["n"]:
         raise ChannelError("a fingerprint of another kind than the reference's")
     codes_differ = ~(exp["e"].numpy()[e] == got["e"].numpy()[g]).all(-1)

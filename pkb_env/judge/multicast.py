@@ -35,8 +35,7 @@ MULTICAST_FIX = ("NVLink multicast/NVLS is off on this machine: multimem PTX, cu
 _ADJACENT = re.compile(r'"\s*(?:u8|[uUL])?"')
 _PASTE = re.compile(r"\s*##\s*")
 # Every pattern holds one of these (lower case): text without any is passed over at str.find's speed (the
-# compile service checks every request, cached or not: 0.14 ms instead of 4.7 for the all_reduce expert's 13 KB
-# of CUDA, best of 5 on the 2-core machine).
+# compile service checks every request, cached or not: docs/measurements/2026-12-05-multicast-screen-cpu.md).
 _ANCHORS = ("multimem", "multicast", "mc_ptr", "mcptr", "nvls", "barrier_t", "pgl", "procaddress", "proc_address",
             "entrypoint", "entry_point")
 

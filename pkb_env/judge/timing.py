@@ -88,9 +88,9 @@ class BurstLog:
                       (device clocks: a host that stalls is charged, as a training step would feel it)
         interval-min  the fastest of the burst's mark intervals, per call, the slowest rank's per interval
                       (CPU ranks time-slice cores shared with everything else on the machine; scheduling
-                      only ever adds time, and on a loaded 2-core machine most intervals carry some: the
-                      median of per-burst minima moved 1.43x over 9 steps of one candidate where the median
-                      interval moved 7x; docs/timing.md)
+                      only ever adds time, and on a loaded machine most intervals carry some: the median of
+                      per-burst minima repeats across steps far better than the median interval;
+                      docs/measurements/2026-12-01-timing-cpu.md)
         """
         if self.statistic == "interval-min":
             return np.array([min(_intervals(b)) for b in self.bursts], dtype=np.float64)

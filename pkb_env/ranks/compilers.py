@@ -10,7 +10,7 @@ forks with the wrappers in place) and refuse a source, header or PTX image that 
 wrappers: a candidate that puts an original back is caught after the call that did it. The originals are
 kept only in the wrappers' closures (the screen refuses reading closures).
 
-Not covered (docs/threat_model.md, "Known holes"): CuPy's nvcc backend and compilers run through
+Not covered (docs/known_holes.md, "Code in a rank"): CuPy's nvcc backend and compilers run through
 `subprocess`, torch.utils.cpp_extension in the rank, Triton's JIT, NVRTC reached through ctypes or
 cuda-python, cubin and PTX images loaded through CuPy's Module or the driver.
 """

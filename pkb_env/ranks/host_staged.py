@@ -291,7 +291,7 @@ def check_transport(device: torch.device, group: Any = None) -> None:
             raise RuntimeError(f"the judge's {NAME} transport failed its check on {device}: {name} delivered "
                                f"{got.cpu().tolist()}, not {want_t.tolist()}")
 
-    if world > 1:  # gloo has no send to oneself (NCCL has: docs/multi_gpu.md, "Known holes")
+    if world > 1:  # gloo has no send to oneself (NCCL has: docs/known_holes.md, "Emulated ranks")
         incoming = torch.zeros(2, device=device)
         for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, ranks(2), nxt, group),
                                             dist.P2POp(dist.irecv, incoming, prv, group)]):

@@ -69,8 +69,9 @@ def serve(spec: dict, fd: int) -> None:
 
 class RankServer:
     def __init__(self, conn: Connection, spec: dict):
-        """The first phase of a start ("context"): the rank's own state and its CUDA context (0.42-0.57 s of
-        a 1.0-1.6 s start on one H200, docs/timing.md). The others run when the judge asks (`start`)."""
+        """The first phase of a start ("context"): the rank's own state and its CUDA context (a large share
+        of a GPU rank's start: docs/measurements/2026-12-01-timing-h200.md). The others run when the judge asks
+        (`start`)."""
         started = JUDGE.clock()
         self.conn = conn
         self.page = PageView(recv_handle(conn))  # the judge sends it before anything else
@@ -129,8 +130,9 @@ class RankServer:
 
     def symmetric(self) -> None:
         """torch's symmetric memory set up before any candidate arrives, where the placement asks for it: a
-        fresh rank's first `symm_mem.empty` + `rendezvous` cost 0.25-0.35 s of a step's trials on one H200
-        (docs/timing.md, "Symmetric memory set up in the start"), the next ones milliseconds. One small
+        fresh rank's first `symm_mem.empty` + `rendezvous` cost a large part of a step's trials, the next ones
+        milliseconds (docs/measurements/2026-12-03-timing-h200.md, "Symmetric memory set up in the start, CuPy
+        imported before the fork"). One small
         buffer is made, rendezvoused over the world group, its barrier run and its pointers read (the
         kernels a candidate's first buffer launches), then dropped: it holds nothing, and no candidate's
         data was ever in this process. Where the platform has no symmetric memory the start goes on (NCCL
@@ -349,9 +351,10 @@ def _rehearse(device: torch.device) -> None:
 
     Every candidate rank set is fresh, and CUDA loads a kernel on its first launch: the first trial's
     input draws and copies, and above all the first fingerprint (float64 projections, integer words),
-    paid for that loading in every step (the first fingerprint in a fresh process took 0.17-0.39 s on one
-    H200, docs/timing.md). This is the same code the requests run (draws as the tasks' distributions make
-    them, `stage`, `export`, `sketch_calls` of both kinds, the reference's bound terms), on nothing secret.
+    paid for that loading in every step (the first fingerprint in a fresh process most of all:
+    docs/measurements/2026-12-01-timing-h200.md, "What a warm step's time went to"). This is the same code the
+    requests run (draws as the tasks' distributions make them, `stage`, `export`, `sketch_calls` of both kinds, the
+    reference's bound terms), on nothing secret.
     """
     gen = torch.Generator(device=device)
     gen.manual_seed(0)

@@ -65,7 +65,7 @@ _streams: dict[int, Any] = {}
 
 
 def _cupy_stream(handle: int) -> Any:
-    """CuPy's view of a torch stream, made once per stream (making one costs ~24 us of host time)."""
+    """CuPy's view of a torch stream, made once per stream (making one costs host time a call should not pay)."""
     if handle not in _streams:
         import warnings
 

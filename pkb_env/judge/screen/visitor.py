@@ -329,7 +329,7 @@ class Screen(ast.NodeVisitor):
     def _check_library(self, named: ast.AST | str, node: ast.AST) -> None:
         """A shared library loaded by name (ctypes, cffi): the CUDA driver's, or one named at run time, is refused."""
         if isinstance(named, ast.Constant) and named.value is None:
-            return   # the process's own symbols (dlopen(NULL)): docs/threat_model.md's known holes
+            return   # the process's own symbols (dlopen(NULL)): docs/known_holes.md, "Code in a rank"
         text = Text(named, True) if isinstance(named, str) else self.strings.text(named)
         if text is None or not text.complete:
             self._flag("multicast", EXPLOIT, node, f"loads a shared library by a computed name (the judge cannot "
