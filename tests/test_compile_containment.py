@@ -20,8 +20,9 @@ from conftest import judge_of
 from pkb_env.config import JudgeConfig, default_cache_dir
 from pkb_env.sandbox.containment import Containment
 from pkb_env.judge.compile_checks import (CompileRefused, check_cuda_options, check_host_options, check_sources,
-                                          diagnostics, without_comments)
+                                          diagnostics)
 from pkb_env.runtime.toolchain import nvcc_path
+from pkb_env.sources import without_comments
 
 NAMESPACES = Containment.of(JudgeConfig()).missing()
 needs_namespaces = pytest.mark.skipif(NAMESPACES is not None, reason=f"no namespaces here: {NAMESPACES}")

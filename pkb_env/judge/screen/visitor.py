@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Iterable
 
-from pkb_env.judge.compile_checks import without_comments
+from pkb_env.sources import without_comments
 from pkb_env.judge.screen.rules import (ANSWER_KEY_PATHS, BUILTIN_NAMES, COLLECTIVES, CTYPES_MEMORY, DRIVER_HANDLES,
                                          DRIVER_LIBRARY, DRIVER_MODULES, DYNAMIC_CODE, ENV_ALL, ENV_KEYED, ENV_MAPPING,
                                          ENV_READ, ENV_WRITE, EXPLOIT, FRAME_ATTRS, FRAMES, GC_SCAN, IMPORT_PATH_WRITES,

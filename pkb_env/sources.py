@@ -1,4 +1,5 @@
-"""What asks for NVLink multicast (NVLS) in text: one table for the static screen and the compile service.
+"""C, C++, CUDA and PTX sources read as text, by the judge and by the ranks alike: comments blanked
+(`without_comments`), and what in a source asks for NVLink multicast (NVLS: `multicast_use`).
 
 NVLink multicast never runs on the machines we judge on: it can put a shared host's GPUs out of service, and
 model-written kernels ask for it (100 of PKB's 383 published solutions: multimem PTX, cuMulticast*, a symmetric
@@ -6,7 +7,8 @@ buffer's multicast pointer, ThunderKittens' multicast barriers). Every process t
 (sandbox/variables.py MULTICAST_OFF); a candidate that asks anyway is refused before anything runs:
   * the static screen (judge/screen/) flags these in every string of the module (CUDA sources, PTX, driver
     function names, environment variables live in Python strings), and the names it reaches;
-  * the compile service (judge/compile_checks.py) refuses any source holding them, whoever assembled it.
+  * the compile service (judge/compile_checks.py) refuses any source holding them, whoever assembled it;
+  * the compilers a rank can call itself (ranks/compilers.py) refuse them too.
 The patterns are matched case-insensitively. Not on the list: TMA's `.multicast::cluster` (copies inside one
 GPU's thread-block cluster, nothing to do with NVLink) and queries such as `has_multicast_support` (they
 answer False here).
@@ -55,3 +57,49 @@ def multicast_use(text: str) -> tuple[str, str] | None:
     what = MULTICAST_TEXT[int(found.lastgroup[1:])][0]
     start, end = max(0, found.start() - 12), min(len(text), found.end() + 12)
     return what, " ".join(text[start:end].split())
+
+
+RAW_STRING = re.compile(r'(?:u8|[uUL])?R"([^()\\\s]{0,16})\(')   # R"delim( and its encoding prefixes
+# Where something other than plain code may begin: a comment, a string or character literal, a raw string.
+_LEXEME = re.compile(r'//|/\*|["\']|(?:u8|[uUL])?R"')
+
+
+def without_comments(source: str) -> str:
+    """`source` with comments blanked (newlines kept), strings and raw strings left as they are.
+
+    Plain code between two lexemes is copied in one slice: a scan character by character cost a candidate's
+    every compile request milliseconds, cached or not (docs/measurements/2026-12-03-timing-h200.md, "A
+    candidate's first call")."""
+    out, i, n = [], 0, len(source)
+    while i < n:
+        found = _LEXEME.search(source, i)
+        if found is None:
+            out.append(source[i:])
+            break
+        at, token = found.start(), found.group()
+        out.append(source[i:at])
+        if token == "//":
+            end = source.find("\n", at)
+            i = n if end < 0 else end
+        elif token == "/*":
+            end = source.find("*/", at + 2)
+            end = n if end < 0 else end + 2
+            out.append("\n" * source.count("\n", at, end) or " ")
+            i = end
+        elif token[-1] == '"' and len(token) > 1:   # R" with its prefix: a raw string where it starts a token
+            raw = RAW_STRING.match(source, at)
+            if raw and (at == 0 or not (source[at - 1].isalnum() or source[at - 1] == "_")):
+                end = source.find(")" + raw.group(1) + '"', raw.end())
+                end = n if end < 0 else end + len(raw.group(1)) + 2
+                out.append(source[at:end])
+                i = end
+            else:                                    # part of a name: the quote starts an ordinary string
+                out.append(token[:-1])
+                i = found.end() - 1
+        else:                                        # a string or character literal, to its end or the line's
+            j = at + 1
+            while j < n and source[j] not in (token, "\n"):
+                j += 2 if source[j] == "\\" else 1
+            out.append(source[at:j + 1])
+            i = j + 1
+    return "".join(out)
