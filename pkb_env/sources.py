@@ -2,8 +2,8 @@
 (`without_comments`), and what in a source asks for NVLink multicast (NVLS: `multicast_use`).
 
 NVLink multicast never runs on the machines we judge on: it can put a shared host's GPUs out of service, and
-model-written kernels ask for it (100 of PKB's 383 published solutions: multimem PTX, cuMulticast*, a symmetric
-buffer's multicast pointer, ThunderKittens' multicast barriers). Every process the judge starts keeps it off
+model-written kernels ask for it (99 of PKB's 383 published solutions: multimem PTX, cuMulticast*, a symmetric
+buffer's multicast pointer, ThunderKittens' multicast barriers; docs/measurements/2026-12-05-multicast-screen-cpu.md). Every process the judge starts keeps it off
 (sandbox/variables.py MULTICAST_OFF); a candidate that asks anyway is refused before anything runs:
   * the static screen (judge/screen/) flags these in every string of the module (CUDA sources, PTX, driver
     function names, environment variables live in Python strings), and the names it reaches;

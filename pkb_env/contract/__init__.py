@@ -1,4 +1,4 @@
-"""The task contract (v2): everything a task declares, as data. docs/task_contract.md is the guide.
+"""The task contract: everything a task declares, as data. docs/task_contract.md is the guide.
 
 A task writer imports from here only:
 

@@ -7,7 +7,7 @@ arguments are typed (wire/requests.py: workloads, seeds, rules); their answers a
 decoded from frames that the rank set has already held to their schemas (wire/messages.py).
 
 Everything about processes stays behind this line: which rank set serves a step, spares and their
-phases (nothing starts beside a timed burst: a session's `burst` waits for any start still running),
+phases (nothing starts beside a timed burst: a spare still starting is stopped for the burst and resumed after),
 retries of a reference whose ranks died, transport errors. A session raises `RankSetFailed` when ranks
 failed or said something no honest rank says (the judge turns each RankFailure into a verdict), and
 `JudgeError` (pkb_env/errors.py) when the judge's own machinery failed: never the candidate's fault.
