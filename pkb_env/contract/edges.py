@@ -41,7 +41,8 @@ class Edge:
 
     `apply(value, draw) -> value` returns the input's new value (same shape and dtype; the judge checks).
     `input` may also name a `Length`: `apply(size, draw) -> int >= 0` rewrites the call's drawn size before any
-    input is made (the ranks with no data at all: `0 if draw.coords["world"] % 2 else size`).
+    input is made (the ranks with no data at all: `0 if draw.coords["world"] % 2 else size`), or a `Scalar`:
+    `apply(value, draw)` returns the call's value (a root rank other than 0).
     Inputs that read `input` (FromInputs, Custom with reads) are made after it, so they see the edge case.
     `everywhere`: the rewrite applies on every rank (ties in every rank's logits); otherwise only the
     holder's block (and its replicas) is rewritten and `draw.here` says whether this rank holds it.

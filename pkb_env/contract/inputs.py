@@ -111,6 +111,8 @@ def make_inputs(declared: Sequence[Input], ctx: InputContext, lengths: Sequence[
             made[decl.name] = _tensor(decl, ctx, env, made, edge if decl.name in rewrites else None)
         elif isinstance(decl, Scalar):
             made[decl.name] = decl.dist.scalar(ctx.generator(decl.layout.scope(ctx.layout), decl.name), env)
+            if decl.name in rewrites:
+                made[decl.name] = rewrites[decl.name](made[decl.name], _edge_draw(decl, ctx, env, edge))
         elif isinstance(decl, Const):
             made[decl.name] = decl.resolve(env, ctx.dtype)
         elif isinstance(decl, Group):
@@ -179,7 +181,7 @@ def _sparse(layout: torch.layout) -> str:
     return "" if layout == torch.strided else f" {layout}"
 
 
-def _edge_draw(decl: Tensor | Length, ctx: InputContext, env: Mapping[str, float], edge: Edge,
+def _edge_draw(decl: Tensor | Length | Scalar, ctx: InputContext, env: Mapping[str, float], edge: Edge,
                given: Mapping[str, torch.Tensor] | None = None) -> EdgeDraw:
     """The edge's shared generator, and whether this rank holds the block (or the length) of the rank it
     lands on; `given`: the values of the inputs `decl` reads."""

@@ -173,16 +173,17 @@ class TaskSpec:
                                     f"{', '.join(self.mesh.names)}")
         self._check_reads(where)
         self._check_routings(where)
-        tensors = ({d.name for d in self.inputs if isinstance(d, Tensor) and not isinstance(d.dist, Routed)}
+        tensors = ({d.name for d in self.inputs if isinstance(d, Scalar)
+                    or isinstance(d, Tensor) and not isinstance(d.dist, Routed)}
                    | {n.name for n in self.lengths} | {r.name for r in self.routings})
         if len({e.name for e in self.edges}) != len(self.edges):
             raise TaskError(f"{where}: edge case names must be unique")
         for edge in self.edges:
             for name in edge.rewrites:
                 if name not in tensors:
-                    raise TaskError(f"{where}: edge case {edge.name!r} rewrites {name!r}, which is not a tensor "
-                                    f"input, a length or a routing (a routing's fields follow from its logits: "
-                                    f"rewrite the routing)")
+                    raise TaskError(f"{where}: edge case {edge.name!r} rewrites {name!r}, which is not a tensor or "
+                                    f"scalar input, a length or a routing (a routing's fields follow from its "
+                                    f"logits: rewrite the routing)")
         self._check_clauses(where)
 
     def _check_clauses(self, where: str) -> None:
