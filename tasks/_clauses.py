@@ -75,3 +75,52 @@ def sixteen_bit(name: str, text: str) -> Clause:
     """A precision rule only a 16-bit dtype exercises, reached by a trial in bfloat16 in every float32 step."""
     return Clause(name, text, lambda t: t.dtype in SIXTEEN, "a trial in bfloat16 in every step of another "
                   "dtype (in float32 a candidate computing in the input dtype computes in float32)", dtypes=SIXTEEN)
+
+
+# -- norms: a row whose mean of squares is of the order of eps -----------------------------------------------
+QUIET = 3e-3   # a quiet row's values scaled by this: mean(x^2) about 1e-5, eps's order, decides the norm
+
+
+def quiet_row_edge(name: str, rows: str) -> Edge:
+    """Row r of every rank's `name` (viewed as (`rows`, -1)), r drawn per call, scaled by QUIET: its mean of
+    squares is of the order of eps, so where eps enters (inside the square root) decides the output."""
+    def rewrite(x, draw):
+        count = int(draw.env[rows])
+        row = int(torch.randint(count, (), generator=draw.gen, device=draw.gen.device))
+        out = x.clone()
+        out.view(count, -1)[row] *= QUIET
+        return out
+    return Edge("quiet_row", name, rewrite, "a row of RMS about sqrt(eps)", everywhere=True)
+
+
+def quiet_row(mean_squares, eps: float) -> Clause:
+    """`mean_squares(trial)`: the rows' means of squares as the statement computes them (over every rank)."""
+    return Clause("eps_inside", f"mean(x^2) + eps under the square root: a row whose mean of squares is below "
+                  f"10 eps ({10 * eps:g})", lambda t: bool((mean_squares(t) < 10 * eps).any()),
+                  "edge case quiet_row (one row scaled by 3e-3 on every rank)", edge="quiet_row")
+
+
+# -- index lists: a repeated index ------------------------------------------------------------------------
+def repeat_edge(name: str) -> Edge:
+    """On the rank it lands on, the second entry of index list `name` repeats its first."""
+    def rewrite(ids, draw):
+        if not draw.here or ids.numel() < 2:
+            return ids
+        ids = ids.clone()
+        ids[1] = ids[0]
+        return ids
+    return Edge("repeated_index", name, rewrite, "an index repeated")
+
+
+def repeated(name: str, what: str) -> Clause:
+    return Clause("repeats", f"repeats allowed: an index twice in one rank's {name} ({what})",
+                  lambda t: any(int(ids.unique().numel()) < ids.numel() for ids in t.each(name)),
+                  "edge case repeated_index (most plain draws too)", edge="repeated_index")
+
+
+def remote(name: str, owner, what: str) -> Clause:
+    """An entry of some rank's index list `name` that another rank owns (`owner(trial, ids) -> ranks`)."""
+    return Clause("remote", f"{what}: an index another rank owns",
+                  lambda t: any(bool((owner(t, ids) != r).any()) for r, ids in enumerate(t.each(name))),
+                  "every draw (indices uniform over every rank's rows)", applies=lambda x: x["W"] > 1,
+                  where="W = 1 (one owner)")
