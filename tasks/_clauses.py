@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from pkb_env.contract import Clause, Edge, Replicated, Sharded, Trial
+from pkb_env.contract import Clause, Edge, Expr, Replicated, Sharded, Trial
 from pkb_env.contract.sized import same_values
 
 SIXTEEN = ("bfloat16", "float16")
@@ -124,3 +124,41 @@ def remote(name: str, owner, what: str) -> Clause:
                   lambda t: any(bool((owner(t, ids) != r).any()) for r, ids in enumerate(t.each(name))),
                   "every draw (indices uniform over every rank's rows)", applies=lambda x: x["W"] > 1,
                   where="W = 1 (one owner)")
+
+
+# -- clipping: calls that clip and calls that do not ------------------------------------------------------
+def clip_edges(max_norm: str) -> tuple[Edge, ...]:
+    """`max_norm` (a Scalar drawn as uniform in [0.5, 1.5) times the expected norm) set to a quarter of its
+    draw (the call clips) or to four times it (it does not): with a uniform draw all of a step's trials fall
+    on one side in one step in four."""
+    return (Edge("clips", max_norm, lambda value, draw: value / 4, "max_norm well under the norm (coef < 1)"),
+            Edge("does_not_clip", max_norm, lambda value, draw: value * 4, "max_norm well over the norm (coef = 1)"))
+
+
+def clip_clauses(norm) -> tuple[Clause, ...]:
+    """`norm(trial)`: the total norm as the statement defines it, in float64."""
+    return (Clause("clips", "coef = min(1, max_norm / total_norm) below 1: the gradients scaled", lambda t:
+                   t.inputs[0]["max_norm"] < float(norm(t)), "edge case clips (half the plain draws too)",
+                   edge="clips"),
+            Clause("does_not_clip", "coef = 1: the gradients left as they are", lambda t:
+                   t.inputs[0]["max_norm"] >= float(norm(t)), "edge case does_not_clip (half the plain draws too)",
+                   edge="does_not_clip"),
+            sixteen_bit("fp32_sums", "the sum of squares accumulated in fp32 (a 16-bit gradient's squares summed "
+                        "in its own dtype lose the norm's low bits)"))
+
+
+# -- ragged lengths: the fewest on rank 0, the most on the last rank ---------------------------------------
+def extreme_rows_edge(length: str, fewest: str, most: str) -> Edge:
+    """Length `length` (drawn per rank in [fewest, most]) set to `fewest` on rank 0 and `most` on the last
+    rank, the others keeping their draw: the blocks differ in every step (all equal in about one step in a
+    hundred at W = 2 otherwise)."""
+    low, high = Expr(fewest), Expr(most)
+
+    def rewrite(rows, draw):
+        world = int(draw.env["W"])
+        if world < 2 or draw.coords["world"] not in (0, world - 1):
+            return rows
+        return (low if draw.coords["world"] == 0 else high).integer(draw.env)
+
+    return Edge("extreme_rows", length, rewrite, f"the fewest {length} on rank 0 and the most on the last rank",
+                everywhere=True)

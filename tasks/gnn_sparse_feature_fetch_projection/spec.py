@@ -58,7 +58,8 @@ SPEC = TaskSpec(
                                                      "RMS itself at tiny")
                     + Rounded(1, "0.0625 * sqrt(D)", what="the output rounded once")),
     edges=(repeat_edge("node_ids"),),
-    clauses=(repeated("node_ids", "each returns its row"), remote("node_ids", lambda t, ids: ids // int(t["N"]), "rows come from the owner's shard")),
+    clauses=(repeated("node_ids", "each returns its row"),
+             remote("node_ids", lambda t, ids: ids // int(t["N"]), "rows come from the owner's shard")),
     presets={
         "tiny": Preset({"N": 16, "D": 16, "P": 8, "T": 12}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"N": 1048576, "D": 256, "P": 256, "T": 20000}, "bfloat16",

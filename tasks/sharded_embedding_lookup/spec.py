@@ -59,7 +59,8 @@ SPEC = TaskSpec(
     cost=cost,
     tolerance_rule=Exact("a lookup moves rows: every element must arrive bit-exact"),
     edges=(repeat_edge("indices"),),
-    clauses=(repeated("indices", "each returns its row"), remote("indices", lambda t, ids: ids // int(t["V"]), "rows come from the owner's shard")),
+    clauses=(repeated("indices", "each returns its row"),
+             remote("indices", lambda t, ids: ids // int(t["V"]), "rows come from the owner's shard")),
     presets={
         "tiny": Preset({"T": 16, "V": 8, "D": 4}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"T": 1024, "V": 1024, "D": 1024}, "bfloat16",

@@ -9,19 +9,9 @@ peers' memory), one launch.
 """
 import torch
 
-from pkb_env.contract import Clause, Comm, Const, Cost, Edge, Expr, Group, Length, Output, Preset, Replicated, Tensor
+from pkb_env.contract import Clause, Comm, Const, Cost, Group, Length, Output, Preset, Replicated, Tensor
+from pkb_env.tasks._clauses import extreme_rows_edge
 from pkb_env.tasks._ulysses import ulysses_primitive
-
-FEWEST, MOST = Expr("3 * M / 4"), Expr("5 * M / 4")
-
-
-def extremes(rows, draw):
-    """Rank 0 holds the fewest rows a block can have and the last rank the most (the others keep their draw):
-    the blocks differ in every step (all equal in about one step in a hundred at W = 2 otherwise)."""
-    world = int(draw.env["W"])
-    if world < 2 or draw.coords["world"] not in (0, world - 1):
-        return rows
-    return (FEWEST if draw.coords["world"] == 0 else MOST).integer(draw.env)
 
 
 def golden(inputs, world):
@@ -56,8 +46,7 @@ SPEC = ulysses_primitive(
              "large": Preset({"M": 4096, "N": 2048}, "bfloat16", "16 MiB per rank on average: bandwidth-bound")},
     departures=("the rows differ by rank and by call (PKB gives every rank the same (M, N), so the size "
                 "exchange it pays for never matters)",),
-    edges=(Edge("extreme_rows", "rows", extremes, "the fewest rows on rank 0 and the most on the last rank",
-                everywhere=True),),
+    edges=(extreme_rows_edge("rows", "3 * M / 4", "5 * M / 4"),),
     clauses=(Clause("ragged", "every rank's own number of rows: blocks of different sizes",
                     lambda t: len({a["x"].shape[0] for a in t.inputs}) > 1, "edge case extreme_rows (rank 0 3M/4 "
                     "rows, the last rank 5M/4); most plain draws too", edge="extreme_rows",
