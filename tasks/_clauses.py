@@ -49,7 +49,7 @@ def own_blocks(*names: str, what: str = "") -> Clause:
     listed = ", ".join(names)
     return Clause("own_blocks", f"every rank's {listed} its own{': ' + what if what else ''}", reached,
                   "every draw (secret per-rank seeds; PKB filled every rank with rank + 1)",
-                  applies=lambda x: x["W"] > 1, where="W = 1 (one block)")
+                  applies=lambda x: x["W"] > 1, where="one block")
 
 
 def _other_root(value: int, draw) -> int:
@@ -68,7 +68,7 @@ def root_other_than_zero(scalar: str) -> Clause:
     return Clause("root_drawn", f"the root {scalar} is drawn per call: a root other than rank 0",
                   lambda t: t.inputs[0][scalar] != 0, "edge case root_not_zero (uniform roots at W = 2 are 0 in "
                   "every trial of one step in eight)", edge="root_not_zero", applies=lambda x: x["W"] > 1,
-                  where="W = 1 (the root is rank 0)")
+                  where="the root is rank 0")
 
 
 def sixteen_bit(name: str, text: str) -> Clause:
@@ -123,7 +123,7 @@ def remote(name: str, owner, what: str) -> Clause:
     return Clause("remote", f"{what}: an index another rank owns",
                   lambda t: any(bool((owner(t, ids) != r).any()) for r, ids in enumerate(t.each(name))),
                   "every draw (indices uniform over every rank's rows)", applies=lambda x: x["W"] > 1,
-                  where="W = 1 (one owner)")
+                  where="one owner")
 
 
 # -- clipping: calls that clip and calls that do not ------------------------------------------------------

@@ -72,6 +72,8 @@ DEPARTURES = (
     "the updated history is compared exactly (one right answer) and the values at a tolerance for their "
     "roundings; the golden computes the fp8 codes as defined, in fp32, then the rest in float64",
     "a `large` preset where the bytes moved set the time (PKB's 4096 values a rank are latency-bound)",
+    "edge cases, each in every step's trials: a past amax above this call's (the history sets the scale), the "
+    "oldest amax the largest (the roll drops it), and values whose fp8 codes the stated division decides",
 )
 
 

@@ -52,12 +52,20 @@ def can_idle_rank(routing: Routing) -> Callable[[Mapping[str, float]], bool]:
     return applies
 
 
+def _emptied(experts: int, ranks: int, gen: torch.Generator) -> torch.Tensor:
+    """The expert an edge case empties, drawn per call: not the last of its rank's experts where a rank holds
+    several, so that one of its rank's experts after it still receives pairs (an expert indexed by its place
+    among the experts present is then the wrong one; emptying the last would shift nothing)."""
+    local = experts // ranks
+    allowed = torch.tensor([e for e in range(experts) if local == 1 or e % local != local - 1])
+    return allowed[torch.randint(len(allowed), (1,), generator=gen, device=gen.device).cpu()]
+
+
 def empty_expert_edge(routing: Routing) -> Edge:
     """One expert, drawn per call, that no token of any rank picks (the same expert in every group)."""
     def rewrite(logits, draw):
-        experts, k, _ = _sizes(routing, draw.env)
-        expert = torch.randint(experts, (1,), generator=draw.gen, device=draw.gen.device).cpu()
-        return _lowered(logits, expert) if experts > k else logits
+        experts, k, ranks = _sizes(routing, draw.env)
+        return _lowered(logits, _emptied(experts, ranks, draw.gen)) if experts > k else logits
     return Edge("empty_expert", routing.name, rewrite, EMPTY_EXPERT, everywhere=True)
 
 
@@ -87,8 +95,15 @@ def expert_loads(trial: Trial, group: str, experts: int, picks: Callable[[dict],
             for ranks in layout.groups(layout.group_key(group))]
 
 
-def has_empty_expert(loads: list[torch.Tensor]) -> bool:
-    return any(bool((load == 0).any()) for load in loads)
+def has_empty_expert(loads: list[torch.Tensor], ranks: int) -> bool:
+    """An expert with no pairs before one of its rank's experts with pairs (where a rank holds one expert: any
+    expert with none)."""
+    for load in loads:
+        per_rank = load.view(ranks, -1)
+        later = per_rank.flip(1).cumsum(1).flip(1) - per_rank        # pairs of the rank's experts after each
+        if bool(((per_rank == 0) & ((later > 0) | (per_rank.shape[1] == 1))).any()):
+            return True
+    return False
 
 
 def has_idle_rank(loads: list[torch.Tensor], ranks: int) -> bool:
@@ -105,16 +120,20 @@ def routing_clauses(routing: Routing, picks: Callable[[dict], torch.Tensor], wha
     def idle(trial: Trial) -> bool:
         return has_idle_rank(loads(trial), int(trial[routing.group]))
 
+    def empty(trial: Trial) -> bool:
+        return has_empty_expert(loads(trial), int(trial[routing.group]))
+
     found = []
     if expert:
-        found.append(Clause("empty_expert", f"{EMPTY_EXPERT}: {what} with zero pairs for it", lambda t:
-                            has_empty_expert(loads(t)), "edge case empty_expert (its gate logits lowered for "
-                            "every token)", edge="empty_expert", applies=can_empty_expert(routing),
-                            where="E > K (with E = K every token picks every expert)"))
+        found.append(Clause("empty_expert", f"{EMPTY_EXPERT}: {what} with zero pairs for it, before one of its "
+                            f"rank's experts that has pairs", empty,
+                            "edge case empty_expert (its gate logits lowered for every token; not a rank's last "
+                            "expert)", edge="empty_expert", applies=can_empty_expert(routing),
+                            where="E = K: every token picks every expert"))
     found.append(Clause("idle_rank", f"{IDLE_RANK}: it receives nothing and every split towards it is zero",
                         idle, "edge case idle_rank (its experts' gate logits lowered for every token)",
                         edge="idle_rank", applies=can_idle_rank(routing),
-                        where="groups of 2 ranks or more with K picks among the other ranks' experts"))
+                        where="groups of one rank, or too few experts elsewhere for K picks"))
     return tuple(found)
 
 
@@ -135,7 +154,7 @@ def mask_edges(ranks: str = "W") -> tuple[Edge, ...]:
     experts left out on every rank; `ranks`: the group's size, a size name."""
     def empty(mask, draw):
         experts, k = mask.shape[0], mask.shape[1]
-        expert = torch.randint(experts, (1,), generator=draw.gen, device=draw.gen.device).cpu()
+        expert = _emptied(experts, int(draw.env[ranks]), draw.gen)
         return _mask_without(mask, expert, draw.gen) if experts > k else mask
 
     def idle(mask, draw):

@@ -199,6 +199,8 @@ def fused_moe_spec(*, name: str, title: str, pkb_id: int, experts: str, k: str, 
 
 
 COMMON_DEPARTURES: tuple[str, ...] = (
+    "edge cases, each in every step's trials: an expert that no token picks, and a rank whose experts no token "
+    "picks (random routings leave an expert empty in about 2% of calls)",
     "the router's decision is an input: each token's top-k experts and gate weights are drawn by the judge per "
     "call, jointly over each EP group (standard-normal logits plus a per-call popularity skew; weights the "
     "softmax over the k picked, Mixtral's and DeepSeek's normalisation), instead of being computed in the call "

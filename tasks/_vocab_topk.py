@@ -177,6 +177,8 @@ DEPARTURES = (
     "ties by sort order, so which tokens survive depends on rounding and on the sort implementation)",
     "the process group is declared (the whole world) and passed in; PKB passes None",
     "a `large` preset (NeMo-RL's 32000-token vocabulary over 8192 tokens) where moving the logits dominates",
+    "edge cases, each in every step's trials: integer logits (ties at the k-th value) and a target the filter "
+    "removes; a step in float32 adds a trial in bfloat16 (the filter decided in float32 from 16-bit logits)",
 )
 
 

@@ -121,7 +121,7 @@ SPEC = TaskSpec(
     edges=clip_edges("max_norm"),
     clauses=(Clause("divided", "ep_grad divided by ep_size where ep_size > 1", lambda t: t.inputs[0]["ep_size"] > 1,
                     "the mesh: ep = W / 2 > 1 from W = 4 on", applies=lambda x: x["ep"] > 1,
-                    where="ep = 1 (W <= 2: nothing divided)"),
+                    where="ep = 1: nothing divided"),
              *clip_clauses(total_norm)),
     presets={
         "tiny": Preset({"M": 8, "N": 16, "F": 2}, "float32", "CPU ranks, milliseconds"),

@@ -78,10 +78,10 @@ SPEC = TaskSpec(
     clauses=(
         Clause("empty_ranks", "n may be 0 on some ranks: ranks with no values", lambda t: any(
             v.numel() == 0 for v in t.each("values")), "edge case odd_ranks_empty", edge="odd_ranks_empty",
-            applies=lambda x: x["W"] > 1, where="W = 1 (rank 0 is even)"),
+            applies=lambda x: x["W"] > 1, where="rank 0 is even"),
         Clause("remainder", "the first T % W ranks hold one value more: T % W >= 2 (or 1 at W = 2)",
                lambda t: _total(t) % t.world_size >= min(2, t.world_size - 1), "edge case largest_remainder",
-               edge="largest_remainder", applies=lambda x: x["W"] > 1, where="W = 1 (no remainder)"),
+               edge="largest_remainder", applies=lambda x: x["W"] > 1, where="no remainder"),
         Clause("equal_values", "equal values are common: a value twice among all ranks'", lambda t: int(
             t.cat("values").unique().numel()) < _total(t), "every draw (T integers from about 2 T)"),
     ),

@@ -85,7 +85,7 @@ SPEC = TaskSpec(
                     "unrequested_node", edge="unrequested_node"),
              Clause("summed", "rows mapped to one node are summed: a node requested twice", summed_node,
                     "every draw (W R rows over N nodes: W R > N)", applies=lambda x: x["W"] * x["R"] > x["N"],
-                    where="W R <= N (W = 1 at tiny: most draws repeat a node, not all)")),
+                    where="W R <= N: a repeat is likely, not certain")),
     presets={
         "tiny": Preset({"R": 3, "H": 8, "N": 5}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"R": 256, "H": 128, "N": 512}, "bfloat16",

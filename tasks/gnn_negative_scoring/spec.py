@@ -88,7 +88,7 @@ SPEC = TaskSpec(
                     "edge case scoring_corners (most plain draws too)", edge="scoring_corners"),
              Clause("ragged", "n its own per call: ranks with different counts", lambda t: len(
                  {a["pos_score"].numel() for a in t.inputs}) > 1, "edge case scoring_corners (the fewest on rank 0, "
-                 "the most on the last rank)", edge="scoring_corners", applies=lambda x: x["W"] > 1, where="W = 1")),
+                 "the most on the last rank)", edge="scoring_corners", applies=lambda x: x["W"] > 1, where="one rank")),
     presets={
         "tiny": Preset({"M": 8, "K": 16}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"M": 256, "K": 1000}, "bfloat16",

@@ -154,7 +154,7 @@ SPEC = TaskSpec(
                "edge case sampling_corners (every priority equal); most plain draws too", edge="sampling_corners"),
         Clause("remote_seed", "seeds owned by any rank: a seed another rank owns", lambda t: any(
             bool((a["seeds"] % t.world_size != r).any()) for r, a in enumerate(t.inputs)),
-            "every draw", applies=lambda x: x["W"] > 1, where="W = 1 (one owner)"),
+            "every draw", applies=lambda x: x["W"] > 1, where="one owner"),
     ),
     presets={
         "tiny": Preset({"N": 4, "Deg": 12, "S": 3}, "float32", "CPU ranks, milliseconds"),

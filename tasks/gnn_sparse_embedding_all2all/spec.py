@@ -98,7 +98,7 @@ SPEC = TaskSpec(
                     "an index a floor(V / W) partition gives to another rank", floor_owner_differs,
                     "the presets' V is prime (43, 100003, 10000019), so no W in 2-8 divides it; edge case "
                     "range_ends puts P - 1-style indices in every rank's idx", edge="range_ends",
-                    applies=lambda x: x["V"] % x["W"] != 0, where="W dividing V (W = 1)"),),
+                    applies=lambda x: x["V"] % x["W"] != 0, where="W divides V"),),
     dtypes=("float32", "bfloat16", "float16"),
     departures=(
         "inputs come from secret per-trial, per-rank seeds (PKB seeds with 42 + rank + trial, which a "

@@ -174,7 +174,7 @@ SPEC = TaskSpec(
         Clause("ignored_tokens", "ignore_index tokens count nowhere: valid counts that differ by rank",
                lambda t: len({int((lab != IGNORE).sum()) for lab in t.each("labels")}) > 1,
                "every draw (each label ignored with probability 1/4; edge case all_ignored too)",
-               applies=lambda x: x["W"] > 1, where="W = 1 (one count)"),
+               applies=lambda x: x["W"] > 1, where="one count"),
         Clause("logits_in_dtype", "logits = hidden_states @ weight.T rounded to the task dtype, then fp32: a "
                "trial in a 16-bit dtype with valid tokens", lambda t: t.dtype in ("bfloat16", "float16") and any(
                    bool((lab != IGNORE).any()) for lab in t.each("labels")),

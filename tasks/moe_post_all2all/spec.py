@@ -113,6 +113,7 @@ SPEC = TaskSpec(
                             "expert"),
     dtypes=DTYPES,
     departures=(
+        "edge cases in every step's trials: an expert that no token picks and a rank whose experts no token picks",
         "every count is the real one of a top-2-of-8 routing drawn per call with skewed expert popularity "
         "(uneven, different every call, consistent across ranks), and the routing map and permutation are "
         "this routing's; PKB draws them at random, apart from each other",

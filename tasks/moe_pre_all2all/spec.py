@@ -91,6 +91,7 @@ SPEC = TaskSpec(
                             "a local expert"),
     dtypes=DTYPES,
     departures=(
+        "edge cases in every step's trials: an expert that no token picks and a rank whose experts no token picks",
         "every count is the real one of a top-2-of-8 routing drawn per call with skewed expert popularity "
         "(uneven, different every call, consistent across ranks); PKB passes synthetic equal input_splits "
         "(2M / W for every peer) and per-expert counts unrelated to its random mask, so its splits never match "

@@ -82,6 +82,8 @@ SPEC = TaskSpec(
     clauses=routing_clauses(ROUTING, lambda args: args["expert_mask"].argmax(dim=0), "the counts hold an expert"),
     dtypes=DTYPES,
     departures=(
+        "edge cases in every step's trials: an expert that no rank's token picks and a rank whose experts no "
+        "token picks",
         "the outputs stay on the device (PKB returns CPU tensors: two built by .tolist(), two copied with "
         "non_blocking=True that may still be in flight when the call returns); no host sync in the call",
         "the counts are int64 from an int64 mask (Hugging Face's one_hot; PKB's mask is fp32, so its counts "

@@ -204,8 +204,9 @@ SPEC = TaskSpec(
         "the statement defines the codes exactly (fp32 division, round half to even) and the golden computes "
         "them the same way, then averages in float64, so the output is one function of the inputs (PKB "
         "leaves the arithmetic to its reference's code and compares everything at 1e-2)",
-        "an edge case: one all-zero block in one call of two, where PKB's 1e-8 floor on the block's "
-        "maximum decides the result",
+        "edge cases, each in every step's trials: an all-zero block, where PKB's 1e-8 floor on the block's "
+        "maximum decides the result, and blocks whose values sit on their codes' rounding boundaries, where the "
+        "stated fp32 division and rounding half to even decide them",
         "a `large` preset (8M values a rank) where the bytes moved set the time",
     ),
 )

@@ -187,7 +187,7 @@ SPEC = TaskSpec(
     clauses=(
         Clause("iou_at_least", "IoU >= iou_threshold: a pair at IoU exactly 0.7 that the occlusion frames decide",
                at_threshold, "edge case iou_at_threshold (one-cell columns of 10 and 7 cells)",
-               edge="iou_at_threshold", applies=lambda x: x["W"] > 1, where="W = 1 (the pairs span two ranks)"),
+               edge="iou_at_threshold", applies=lambda x: x["W"] > 1, where="the pairs span two ranks"),
         Clause("every_pair", "every overlapping pair decides (not greedy): an object suppressed only by objects "
                "that are suppressed themselves", chain, "edge case overlap_chain (three 9-cell columns offset by "
                "a row, frames rising along the chain)", edge="overlap_chain"),

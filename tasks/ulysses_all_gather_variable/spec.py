@@ -50,5 +50,5 @@ SPEC = ulysses_primitive(
     clauses=(Clause("ragged", "every rank's own number of rows: blocks of different sizes",
                     lambda t: len({a["x"].shape[0] for a in t.inputs}) > 1, "edge case extreme_rows (rank 0 3M/4 "
                     "rows, the last rank 5M/4); most plain draws too", edge="extreme_rows",
-                    applies=lambda x: x["W"] > 1, where="W = 1 (one block)"),),
+                    applies=lambda x: x["W"] > 1, where="one block"),),
 )
