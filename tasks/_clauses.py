@@ -90,7 +90,7 @@ def quiet_row_edge(name: str, rows: str) -> Edge:
         out = x.clone()
         out.view(count, -1)[row] *= QUIET
         return out
-    return Edge("quiet_row", name, rewrite, "a row of RMS about sqrt(eps)", everywhere=True)
+    return Edge("quiet_row", name, rewrite, "a row of RMS about the square root of eps", everywhere=True)
 
 
 def quiet_row(mean_squares, eps: float) -> Clause:
@@ -131,8 +131,8 @@ def clip_edges(max_norm: str) -> tuple[Edge, ...]:
     """`max_norm` (a Scalar drawn as uniform in [0.5, 1.5) times the expected norm) set to a quarter of its
     draw (the call clips) or to four times it (it does not): with a uniform draw all of a step's trials fall
     on one side in one step in four."""
-    return (Edge("clips", max_norm, lambda value, draw: value / 4, "max_norm well under the norm (coef < 1)"),
-            Edge("does_not_clip", max_norm, lambda value, draw: value * 4, "max_norm well over the norm (coef = 1)"))
+    return (Edge("clips", max_norm, lambda value, draw: value / 4, "max_norm well under the norm: coef < 1"),
+            Edge("does_not_clip", max_norm, lambda value, draw: value * 4, "max_norm well over the norm: coef = 1"))
 
 
 def clip_clauses(norm) -> tuple[Clause, ...]:

@@ -69,8 +69,8 @@ def lowered_target(logits, draw):
     return logits
 
 
-FILTERED = Edge("filtered_target", "vocab_parallel_logits", lowered_target, "a target logit of -30 (the filter "
-                "removes it)", everywhere=True)
+FILTERED = Edge("filtered_target", "vocab_parallel_logits", lowered_target, "a target logit of -30, which the "
+                "filter removes", everywhere=True)
 TARGET = Tensor("target", ("B", "S"), dtype="int64", dist=Integers(0, "V"), layout=Replicated(),
                 doc="the token id whose log-probability is wanted, over the whole vocabulary")
 GRAD_OUTPUT = Tensor("grad_output", ("B", "S"), dist=Normal(), layout=Replicated(),

@@ -84,7 +84,7 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=Exact("similarities of small integers are exact integers in float32; labels are integers"),
-    edges=(Edge("coarse_features", "train_features_rank_T", coarse, "training features of -1, 0 and 1 (many ties)",
+    edges=(Edge("coarse_features", "train_features_rank_T", coarse, "training features of -1, 0 and 1, many ties",
                 everywhere=True),),
     clauses=(Clause("ties_by_index", "equal similarities by the lower global training index: a query whose max_k-th "
                     "and next similarities are equal", tie_at_k, "edge case coarse_features (most plain draws too)",

@@ -73,8 +73,8 @@ SPEC = TaskSpec(
     tolerance_rule=Exact("a sort moves values without arithmetic: every value bit-exact at its position"),
     edges=(Edge("odd_ranks_empty", "n", no_values_on_odd_ranks, "n = 0 on the odd ranks (no values there)",
                 everywhere=True),
-           Edge("largest_remainder", "n", largest_remainder, "T % W = W - 1 (every slice but the last one "
-                "value longer)", everywhere=True)),
+           Edge("largest_remainder", "n", largest_remainder, "T % W = W - 1, every slice but the last "
+                "one value longer", everywhere=True)),
     clauses=(
         Clause("empty_ranks", "n may be 0 on some ranks: ranks with no values", lambda t: any(
             v.numel() == 0 for v in t.each("values")), "edge case odd_ranks_empty", edge="odd_ranks_empty",
