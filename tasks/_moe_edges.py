@@ -53,12 +53,12 @@ def can_idle_rank(routing: Routing) -> Callable[[Mapping[str, float]], bool]:
 
 
 def _emptied(experts: int, ranks: int, gen: torch.Generator) -> torch.Tensor:
-    """The expert an edge case empties, drawn per call: not the last of its rank's experts where a rank holds
-    several, so that one of its rank's experts after it still receives pairs (an expert indexed by its place
-    among the experts present is then the wrong one; emptying the last would shift nothing)."""
-    local = experts // ranks
-    allowed = torch.tensor([e for e in range(experts) if local == 1 or e % local != local - 1])
-    return allowed[torch.randint(len(allowed), (1,), generator=gen, device=gen.device).cpu()]
+    """The expert an edge case empties: the first expert of a rank drawn per call, so that its rank's other
+    experts, after it, still receive pairs (an expert indexed by its place among the experts present is then
+    the wrong one; emptying a rank's last expert shifts nothing, and a hot expert's neighbours are sometimes
+    empty by chance)."""
+    rank = torch.randint(ranks, (1,), generator=gen, device=gen.device).cpu()
+    return rank * (experts // ranks)
 
 
 def empty_expert_edge(routing: Routing) -> Edge:
@@ -127,8 +127,8 @@ def routing_clauses(routing: Routing, picks: Callable[[dict], torch.Tensor], wha
     if expert:
         found.append(Clause("empty_expert", f"{EMPTY_EXPERT}: {what} with zero pairs for it, before one of its "
                             f"rank's experts that has pairs", empty,
-                            "edge case empty_expert (its gate logits lowered for every token; not a rank's last "
-                            "expert)", edge="empty_expert", applies=can_empty_expert(routing),
+                            "edge case empty_expert (a rank's first expert: its gate logits lowered for "
+                            "every token)", edge="empty_expert", applies=can_empty_expert(routing),
                             where="E = K: every token picks every expert"))
     found.append(Clause("idle_rank", f"{IDLE_RANK}: it receives nothing and every split towards it is zero",
                         idle, "edge case idle_rank (its experts' gate logits lowered for every token)",
