@@ -21,6 +21,10 @@ Mixtral's `one_hot(topk_idx, E).permute(2, 1, 0)`, contiguous: what Megatron's a
 read; 1 where token t's k-th pick is expert e). The tokens themselves (hidden states) stay ordinary per-rank inputs, secret
 from peers; the routing is drawn fresh per call from the step's secret, and a rank holds only its group's.
 
+An edge case may rewrite a routing's gate logits (`Edge(name, "route", apply, ...)`, contract/edges.py): every
+member's logits alike, before the top-k, on the call whose shared seed picks it (an expert no token picks: its
+column lowered below every other logit), in the ranks' input maker and in the judge's redraw for the cost model.
+
 The cost model sees the realised imbalance: `c.routing("route")` gives the busiest rank's pairs to or from
 other ranks and received in all, averaged over the calls the judge timed (judge/context.py), and where no call
 exists (the prompt, the catalogue, the world-size checks) the balanced figures, T K (G-1)/G and T K, which
