@@ -116,9 +116,10 @@ def main() -> None:
             verdicts = [i["verdict"] for i in judge_steps(env, candidate.task, candidate.source, args.steps)]
             reference = [i["verdict"] for i in judge_steps(env, candidate.task,
                                                            load_task(candidate.task).reference_source, 3)]
-            print(f"| {candidate.name} | `{candidate.task}` | {candidate.why} | {verdicts.count('wrong')}/{args.steps}"
-                  f" | {verdicts.count('correct')} | {len(verdicts) - verdicts.count('wrong') - verdicts.count('correct')}"
-                  f" | {reference.count('correct')}/3 | {time.perf_counter() - start:.0f} |", flush=True)
+            wrong, correct = verdicts.count("wrong"), verdicts.count("correct")
+            print(f"| {candidate.name} | `{candidate.task}` | {candidate.why} | {wrong}/{args.steps} | {correct} | "
+                  f"{len(verdicts) - wrong - correct} | {reference.count('correct')}/3 | "
+                  f"{time.perf_counter() - start:.0f} |", flush=True)
     finally:
         env.close()
 

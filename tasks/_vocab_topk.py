@@ -212,4 +212,5 @@ def task(*, name: str, title: str, description: str, pkb_id: int, origin: str, p
     return TaskSpec(name=name, title=title, description=description, family="vocab", parallelism=parallelism,
                     pkb_id=pkb_id, origin=origin, inputs=inputs, outputs=outputs, golden=golden, cost=cost,
                     tolerance_rule=tolerance, presets=presets(), dtypes=("float32", "bfloat16", "float16"),
-                    world_sizes=SPLIT_TOKENS, edges=(TIES, FILTERED), clauses=CLAUSES, departures=DEPARTURES + departures)
+                    world_sizes=SPLIT_TOKENS, edges=(TIES, FILTERED), clauses=CLAUSES,
+                    departures=DEPARTURES + departures)

@@ -7,8 +7,8 @@ every peer's output (y and s together), instead of a quantise pass and two NCCL 
 """
 import torch
 
-from pkb_env.contract import (Clause, Comm, Compute, Const, Cost, Edge, Output, Preset, Replicated, Sharded, TaskSpec, Tensor,
-                              Ulps)
+from pkb_env.contract import (Clause, Comm, Compute, Const, Cost, Edge, Output, Preset, Replicated, Sharded, TaskSpec,
+                              Tensor, Ulps)
 from pkb_env.tasks._clauses import own_blocks
 
 FP8_MAX = 448.0  # float8_e4m3fn's largest finite value

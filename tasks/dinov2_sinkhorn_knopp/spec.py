@@ -84,9 +84,11 @@ SPEC = TaskSpec(
     cost=cost,
     tolerance_rule=TOLERANCE,
     clauses=(Clause("ragged", "rows differ by rank: the column sums run over every rank's own number of samples",
-                    lambda t: len({a["teacher_output"].shape[0] for a in t.inputs}) > 1, "edge case extreme_rows (rank 0 the fewest rows, the last rank the most)",
+                    lambda t: len({a["teacher_output"].shape[0] for a in t.inputs}) > 1,
+                    "edge case extreme_rows (rank 0 the fewest rows, the last rank the most)",
                     edge="extreme_rows", applies=lambda x: x["W"] > 1, where="one block"),
-             sixteen_bit("fp32_iterations", "computed in float32: a 16-bit input's exponentials and sums not taken in its own dtype")),
+             sixteen_bit("fp32_iterations", "computed in float32: a 16-bit input's exponentials and sums not taken "
+                         "in its own dtype")),
     presets={
         "tiny": Preset({"M": 8, "K": 32}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"M": 1024, "K": 16384}, "bfloat16",

@@ -12,8 +12,8 @@ is not finite: it must contribute nothing, as the statement says.
 """
 import torch
 
-from pkb_env.contract import (Clause, Comm, Compute, Cost, Custom, Edge, Integers, Normal, Output, PerRank, Positive, Preset,
-                              Relative, Replicated, Sum, TaskSpec, Tensor)
+from pkb_env.contract import (Clause, Comm, Compute, Cost, Custom, Edge, Integers, Normal, Output, PerRank, Positive,
+                              Preset, Relative, Replicated, Sum, TaskSpec, Tensor)
 from pkb_env.tasks._clauses import sixteen_bit
 
 

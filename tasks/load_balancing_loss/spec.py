@@ -83,7 +83,8 @@ SPEC = TaskSpec(
     tolerance_rule=(Sum("M", "4 / M", "float32", what="the fp32 means of the router probabilities")
                     + Sum("W", 1, "float32", what="the fp32 sum of the ranks' losses")),
     clauses=(Clause("ties_to_lower", "top_k by the largest logits, ties going to the lower expert index: a row whose "
-                    "2nd and 3rd largest logits are equal", tied_at_cut, "edge case tied_logits (logits on a grid of 0.5)",
+                    "2nd and 3rd largest logits are equal", tied_at_cut,
+                    "edge case tied_logits (logits on a grid of 0.5)",
                     edge="tied_logits"),
              sixteen_bit("fp32_softmax", "p = softmax(gate_logits) computed in fp32 from 16-bit logits")),
     presets={

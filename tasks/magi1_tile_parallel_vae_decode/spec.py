@@ -119,7 +119,8 @@ SPEC = TaskSpec(
     cost=cost,
     tolerance_rule=TOLERANCE,
     clauses=(Clause("cut_short", "tiles cut short at the video's edge: a tile whose start plus its size passes "
-                    "the latent's height or width", cut_short, "the preset's sizes (7 x 7 latents, tiles of 4 every 3)"),),
+                    "the latent's height or width", cut_short,
+                    "the preset's sizes (7 x 7 latents, tiles of 4 every 3)"),),
     presets={
         "tiny": Preset({"B": 1, "T": 2, "H": 7, "X": 7, "LT": 1, "LH": 4, "SU": 2, "TU": 2}, "float32",
                        "CPU ranks, milliseconds: 18 tiles of 1 x 4 x 4 latents, the last row and column of tiles "

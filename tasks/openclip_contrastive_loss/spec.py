@@ -114,7 +114,8 @@ SPEC = TaskSpec(
     cost=cost,
     tolerance_rule=TOLERANCE,
     clauses=(own_blocks("image_features", "text_features", what="every rank's texts are the negatives"),
-             sixteen_bit("fp32_logits", "dot products accumulated in fp32, the logits never rounded to the features' dtype")),
+             sixteen_bit("fp32_logits", "dot products accumulated in fp32, the logits never rounded to the "
+                         "features' dtype")),
     presets={
         "tiny": Preset({"M": 48, "N": 16}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"M": 1024, "N": 1024}, "bfloat16",

@@ -126,7 +126,8 @@ SPEC = TaskSpec(
                  {a["lengths"].numel() for a in t.inputs}) > 1, "edge case kjt_corners (the fewest on rank 0, the "
                  "most on the last rank)", edge="kjt_corners", applies=lambda x: x["W"] > 1, where="one rank"),
              Clause("uneven_keys", "key_splits uneven: ranks owning different numbers of features",
-                    lambda t: len(set(t.inputs[0]["key_splits"].tolist())) > 1, "edge case kjt_corners (most plain draws too)", edge="kjt_corners",
+                    lambda t: len(set(t.inputs[0]["key_splits"].tolist())) > 1,
+                    "edge case kjt_corners (most plain draws too)", edge="kjt_corners",
                     applies=lambda x: x["W"] > 1 and x["Fr"] > 1, where="one rank, or one feature a rank")),
     presets={
         "tiny": Preset({"Fr": 2, "B0": 4, "L": 3, "V": 1000}, "float32", "CPU ranks, milliseconds"),

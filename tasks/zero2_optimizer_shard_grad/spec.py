@@ -86,7 +86,8 @@ SPEC = TaskSpec(
     cost=cost,
     tolerance_rule=param_tolerance(),
     clauses=(own_blocks("X", "y", what="the gradient averages every rank's rows"),
-             sixteen_bit("fp32_compute", "forward and backward in fp32 from rows in the task dtype (a 16-bit forward rounds every activation)")),
+             sixteen_bit("fp32_compute", "forward and backward in fp32 from rows in the task dtype (a 16-bit "
+                         "forward rounds every activation)")),
     presets=presets(),
     dtypes=DTYPES,
     departures=(
