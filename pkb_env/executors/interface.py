@@ -91,8 +91,10 @@ class CandidateSession(TimedSession, Protocol):
         """Load `task` (its process groups are built first), then execute the candidate's module on every
         rank; the slowest rank's seconds."""
 
-    def trials(self, workload: Workload, seeds: list[list[Seeds]]) -> list[TrialOutputs]:
-        """One call per seed set; seeds[r][k] are rank r's seeds for call k."""
+    def trials(self, workload: Workload, seeds: list[list[Seeds]], dtypes: tuple[str, ...] = ()
+               ) -> list[TrialOutputs]:
+        """One call per seed set; seeds[r][k] are rank r's seeds for call k; `dtypes`: call k's dtype, where
+        one differs from the workload's (wire/requests.Trials)."""
 
     def quiet(self, label: str) -> None:
         """No rank said anything nobody asked for (a late forged report), else RankSetFailed."""
@@ -111,7 +113,8 @@ class CandidateSession(TimedSession, Protocol):
 
 
 class ReferenceSession(TimedSession, Protocol):
-    def trials(self, workload: Workload, seeds: list[list[Seeds]]) -> list[TrialOutputs]:
+    def trials(self, workload: Workload, seeds: list[list[Seeds]], dtypes: tuple[str, ...] = ()
+               ) -> list[TrialOutputs]:
         """As the candidate's."""
 
     def replay(self, workload: Workload, seeds: list[Seeds], calls: int, marks_every: int) -> BurstRecord:

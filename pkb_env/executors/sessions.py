@@ -44,10 +44,11 @@ class Session:
         return (min((f.get("memory_bytes") or 0) for f in self.ranks.facts)
                 or self.ranks.placement.limits.address_space_bytes or (2 << 30))
 
-    def trials(self, workload: Workload, seeds: list[list[Seeds]]) -> list[TrialOutputs]:
+    def trials(self, workload: Workload, seeds: list[list[Seeds]], dtypes: tuple[str, ...] = ()
+               ) -> list[TrialOutputs]:
         count = len(seeds[0])
         with self.tracer.span("trials"):
-            self.ranks.ask([Trials(workload, tuple(s)) for s in seeds])
+            self.ranks.ask([Trials(workload, tuple(s), dtypes) for s in seeds])
             got = self.ranks.collect("trial", count, self._deadline(self.config.trial_timeout_s), Trials.label,
                                      limit=self._limit("trial_timeout_s"))
         results = []

@@ -36,7 +36,7 @@ def run_trials(ctx: StepContext, ranks: CandidateSession) -> tuple[RunResult, li
     """The untimed trials, on the same secret seeds as the reference's; their outputs for the verify stage."""
     start = time.perf_counter()
     try:
-        got = ranks.trials(ctx.workload, ctx.trial_seeds())
+        got = ranks.trials(ctx.workload, ctx.trial_seeds(), ctx.other_dtypes)
     except RankSetFailed as exc:
         return failure(Stage.RUN, exc)
     return RunResult(trials=ctx.trials, seconds=time.perf_counter() - start), got

@@ -47,7 +47,8 @@ class Reference:
     def outputs(self, ctx: StepContext) -> list[TrialOutputs]:
         """The expected outputs of the step's trials (the same secret seeds the candidate's trials get)."""
         seeds = ctx.trial_seeds()
-        return self.executor.reference(ctx.task.name, lambda ranks: ranks.trials(ctx.workload, seeds))
+        return self.executor.reference(ctx.task.name,
+                                       lambda ranks: ranks.trials(ctx.workload, seeds, ctx.other_dtypes))
 
     def cached(self, ctx: StepContext, hardware: str) -> ReferenceTiming | None:
         return self._times.get(self._key(ctx, hardware))

@@ -21,7 +21,8 @@ def verify_trials(ctx: StepContext, expected: list[TrialOutputs], got: list[Tria
     """Every rank's outputs of every trial against the reference's; aliasing and input mutation count."""
     mismatches: list[Mismatch] = []
     checked = 0
-    for label, exp, cand in zip(ctx.trial_labels, expected, got):
+    for k, (label, exp, cand) in enumerate(zip(ctx.trial_labels, expected, got)):
+        checks = ctx.trial_checks(k)   # a trial in another dtype (contract/clauses.py) at that dtype's tolerance
         for rank, (e, g) in enumerate(zip(exp.outputs, cand.outputs)):
             checked += 1
             for path in cand.aliases[rank]:
@@ -30,9 +31,9 @@ def verify_trials(ctx: StepContext, expected: list[TrialOutputs], got: list[Tria
             for path in cand.mutated[rank]:
                 mismatches.append(Mismatch(label, rank, path, f"the call modified {path}; inputs must be left "
                                            f"unchanged (copy before working in place)"))
-            mismatches.extend(compare_outputs(e, g, ctx.checks, label, rank))
+            mismatches.extend(compare_outputs(e, g, checks, label, rank))
             if exp.updated and exp.updated[rank]:  # state updated in place: its final values, by input name
-                mismatches.extend(compare_outputs(exp.updated[rank], cand.updated[rank], ctx.checks, label, rank,
+                mismatches.extend(compare_outputs(exp.updated[rank], cand.updated[rank], checks, label, rank,
                                                   root=UPDATED))
         mismatches.extend(replicas.trial_mismatches(ctx.replicas, cand.outputs, cand.updated, label))
     return VerifyResult(correct=not mismatches, checked=checked, mismatches=mismatches)

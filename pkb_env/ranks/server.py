@@ -220,9 +220,9 @@ class RankServer:
         self.send("built", seconds=JUDGE.clock() - start)
 
     def trials(self, request: Trials) -> None:
-        workload = self.workload(request.workload)
         held: list[Any] = []  # every trial's output stays alive, so shared memory between them means reuse
         for index, seeds in enumerate(request.seeds):
+            workload = self.workload(request.workload_of(index))
             args = workload.make(seeds)
             pristine = clone_args(args)
             start = JUDGE.clock()

@@ -12,6 +12,7 @@ import torch
 from pkb_env.contract import (Comm, Compute, Cost, Custom, Group, Mesh, Output, Preset, Propagated, Sharded, Sum,
                               TaskSpec, Tensor)
 from pkb_env.tasks._gemm import DTYPES, split_k_tolerance
+from pkb_env.tasks._clauses import own_blocks
 
 
 def _weights(gen, shape, dtype, env):
@@ -98,6 +99,7 @@ SPEC = TaskSpec(
                     + Propagated(4, 1, what="x W1, x W2, silu and the gate product, each rounded to the dtype")
                     + split_k_tolerance("F", "tp", magnitude="1 / sqrt(F)")),
     mesh=Mesh(("fsdp", "W / tp"), ("tp", "min(2, W / 2)")),
+    clauses=(own_blocks("x", "W1_shard", "W2_shard", "W3_shard", what="every shard enters the product"),),
     presets={
         "tiny": Preset({"N": 16, "D": 8, "F": 16}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"N": 2048, "D": 256, "F": 1024}, "bfloat16",
