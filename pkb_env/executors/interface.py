@@ -78,9 +78,9 @@ class TimedSession(Protocol):
         """Per rank: fingerprints of the last burst's outputs and inputs, its problems, the sampled outputs."""
 
     def ask_fingerprints(self, burst: int, seed: int, rules: Rules, sample: list[int]) -> None:
-        """`fingerprints` asked for without waiting; `sketches` reads them."""
+        """`fingerprints` asked for without waiting; `read_fingerprints` reads them."""
 
-    def sketches(self) -> list[dict]:
+    def read_fingerprints(self) -> list[dict]:
         """The answer to the last `ask_fingerprints`."""
 
 

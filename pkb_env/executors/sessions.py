@@ -89,19 +89,19 @@ class Session:
 
     def fingerprints(self, burst: int, seed: int, rules: Rules, sample: list[int]) -> list[dict]:
         self.ask_fingerprints(burst, seed, rules, sample)
-        return self.sketches()
+        return self.read_fingerprints()
 
     def ask_fingerprints(self, burst: int, seed: int, rules: Rules, sample: list[int]) -> None:
-        """Ask for the last burst's fingerprints without waiting (`sketches` reads them), so that two rank sets
+        """Ask for the last burst's fingerprints without waiting (`read_fingerprints` reads them), so that two rank sets
         fingerprint their halves of a pair at once."""
         self._untimed()
         self.ranks.ask(Fingerprints(burst, seed, rules, tuple(sample)))
 
-    def sketches(self) -> list[dict]:
+    def read_fingerprints(self) -> list[dict]:
         """Per rank, the fingerprints asked for last."""
         with self.tracer.span("fingerprints"):
-            got = self.ranks.collect("sketches", 1, self._deadline(self.config.timing_timeout_s), Fingerprints.label,
-                                     limit=self._limit("timing_timeout_s"))
+            got = self.ranks.collect("fingerprints", 1, self._deadline(self.config.timing_timeout_s),
+                                     Fingerprints.label, limit=self._limit("timing_timeout_s"))
             return [self._unpack(d[0], r, Fingerprints.label) for r, d in enumerate(got)]
 
     def _deadline(self, seconds: float) -> float:

@@ -194,7 +194,7 @@ class Judge:
         """The reference's replay of every timed call (made in the pairs): their check, the paired speedup,
         then the roofline."""
         with _stage(record, Stage.VERIFY), self.executor.tracer.span("compare"):
-            checked = verify_timed(ctx, timed.log, timed.pairs.sketches)
+            checked = verify_timed(ctx, timed.log, timed.pairs.log.fingerprints)
         if _stopped(record, checked):
             return
         record.timed_check = checked

@@ -88,17 +88,17 @@ class Reference:
         """Per rank, the last replay's fingerprints with the candidate's seed and sample (and the bound terms).
         Not retried: fresh ranks would not hold the replay."""
         return self.executor.reference(ctx.task.name, lambda ranks: ranks.fingerprints(
-            paired.burst, paired.sketch_seed, ctx.rules, paired.sample), retry=False)
+            paired.burst, paired.fingerprint_seed, ctx.rules, paired.sample), retry=False)
 
     def ask_fingerprints(self, ctx: StepContext, paired: PairedBurst) -> None:
         """The last replay's fingerprints, with the candidate's seed and sample (and the bound terms), asked for
-        without waiting; `sketches` reads them. Not retried: fresh ranks would not hold the replay."""
+        without waiting; `read_fingerprints` reads them. Not retried: fresh ranks would not hold the replay."""
         self.executor.reference(ctx.task.name, lambda ranks: ranks.ask_fingerprints(
-            paired.burst, paired.sketch_seed, ctx.rules, paired.sample), retry=False)
+            paired.burst, paired.fingerprint_seed, ctx.rules, paired.sample), retry=False)
 
-    def sketches(self, ctx: StepContext) -> list[dict]:
+    def read_fingerprints(self, ctx: StepContext) -> list[dict]:
         """The answer to `ask_fingerprints`."""
-        return self.executor.reference(ctx.task.name, lambda ranks: ranks.sketches(), retry=False)
+        return self.executor.reference(ctx.task.name, lambda ranks: ranks.read_fingerprints(), retry=False)
 
     def forget(self, task: str | None) -> None:
         """Drop the cached times of `task` (None: all)."""
@@ -122,8 +122,7 @@ class Pairing:
     def __init__(self, reference: Reference, ctx: StepContext, candidate: CandidateSession, statistic: str):
         self.reference, self.ctx, self.candidate = reference, ctx, candidate
         self.concurrent = candidate.contained
-        self.log = BurstLog(statistic=statistic)    # the reference's bursts, one per scored candidate burst
-        self.sketches: list[list[dict]] = []        # per burst, per rank
+        self.log = BurstLog(statistic=statistic)    # per scored candidate burst: the replay, its fingerprints
         self.seconds = 0.0                          # the reference's part, billed to it (record.reference)
 
     def timed(self, paired: PairedBurst) -> None:
@@ -132,7 +131,7 @@ class Pairing:
         with self.candidate.frozen():
             self.log.bursts.append(self.reference.replay(self.ctx, paired))
             if not self.concurrent:
-                self.sketches.append(self.reference.fingerprints(self.ctx, paired))
+                self.log.fingerprints.append(self.reference.fingerprints(self.ctx, paired))
         self.seconds += time.perf_counter() - start
 
     def fingerprints(self, paired: PairedBurst) -> Callable[[], None]:
@@ -144,7 +143,7 @@ class Pairing:
 
         def finish() -> None:
             start = time.perf_counter()
-            self.sketches.append(self.reference.sketches(self.ctx))
+            self.log.fingerprints.append(self.reference.read_fingerprints(self.ctx))
             self.seconds += time.perf_counter() - start
 
         return finish

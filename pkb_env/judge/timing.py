@@ -73,9 +73,9 @@ class BurstLog:
 
     bursts: list[BurstRecord] = field(default_factory=list)
     seeds: list[list[dict[str, int]]] = field(default_factory=list)         # per burst, per rank: base seeds
-    sketch_seeds: list[int] = field(default_factory=list)
+    fingerprint_seeds: list[int] = field(default_factory=list)
     samples: list[list[int]] = field(default_factory=list)
-    sketches: list[list[dict]] = field(default_factory=list)                 # per burst, per rank
+    fingerprints: list[list[dict]] = field(default_factory=list)             # per burst, per rank
     warmup_calls: int = 0
     wall_s: float = 0.0
 
@@ -106,7 +106,7 @@ class PairedBurst:
     seeds: list[dict[str, int]]
     calls: int
     marks_every: int
-    sketch_seed: int
+    fingerprint_seed: int
     sample: list[int]
 
 
@@ -160,11 +160,11 @@ def run_bursts(session: TimedSession, work: TimedWork, protocol: TimingProtocol,
         if checked:
             finish = pair.fingerprints(paired) if paired is not None else None
             try:
-                log.sketches.append(session.fingerprints(len(log.bursts), seed, work.rules, sample))
+                log.fingerprints.append(session.fingerprints(len(log.bursts), seed, work.rules, sample))
             finally:   # the reference's answer is read even where the candidate's failed: none is left unread
                 if finish is not None:
                     reference_part(finish)
-            log.sketch_seeds.append(seed)
+            log.fingerprint_seeds.append(seed)
             log.samples.append(sample)
         if scored:
             log.bursts.append(record)

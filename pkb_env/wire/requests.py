@@ -12,7 +12,7 @@ to and another forgets (the old `capture_every` and `rules` went through four la
     Load(task, source)                    -> built {seconds}
     Trials(workload, seeds)               -> trial {...} + outputs, one per seed
     Burst(workload, seeds, calls, ...)    -> gated, then burst {times}
-    Fingerprints(burst, seed, rules, ...) -> sketches + payload
+    Fingerprints(burst, seed, rules, ...) -> fingerprints + payload
     Replay(workload, seeds, calls, ...)   -> gated, then burst {times} (reference ranks; Fingerprints next)
     Copies(bytes)                         -> copies {table}
 
