@@ -24,7 +24,7 @@ from pkb_env.wire.requests import Burst, Copies, Fingerprints, Load, Replay, Rul
 class Session:
     """Operations common to candidate and reference ranks. `before_timing` runs before every burst and
     `untimed` when the judge asks for the untimed work between bursts, their fingerprints (the executor's
-    `_hold_spares` and `_free_spares`: no rank set may run a phase of its start beside a burst)."""
+    spares held and freed: executors/spares.py; no rank set may run a phase of its start beside a burst)."""
 
     def __init__(self, ranks: RankSet, before_timing: Callable[[], None], untimed: Callable[[], None],
                  tracer: Tracer):
