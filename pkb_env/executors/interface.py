@@ -101,8 +101,10 @@ class CandidateSession(TimedSession, Protocol):
         """Every process of the candidate stopped for the block (sandbox/freezer.py), so that the reference
         can be timed beside it; RankSetFailed when they cannot all be stopped (they keep forking)."""
 
-    def end(self) -> None:
-        """Kill the candidate's ranks now, without waiting; the session's close confirms they are gone."""
+    def end_timing(self) -> None:
+        """Nothing more is timed in this step: the candidate's ranks are killed now, without waiting (the
+        session's close confirms they are gone), and what starts between timings (the executor's spare rank
+        sets) moves on. A session closed without it moves them on once its ranks are gone."""
 
     @property
     def contained(self) -> bool:
@@ -145,9 +147,6 @@ class Executor(Protocol):
 
     def prestart(self) -> None:
         """Start what the next step needs now (the reference ranks, spare candidate ranks)."""
-
-    def timings_done(self) -> None:
-        """A step's timed work is over: what starts between timings (spare rank sets) may move on."""
 
     def discard_reference(self) -> None:
         """End the reference ranks; the next request starts fresh ones."""

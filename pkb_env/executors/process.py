@@ -94,12 +94,18 @@ class ProcessExecutor:
         with self.tracer.span("candidate ranks"):
             ranks = self._candidate_ranks()
         ranks.services, ranks.hard_deadline = services, deadline
+        session = None
         try:
-            yield CandidateRanks(ranks, self._before_timing, self.spares.free, self.tracer, self._retire, self._frozen,
-                                 self._protection(ranks))
+            session = CandidateRanks(ranks, self._before_timing, self.spares.free, self.tracer, self._end_timing,
+                                     self._frozen, self._protection(ranks))
+            yield session
         finally:
-            with self.tracer.span("release"):
-                self._release(ranks)
+            try:
+                with self.tracer.span("release"):
+                    self._release(ranks)
+            finally:
+                if session is not None and not session.timing_ended:   # nothing timed, or its timing failed
+                    self._spares_go_on()
 
     def reference(self, task: str | None, work: Callable[[ReferenceRanks], T], retry: bool = True) -> T:
         """`work` on the reference ranks with `task` loaded; once more on fresh ranks if they died (`retry`:
@@ -209,18 +215,6 @@ class ProcessExecutor:
         except psutil.Error:
             return set()
 
-    def _retire(self, ranks: RankSet) -> None:
-        """Kill a candidate rank set now; `_release` confirms the end later.
-
-        A contained rank set is told to end and not waited for: the kernel kills its processes with its
-        namespace, and their CUDA contexts (0.14-0.16 s on one H200, docs/timing.md) come down meanwhile.
-        An uncontained one is ended and swept at once.
-        """
-        if ranks.cell.contained and not ranks.closed:
-            self._kill_contained(ranks)
-        else:
-            self._end(ranks)
-
     def _kill_contained(self, ranks: RankSet) -> None:
         """Kill a contained rank set with its namespace, not waiting, once (a set retired after its timing is
         released at the step's end). First off the ranks' cores (`placement.cpus`): its processes' end runs
@@ -253,11 +247,24 @@ class ProcessExecutor:
         while self._ending:
             self._ending.pop(0).close()
 
-    def timings_done(self) -> None:
+    def _end_timing(self, ranks: RankSet) -> None:
+        """A candidate's timed work is over (its last pair): its ranks are killed now (`_release` confirms the
+        end later), then the spares move on.
+
+        A contained rank set is told to end and not waited for: the kernel kills its processes with its
+        namespace, and their CUDA contexts (0.14-0.16 s on one H200, docs/timing.md) come down meanwhile.
+        An uncontained one is ended and swept at once. So nothing of it can reach a spare that starts now.
+        """
+        with self.tracer.span("end"):
+            if ranks.cell.contained and not ranks.closed:
+                self._kill_contained(ranks)
+            else:
+                self._end(ranks)
+        self._spares_go_on()
+
+    def _spares_go_on(self) -> None:
         """The step's last timed work is over (the candidate's last pair, or a step that timed nothing): the
-        spares go on with their starts and new ones begin (Spares.fill). After a timed candidate its ranks
-        are told to end already (`_retire`): gone where uncontained, and a contained one's namespace is dead,
-        so nothing of it can reach a spare that starts now."""
+        spares go on with their starts and new ones begin (Spares.fill)."""
         with self.tracer.span("spares"):
             self.spares.fill()
 

@@ -130,12 +130,13 @@ class CandidateRanks(Session):
     """A candidate's fresh ranks for one step (executors/interface.py, CandidateSession)."""
 
     def __init__(self, ranks: RankSet, before_timing: Callable[[], None], untimed: Callable[[], None],
-                 tracer: Tracer, end: Callable[[RankSet], None],
+                 tracer: Tracer, end_timing: Callable[[RankSet], None],
                  freeze: Callable[[RankSet], AbstractContextManager[None]], containment: dict[str, str]):
         super().__init__(ranks, before_timing, untimed, tracer)
-        self._end = end
+        self._end_timing = end_timing
         self._freeze = freeze
         self.containment = containment
+        self.timing_ended = False   # else the executor's spares move on once the session is closed
 
     def load(self, task: str, source: str) -> float:
         with self.tracer.span("load"):
@@ -154,9 +155,9 @@ class CandidateRanks(Session):
     def contained(self) -> bool:
         return self.ranks.cell.contained
 
-    def end(self) -> None:
-        with self.tracer.span("end"):
-            self._end(self.ranks)
+    def end_timing(self) -> None:
+        self.timing_ended = True
+        self._end_timing(self.ranks)
 
 
 class ReferenceRanks(Session):

@@ -113,6 +113,8 @@ class PairedBurst:
 class PairHalf(Protocol):
     """The reference's half of each pair (judge/reference.Pairing)."""
 
+    seconds: float   # its part so far, measured where it is spent
+
     def timed(self, paired: PairedBurst) -> None:
         """The reference's timed burst on the candidate's inputs, every process of the candidate stopped."""
 
@@ -148,13 +150,12 @@ class BurstSeries:
         self.rng = random.SystemRandom()
         self.log = BurstLog(statistic=protocol.statistic)
         self.marks = max(1, protocol.marks)
-        self.paired_s = 0.0   # the reference's part: counted in neither the budget nor the log's wall time
 
     def run(self, budget_s: float) -> BurstLog:
         started = time.monotonic()
         planned, ceiling, estimate = self._warm_up()
         self._scored(planned, ceiling, estimate, budget_s)
-        self.log.wall_s = time.monotonic() - started - self.paired_s
+        self.log.wall_s = time.monotonic() - started - self._paired_s()
         return self.log
 
     def _warm_up(self) -> tuple[int, int, float]:
@@ -198,7 +199,7 @@ class BurstSeries:
         figures = log.figures()
         if len(figures) >= protocol.min_bursts and relative_standard_error(figures) < protocol.rse_target:
             return True
-        if len(figures) >= protocol.min_bursts and time.monotonic() - started - self.paired_s > budget_s:
+        if len(figures) >= protocol.min_bursts and time.monotonic() - started - self._paired_s() > budget_s:
             return True
         total = self.limits.total_calls
         return total is not None and sum(b.calls for b in log.bursts) + ceiling > total
@@ -217,10 +218,10 @@ class BurstSeries:
         paired = (PairedBurst(len(self.log.bursts), seeds, calls, marks_every, seed, sample)
                   if self.pair is not None and checked else None)
         if paired is not None and paired.burst % 2 == 1:
-            self._reference_part(self.pair.timed, paired)
+            self.pair.timed(paired)
         record = self.session.burst(self.work.workload, seeds, calls, marks_every, self.work.capture_every)
         if paired is not None and paired.burst % 2 == 0:
-            self._reference_part(self.pair.timed, paired)
+            self.pair.timed(paired)
         if checked:
             self._fingerprint(seed, sample, paired)
         if scored:
@@ -238,14 +239,14 @@ class BurstSeries:
                                                                    sample))
         finally:   # the reference's answer is read even where the candidate's failed: none is left unread
             if finish is not None:
-                self._reference_part(finish)
+                finish()
         self.log.fingerprint_seeds.append(seed)
         self.log.samples.append(sample)
 
-    def _reference_part(self, work: Callable[..., None], *args) -> None:
-        begun = time.monotonic()
-        work(*args)
-        self.paired_s += time.monotonic() - begun
+    def _paired_s(self) -> float:
+        """The reference's part so far (its halves of the pairs): counted in neither the budget nor the log's
+        wall time."""
+        return self.pair.seconds if self.pair is not None else 0.0
 
     @staticmethod
     def _per_call(record: BurstRecord) -> float:
