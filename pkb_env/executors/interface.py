@@ -22,6 +22,7 @@ from pkb_env.executors.builds import BuildOutcome
 from pkb_env.executors.placement import ExecutorInfo, Placement
 from pkb_env.tracing import Tracer
 from pkb_env.wire.requests import Rules, Seeds, Workload
+from pkb_env.wire.services import BuildRequest
 
 T = TypeVar("T")
 # Answers a rank's compile request before a deadline (judge/compiler.py): (header, time.monotonic() deadline).
@@ -142,7 +143,7 @@ class Executor(Protocol):
         JudgeError. Only while no candidate process exists or runs (a candidate session's `frozen`), or the
         candidate is `contained`."""
 
-    def build(self, job: dict, timeout: float) -> "BuildOutcome":
+    def build(self, job: BuildRequest, timeout: float) -> "BuildOutcome":
         """One build of a candidate's kernels in a build cell of its own (executors/builds.py)."""
 
     def prestart(self) -> None:

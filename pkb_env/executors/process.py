@@ -41,6 +41,7 @@ from pkb_env.sandbox.privileges import remove_files_of, unprivileged_uid
 from pkb_env.sandbox.variables import rank_environment
 from pkb_env.sandbox.zygote import Zygote
 from pkb_env.tracing import Tracer
+from pkb_env.wire.services import BuildRequest
 
 T = TypeVar("T")
 
@@ -302,7 +303,7 @@ class ProcessExecutor:
             remove_files_of(self.candidate_uid, ("/tmp", "/dev/shm", "/var/tmp"))
 
     # -- builds, start, reference --------------------------------------------------------------------
-    def build(self, job: dict, timeout: float) -> builds.BuildOutcome:
+    def build(self, job: BuildRequest, timeout: float) -> builds.BuildOutcome:
         """One build of a candidate's kernels in a build cell of its own (builds.py)."""
         cell = builds.BuildCell(lambda: self.zygote, self.containment, self.root, self.candidate_uid, self.env,
                                 self.config, self._warn_if_uncontained, self.sweep)
