@@ -1,5 +1,5 @@
 """Spare candidate rank sets: pre-started so that a step rarely waits for one, and starting only while nothing
-is timed (docs/timing.md, "A candidate is timed while nothing starts either").
+is timed (docs/timing.md, "The protocol": a candidate is timed while nothing starts either).
 
 A starting rank makes its CUDA context or communicator or loads kernels, GPU and host work that must not run
 beside a burst: `hold` stops every spare in the middle of a phase of its start before anything is timed, and
