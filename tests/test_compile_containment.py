@@ -23,6 +23,7 @@ from pkb_env.judge.compile_checks import (CompileRefused, check_cuda_options, ch
                                           diagnostics)
 from pkb_env.runtime.toolchain import nvcc_path
 from pkb_env.sources import without_comments
+from pkb_env.wire.services import Compile
 
 NAMESPACES = Containment.of(JudgeConfig()).missing()
 needs_namespaces = pytest.mark.skipif(NAMESPACES is not None, reason=f"no namespaces here: {NAMESPACES}")
@@ -179,8 +180,7 @@ def test_a_build_cell_cannot_read_them_either(env2, judge_secret_files, backend)
     value, files = judge_secret_files
     executor = judge_of(env2).executor
     for path in ["/etc/shadow", *files.values()]:
-        outcome = executor.build({"kind": backend, "source": f'#include "{path}"\n', "options": [], "arch": "90"},
-                                 timeout=120)
+        outcome = executor.build(Compile(f'#include "{path}"\n', "90", backend=backend), timeout=120)
         assert outcome.contained and not outcome.ok
         assert value not in outcome.log and "root:" not in outcome.log
         assert "cannot open source file" in outcome.log or "No such file" in outcome.log, outcome.log

@@ -162,7 +162,7 @@ def test_a_next_generation_that_cannot_start_does_not_cost_this_step(monkeypatch
         monkeypatch.setattr(executor, "_start", refuse)
         _, _, _, _, info = env.step(obs["reference"])
         assert info["correct"], info["feedback"]
-        assert failures and len(executor.spares) < executor.spare_depth
+        assert failures and len(executor.spares) < executor.spares.depth
         monkeypatch.setattr(executor, "_start", real)
         _, _, _, _, info = env.step(obs["reference"])
         assert info["correct"], info["feedback"]

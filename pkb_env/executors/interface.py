@@ -22,6 +22,7 @@ from pkb_env.executors.builds import BuildOutcome
 from pkb_env.executors.placement import ExecutorInfo, Placement
 from pkb_env.tracing import Tracer
 from pkb_env.wire.requests import Rules, Seeds, Workload
+from pkb_env.wire.services import BuildRequest
 
 T = TypeVar("T")
 # Answers a rank's compile request before a deadline (judge/compiler.py): (header, time.monotonic() deadline).
@@ -78,9 +79,9 @@ class TimedSession(Protocol):
         """Per rank: fingerprints of the last burst's outputs and inputs, its problems, the sampled outputs."""
 
     def ask_fingerprints(self, burst: int, seed: int, rules: Rules, sample: list[int]) -> None:
-        """`fingerprints` asked for without waiting; `sketches` reads them."""
+        """`fingerprints` asked for without waiting; `read_fingerprints` reads them."""
 
-    def sketches(self) -> list[dict]:
+    def read_fingerprints(self) -> list[dict]:
         """The answer to the last `ask_fingerprints`."""
 
 
@@ -103,8 +104,10 @@ class CandidateSession(TimedSession, Protocol):
         """Every process of the candidate stopped for the block (sandbox/freezer.py), so that the reference
         can be timed beside it; RankSetFailed when they cannot all be stopped (they keep forking)."""
 
-    def end(self) -> None:
-        """Kill the candidate's ranks now, without waiting; the session's close confirms they are gone."""
+    def end_timing(self) -> None:
+        """Nothing more is timed in this step: the candidate's ranks are killed now, without waiting (the
+        session's close confirms they are gone), and what starts between timings (the executor's spare rank
+        sets) moves on. A session closed without it moves them on once its ranks are gone."""
 
     @property
     def contained(self) -> bool:
@@ -143,14 +146,11 @@ class Executor(Protocol):
         JudgeError. Only while no candidate process exists or runs (a candidate session's `frozen`), or the
         candidate is `contained`."""
 
-    def build(self, job: dict, timeout: float) -> "BuildOutcome":
+    def build(self, job: BuildRequest, timeout: float) -> "BuildOutcome":
         """One build of a candidate's kernels in a build cell of its own (executors/builds.py)."""
 
     def prestart(self) -> None:
         """Start what the next step needs now (the reference ranks, spare candidate ranks)."""
-
-    def timings_done(self) -> None:
-        """A step's timed work is over: what starts between timings (spare rank sets) may move on."""
 
     def discard_reference(self) -> None:
         """End the reference ranks; the next request starts fresh ones."""

@@ -43,7 +43,7 @@ def verify_timed(ctx: StepContext, log: BurstLog, expected: list[list[dict]]) ->
     """Every timed call of every rank against the reference's replay of the same inputs (`expected`, per
     burst and rank). A fingerprint payload the judge cannot read is a forgery of the rank that sent it."""
     mismatches: list[Mismatch] = []
-    for b, (exp_ranks, got_ranks) in enumerate(zip(expected, log.sketches)):
+    for b, (exp_ranks, got_ranks) in enumerate(zip(expected, log.fingerprints)):
         for rank, (exp, got) in enumerate(zip(exp_ranks, got_ranks)):
             try:
                 mismatches += compare_burst(exp, got, ctx.checks, b, rank, ctx.task.inplace_arguments())

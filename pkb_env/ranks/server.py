@@ -12,7 +12,7 @@ echoes the request's nonce (wire/messages.py has the answers' schemas):
   Load         -> built {seconds}    (and the task's process groups, before candidate code)
   Trials       -> trial {index, seconds, aliases, mutated, shares, ...} + outputs, per seed
   Burst        -> gated, then (after the judge's release) burst {times}
-  Fingerprints -> sketches + payload (of the last burst)
+  Fingerprints -> fingerprints + payload (of the last burst)
   Replay       -> gated, then burst {times} (reference ranks: the candidate's calls; Fingerprints next)
   Copies       -> copies {table} (rank 0 of the reference: copy-engine rates)
 Any failure is answered by `error {phase, message, tampered}`; the judge then ends the rank set.
@@ -261,7 +261,7 @@ class RankServer:
             raise RuntimeError("no burst to fingerprint")
         data = bursts.fingerprints(held, request.seed, request.rules, list(request.sample), bound=held.bound)
         self.check_tools()  # a candidate's thread may have patched the fingerprinting meanwhile
-        self.send("sketches", JUDGE.pack(data), burst=request.burst)
+        self.send("fingerprints", JUDGE.pack(data), burst=request.burst)
 
     def replay(self, request: Replay) -> None:
         """The reference's half of a pair: a candidate's burst on the same inputs, timed as a burst; held for
@@ -353,7 +353,7 @@ def _rehearse(device: torch.device) -> None:
     input draws and copies, and above all the first fingerprint (float64 projections, integer words),
     paid for that loading in every step (the first fingerprint in a fresh process most of all:
     docs/measurements/2026-12-01-timing-h200.md, "What a warm step's time went to"). This is the same code the
-    requests run (draws as the tasks' distributions make them, `stage`, `export`, `sketch_calls` of both kinds, the
+    requests run (draws as the tasks' distributions make them, `stage`, `export`, `fingerprint_calls` of both kinds, the
     reference's bound terms), on nothing secret.
     """
     gen = torch.Generator(device=device)
@@ -367,8 +367,8 @@ def _rehearse(device: torch.device) -> None:
         export(x)
     ints = torch.randint(0, 7, (n,), generator=gen, device=device, dtype=torch.int64)
     values += [ints, ints.to(torch.int32), ints > 3]
-    fingerprints.sketch_calls(values, 1, {"output": [1e-2, 1e-2, False]}, bound=True)
-    fingerprints.sketch_calls(values, 2, None)
+    fingerprints.fingerprint_calls(values, 1, {"output": [1e-2, 1e-2, False]}, bound=True)
+    fingerprints.fingerprint_calls(values, 2, None)
 
 
 def _collective(size: int, device: torch.device) -> bursts.Workload:

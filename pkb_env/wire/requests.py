@@ -12,7 +12,7 @@ to and another forgets (the old `capture_every` and `rules` went through four la
     Load(task, source)                    -> built {seconds}
     Trials(workload, seeds, dtypes)       -> trial {...} + outputs, one per seed
     Burst(workload, seeds, calls, ...)    -> gated, then burst {times}
-    Fingerprints(burst, seed, rules, ...) -> sketches + payload
+    Fingerprints(burst, seed, rules, ...) -> fingerprints + payload
     Replay(workload, seeds, calls, ...)   -> gated, then burst {times} (reference ranks; Fingerprints next)
     Copies(bytes)                         -> copies {table}
 
@@ -102,7 +102,7 @@ def parse_workload(message: Any) -> Workload:
     _require(isinstance(message, dict) and message.get("kind") in WORKLOADS, f"a workload of no known kind: "
                                                                             f"{str(message)[:80]}")
     fields = {k: v for k, v in message.items() if k != "kind"}
-    return _build(WORKLOADS[message["kind"]], fields)
+    return from_fields(WORKLOADS[message["kind"]], fields)
 
 
 # -- requests ------------------------------------------------------------------------------------------
@@ -251,11 +251,12 @@ def parse(message: Any) -> tuple[Request, str]:
     fields = {k: v for k, v in message.items() if k not in ("op", "label", "nonce", "payload")}
     if "workload" in fields:
         fields["workload"] = parse_workload(fields["workload"])
-    return _build(cls, fields), nonce
+    return from_fields(cls, fields), nonce
 
 
 # -- checks ----------------------------------------------------------------------------------------------
-def _build(cls: type, fields: dict[str, Any]) -> Any:
+def from_fields(cls: type, fields: dict[str, Any]) -> Any:
+    """`cls` made from a frame's `fields`, each as its annotation says (services.py reads its requests so too)."""
     names = {f.name for f in dataclasses.fields(cls)}
     _require(set(fields) <= names and all(f.name in fields or f.default is not dataclasses.MISSING
                                            for f in dataclasses.fields(cls)),
