@@ -158,57 +158,11 @@ class ProcessExecutor:
                 failure = exc
         raise JudgeError(f"the candidate's ranks failed to start: {failure}") from failure
 
-<<<<<<< HEAD
-    # -- spares ------------------------------------------------------------------------------------
-    def _drop_dead_spares(self) -> None:
-        """Close spares that died (whoever ran before may have killed one, or its start failed)."""
-        for ranks in [r for r in self._spares if not r.alive()]:
-            ranks.close()
-            self._spares.remove(ranks)
-
-    def _fill_spares(self) -> None:
-        """Let the spares run, move each one whose phase is over to its next, and start new ones up to
-        `spare_depth` (once a step's timing is over: a spare was used).
-
-        A starting rank makes its CUDA context or communicator or loads kernels, GPU and host work that must
-        not run beside a burst: `_hold_spares` stops every spare in the middle of a phase before anything is
-        timed, and `_free_spares` lets them go on at the untimed work between bursts (the fingerprints of a
-        pair) and once the step's timing is over. So a phase runs in the untimed parts of one step or
-        several, and no step waits for one. With one spare per phase and a ready one (GPU placements: five),
-        phases of different spares run side by side (each phase a fraction of a second of GPU and host work:
-        docs/measurements/2026-12-01-timing-h200.md). With one (CPU ranks, whose start is short, or cells without
-        namespaces, where a spare beside a running candidate could be reached by it: same uid) the spare
-        is started whole once the candidate's timing is over (and, without namespaces, once the candidate is
-        gone). A start that fails (START_FAILURES) is not the calling step's: its result stands, and the
-        next step starts its own rank set or says why it cannot.
-        """
-        self._drop_dead_spares()
-        self._free_spares()
-        try:
-            while len(self._spares) < self.spare_depth:
-                self._spares.append(self._start("candidate", hold=self.spare_depth > 1))
-        except START_FAILURES:
-            pass
-
-    def _hold_spares(self) -> None:
-        """Before anything is timed (a reference, a calibration, a candidate's burst): every spare in the middle
-        of a phase of its start is stopped (SIGSTOP on its ranks and whatever they forked, each thread seen
-        stopped: sandbox/freezer.py) until `_free_spares`; a spare whose phase is over waits idle for its
-        next. Before that, the candidate rank sets told to end must be gone (their contexts coming down would
-        compete with the ranks being timed). A spare that failed to start, or cannot be stopped, is dropped;
-        the next step starts another."""
-        def hold(ranks: RankSet) -> None:
-            if not ranks.phase_over():
-                self._held |= freezer.stop(lambda: freezer.descendants([ranks.cell.pid]),
-                                           self.config.freeze_timeout_s)
-
-=======
     # -- timed work ----------------------------------------------------------------------------------
     def _before_timing(self) -> None:
         """Before anything is timed (a reference, a calibration, a candidate's burst): the candidate rank sets
         told to end are gone (their contexts coming down would compete with the ranks being timed), and every
         spare in a phase of its start is stopped (Spares.hold) until the next untimed work (Spares.free)."""
->>>>>>> corerefactor
         with self.tracer.span("settle"):
             self._confirm_ended()
             self.spares.hold()
@@ -262,22 +216,6 @@ class ProcessExecutor:
         except psutil.Error:
             return set()
 
-<<<<<<< HEAD
-    def _retire(self, ranks: RankSet) -> None:
-        """Kill a candidate rank set now; `_release` confirms the end later.
-
-        A contained rank set is told to end and not waited for: the kernel kills its processes with its
-        namespace, and their CUDA contexts (a tenth of a second or more: docs/measurements/2026-12-01-timing-h200.md)
-        come down meanwhile.
-        An uncontained one is ended and swept at once.
-        """
-        if ranks.cell.contained and not ranks.closed:
-            self._kill_contained(ranks)
-        else:
-            self._end(ranks)
-
-=======
->>>>>>> corerefactor
     def _kill_contained(self, ranks: RankSet) -> None:
         """Kill a contained rank set with its namespace, not waiting, once (a set retired after its timing is
         released at the step's end). First off the ranks' cores (`placement.cpus`): its processes' end runs
@@ -316,7 +254,8 @@ class ProcessExecutor:
         end later), then the spares move on.
 
         A contained rank set is told to end and not waited for: the kernel kills its processes with its
-        namespace, and their CUDA contexts (0.14-0.16 s on one H200, docs/timing.md) come down meanwhile.
+        namespace, and their CUDA contexts (a tenth of a second or more: docs/measurements/2026-12-01-timing-h200.md)
+        come down meanwhile.
         An uncontained one is ended and swept at once. So nothing of it can reach a spare that starts now.
         """
         with self.tracer.span("end"):

@@ -6,7 +6,7 @@ beside a burst: `hold` stops every spare in the middle of a phase of its start b
 `free` lets them go on at the untimed work between bursts (the fingerprints of a pair) and once the step's
 timing is over (`fill`). So a phase runs in the untimed parts of one step or several, and no step waits for
 one. With one spare per phase and a ready one (GPU placements: five), phases of different spares run side by
-side (on one H200 the context took 0.42-0.57 s, the process group 0.40-0.52 s; docs/timing.md). With one
+side (each a fraction of a second of GPU and host work: docs/measurements/2026-12-01-timing-h200.md). With one
 (CPU ranks, whose start is short, or cells without namespaces, where a spare beside a running candidate could
 be reached by it: same uid) the spare is started whole once the candidate's timing is over (and, without
 namespaces, once the candidate is gone).
