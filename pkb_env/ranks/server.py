@@ -109,14 +109,14 @@ class RankServer:
         link.attach(lambda header: (send(conn, header), recv(conn))[1])
 
     def group(self) -> None:
-        """The process group (NCCL's communicator, made now rather than mid-trial; on emulated ranks the
-        host-staged group, its transport checked: ranks/host_staged.py), the clock, and the connections and
-        kernels of the collectives the tasks use."""
+        """The process group (NCCL's communicator, made now rather than mid-trial; for candidates on emulated
+        ranks the host-staged group, on CPU ranks gloo with NCCL's forms, its transport checked:
+        ranks/host_staged.py), the clock, and the connections and kernels of the collectives the tasks use."""
         spec = self.spec
         started = JUDGE.clock()
         store = dist.FileStore(spec["store"], self.world_size)
         if spec["backend"] == host_staged.NAME:
-            host_staged.register()
+            host_staged.register(stage="cuda" if self.gpu else None)  # CPU ranks: NCCL's forms, nothing staged
         eager = {"device_id": self.device} if spec["backend"] == "nccl" else {}
         dist.init_process_group(spec["backend"], store=store, rank=self.rank, world_size=self.world_size,
                                 timeout=timedelta(seconds=spec["pg_timeout_s"]), **eager)
