@@ -106,7 +106,7 @@ def call_data(ctx: StepContext, log: BurstLog, burst: int, call: int) -> CallDat
 
 
 def _routings(ctx: StepContext, seeds: list[dict[str, int]], envs: list[dict[str, float]], data: CallData) -> None:
-    """Experts no token picked in the call, and ranks all of whose experts none did, per routing."""
+    """Per routing, the experts no token picked in the call, and the ranks all of whose experts none did."""
     layout = ctx.seeds.layout
     for routing in ctx.task.routings:
         scope = routing.scope(layout)
@@ -118,12 +118,13 @@ def _routings(ctx: StepContext, seeds: list[dict[str, int]], envs: list[dict[str
             idle_experts += (load == 0).nonzero().flatten().tolist()
             idle_ranks += [ranks[g] for g, n in enumerate(load.view(drawn.ranks, -1).sum(1).tolist()) if n == 0]
         if idle_experts:
+            idle = sorted(set(idle_experts))
             data.kinds[f"empty expert {routing.name}"] = (
-                f"experts no token picked (routing {routing.name}: expert{'s' * (len(idle_experts) > 1)} "
-                f"{', '.join(map(str, sorted(set(idle_experts))))} received no tokens)")
+                f"a routing that left experts without tokens (routing {routing.name}: expert{'s' * (len(idle) > 1)} "
+                f"{', '.join(map(str, idle))} received none)")
         if idle_ranks:
             data.kinds[f"idle rank {routing.name}"] = (
-                f"a rank whose experts no token picked (routing {routing.name}: rank"
+                f"a routing that left a rank's experts without tokens (routing {routing.name}: rank"
                 f"{'s' * (len(idle_ranks) > 1)} {', '.join(map(str, sorted(idle_ranks)))})")
 
 
