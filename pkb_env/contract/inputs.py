@@ -86,16 +86,9 @@ def make_inputs(declared: Sequence[Input], ctx: InputContext, lengths: Sequence[
     inputs that read others after the rest (each input has its own stream: the order changes no value).
     Where the call's shared seed picks one of the task's `edges`, its input is rewritten as it is drawn.
     A routing's inputs (`Routed`) are this rank's part of its group's routing for the call (routing.py)."""
-    env = dict(ctx.env)
+    env = call_env(ctx, lengths, edges)
     edge = edge_of(ctx.seeds[SHARED], edges) if edges else None
     rewrites = edge.rewrites if edge is not None else {}
-    for length in lengths:
-        env[length.name] = length.dist.scalar(ctx.generator(length.layout.scope(ctx.layout), length.name), env)
-        if length.name in rewrites:
-            value = rewrites[length.name](env[length.name], _edge_draw(length, ctx, env, edge))
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"length {length.name}: edge case {edge.name!r} made {value!r}, not an int >= 0")
-            env[length.name] = value
     calls = {}
     for routing in routings:
         fields = {d.dist.field for d in declared if isinstance(getattr(d, "dist", None), Routed)
@@ -110,9 +103,7 @@ def make_inputs(declared: Sequence[Input], ctx: InputContext, lengths: Sequence[
         elif isinstance(decl, Tensor):
             made[decl.name] = _tensor(decl, ctx, env, made, edge if decl.name in rewrites else None)
         elif isinstance(decl, Scalar):
-            made[decl.name] = decl.dist.scalar(ctx.generator(decl.layout.scope(ctx.layout), decl.name), env)
-            if decl.name in rewrites:
-                made[decl.name] = rewrites[decl.name](made[decl.name], _edge_draw(decl, ctx, env, edge))
+            made[decl.name] = draw_scalar(decl, ctx, env, edge)
         elif isinstance(decl, Const):
             made[decl.name] = decl.resolve(env, ctx.dtype)
         elif isinstance(decl, Group):
@@ -120,6 +111,31 @@ def make_inputs(declared: Sequence[Input], ctx: InputContext, lengths: Sequence[
         else:
             raise TypeError(f"unknown input declaration {decl!r}")
     return tuple(made[d.name].to(ctx.device) if isinstance(d, Tensor) else made[d.name] for d in declared)
+
+
+def call_env(ctx: InputContext, lengths: Sequence[Length] = (), edges: Sequence[Edge] = ()) -> dict[str, float]:
+    """The sizes of one call on this rank: the preset's dims, W, the mesh, and the call's lengths as drawn (an
+    edge case's rewrite included). Also what the judge redraws of a failing timed call (judge/timed_causes.py)."""
+    env = dict(ctx.env)
+    edge = edge_of(ctx.seeds[SHARED], edges) if edges else None
+    rewrites = edge.rewrites if edge is not None else {}
+    for length in lengths:
+        env[length.name] = length.dist.scalar(ctx.generator(length.layout.scope(ctx.layout), length.name), env)
+        if length.name in rewrites:
+            value = rewrites[length.name](env[length.name], _edge_draw(length, ctx, env, edge))
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"length {length.name}: edge case {edge.name!r} made {value!r}, not an int >= 0")
+            env[length.name] = value
+    return env
+
+
+def draw_scalar(decl: Scalar, ctx: InputContext, env: Mapping[str, float], edge: Edge | None = None) -> int | float:
+    """A Scalar input's value in one call on this rank (from its own stream), as the call's edge case (where it
+    rewrites this scalar: a root other than 0) leaves it."""
+    value = decl.dist.scalar(ctx.generator(decl.layout.scope(ctx.layout), decl.name), env)
+    if edge is not None and decl.name in edge.rewrites:
+        value = edge.rewrites[decl.name](value, _edge_draw(decl, ctx, env, edge))
+    return value
 
 
 def _tensor(decl: Tensor, ctx: InputContext, env: Mapping[str, float], made: Mapping[str, Any],

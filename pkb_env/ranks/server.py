@@ -22,6 +22,7 @@ reports what it measured, and the judge checks that against its own clock.
 from __future__ import annotations
 
 import faulthandler
+import linecache
 import os
 import signal
 import sys
@@ -109,14 +110,14 @@ class RankServer:
         link.attach(lambda header: (send(conn, header), recv(conn))[1])
 
     def group(self) -> None:
-        """The process group (NCCL's communicator, made now rather than mid-trial; on emulated ranks the
-        host-staged group, its transport checked: ranks/host_staged.py), the clock, and the connections and
-        kernels of the collectives the tasks use."""
+        """The process group (NCCL's communicator, made now rather than mid-trial; for candidates on emulated
+        ranks the host-staged group, on CPU ranks gloo with NCCL's forms, its transport checked:
+        ranks/host_staged.py), the clock, and the connections and kernels of the collectives the tasks use."""
         spec = self.spec
         started = JUDGE.clock()
         store = dist.FileStore(spec["store"], self.world_size)
         if spec["backend"] == host_staged.NAME:
-            host_staged.register()
+            host_staged.register(stage="cuda" if self.gpu else None)  # CPU ranks: NCCL's forms, nothing staged
         eager = {"device_id": self.device} if spec["backend"] == "nccl" else {}
         dist.init_process_group(spec["backend"], store=store, rank=self.rank, world_size=self.world_size,
                                 timeout=timedelta(seconds=spec["pg_timeout_s"]), **eager)
@@ -214,7 +215,7 @@ class RankServer:
         self.groups = {layout: self.group_cache.groups(layout, self.rank, self.task.group_dims)
                        for layout in self.task.layouts(self.world_size)}
         source = request.source
-        self.solution = load_reference(self.task.name) if source is None else load_candidate(source)
+        self.solution = load_reference(self.task.name) if source is None else load_candidate(source, self.rank)
         self._workloads.clear()
         self.check_tools()  # module-level code of the candidate has run
         self.send("built", seconds=JUDGE.clock() - start)
@@ -378,11 +379,21 @@ def _collective(size: int, device: torch.device) -> bursts.Workload:
     return bursts.Workload(lambda t: dist.all_reduce(t), lambda seeds: (buffer,))
 
 
-def load_candidate(source: str) -> Callable[..., Any]:
-    """Execute the candidate module from a file in the rank's private directory (for readable tracebacks)."""
-    path = os.path.abspath(CANDIDATE_FILE)
+def load_candidate(source: str, rank: int) -> Callable[..., Any]:
+    """Execute the candidate module, its source readable through `inspect` on this rank whatever its peers do.
+
+    Libraries read a module's source back: TorchScript compiles `@torch.jit.script` functions from it, and
+    `inspect.getsource` serves tracebacks and introspection. Every rank of a rank set works in one directory,
+    and each used to write the same `candidate.py` there, so a rank's TorchScript could read the file while a
+    peer had truncated it to write it again: `OSError: Can't get source`, a build error on a different rank
+    each run (issue 42). Each rank now writes a file of its own, and puts the exact text it compiles in
+    `linecache` as loaded (no modification time: `linecache.checkcache` never drops it for the disk's), so what
+    `inspect` reads is what runs even if the candidate rewrites its file later.
+    """
+    path = os.path.abspath(f"rank{rank}.{CANDIDATE_FILE}")
     with open(path, "w") as f:
         f.write(source)
+    linecache.cache[path] = (len(source), None, source.splitlines(keepends=True), path)
     module = types.ModuleType("candidate")
     module.__file__ = path
     sys.modules["candidate"] = module
