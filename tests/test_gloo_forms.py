@@ -11,7 +11,7 @@ staged, are in tests/host_staged_ranks.py ("nccl_forms").
 from __future__ import annotations
 
 import pytest
-from conftest import make_env
+from conftest import judge_of, make_env
 
 from pkb_env.wire.messages import HOST_STAGED
 
@@ -100,5 +100,5 @@ def test_sizes_nccl_refuses_are_a_runtime_error_naming_them_not_a_crash(env4):
 
 
 def test_only_candidates_get_the_group_the_reference_keeps_plain_gloo(env4):
-    executor = env4.unwrapped.judge.executor
+    executor = judge_of(env4).executor
     assert (executor.placement.backend, executor.reference_placement.backend) == (HOST_STAGED, "gloo")
