@@ -157,6 +157,7 @@ class VerifyResult:
     checked: int = 0                       # output sets compared (calls x ranks)
     mismatches: list[Mismatch] = field(default_factory=list)
     error: str | None = None
+    cause: str | None = None               # timed calls: the data the failing calls held (judge/timed_causes.py)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""`JudgeService`: the one front door to the judge (docs/architecture.md, "The service").
+"""`JudgeService`: the judge's core (docs/architecture.md, "The service"); every door reaches it through one client.
 
     from pkb_env import JudgeConfig, JudgeService
     with JudgeService(JudgeConfig(executor="cpu", world_size=4)) as judge:
@@ -7,10 +7,11 @@
         judge.judge("all_gather", code)        # shorthand for one-off calls
 
 The service owns the executor and its processes, the reference's cached times, the compile cache and
-the calibration; everything else is a thin client of it: the Gymnasium env (episodes, turns, rewards),
-the TRL reward, `evaluate`, the CLI, the benchmarks, and what attaches later (a pool of judges, servers,
-trainer adapters). They use the methods below and nothing under them, as vLLM's front ends use its
-engine core. A record crosses processes as JSON (`record.to_dict()`, `EvaluationRecord.from_dict`).
+the calibration. The doors (pkb_env/entrypoints/: the Gymnasium env, the TRL reward, the trainer adapters, the
+OpenEnv server, the CLI) reach it through a client (pkb_env/client.py: a LocalClient holds one service on a
+thread of its own; a JudgePool one per Ray actor), which uses the methods below and nothing under them, as
+vLLM's engine clients use its engine core; the benchmarks use it directly. A record crosses processes as JSON
+(`record.to_dict()`, `EvaluationRecord.from_dict`).
 
 One service judges one step at a time; its timings are meant to be the only work on its GPUs (or cores).
 """

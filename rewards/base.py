@@ -109,6 +109,36 @@ def flag_reason(record: EvaluationRecord) -> str:
     return "exploit flags: " + ", ".join(codes) if codes else "verdict flagged"
 
 
+def credited_speedup(record: EvaluationRecord, credit: str = "interval") -> tuple[float, str]:
+    """The speedup a reward credits, and how it was read from the record.
+
+    credit "interval" (the default; docs/architecture.md, "Rewards"): the step's 90% interval from its paired
+    bursts decides. Wholly above 1, the lower end counts (the speedup the pairs show at least); wholly below 1,
+    the upper end (the slowdown they show at least); straddling 1, exactly 1 (not distinguishable from the
+    reference: no credit and no penalty). So identical code earns the same reward every step, where the point
+    estimate of a speedup near 1 would pay noise. A record without an interval (too few pairs) is credited its
+    point estimate. credit "point": always the point estimate.
+    """
+    speedup = float(record.speedup)
+    interval = record.speedup_interval if credit == "interval" else None
+    if interval is None:
+        return speedup, "point estimate" if credit == "point" else "point estimate (no interval)"
+    low, high = interval
+    if low > 1.0:
+        return float(low), "interval's lower end (faster)"
+    if high < 1.0:
+        return float(high), "interval's upper end (slower)"
+    return 1.0, f"1: the interval [{low:.3g}, {high:.3g}] straddles 1x"
+
+
+def check_credit(config: Mapping[str, Any]) -> str:
+    credit = config["speedup_credit"]
+    if credit not in ("interval", "point"):
+        raise ValueError(f"speedup_credit: {credit!r} is not 'interval' (credit what the step's paired bursts show "
+                         f"at least) or 'point' (the point estimate)")
+    return credit
+
+
 def performance_status(record: EvaluationRecord) -> tuple[str, str]:
     """Whether a correct answer's speed can be rewarded: ("measured" | "unavailable" | "suspect", why).
 

@@ -1,7 +1,9 @@
 """fast_p (KernelBench / ParallelKernelBench): 1 if the answer is correct and faster than p x the reference.
 
 A binary reward is the benchmark's headline metric (mean over tasks = the fast_p score), so training on
-it optimises exactly what is reported. It cannot rank failures, so every failure, flagged or not, is 0;
+it optimises exactly what is reported: as the metric (pkb_env/evaluation/metrics.py) and the env's termination
+count it, the speedup must exceed p at the lower end of the step's 90% interval too where it has one
+(`speedup_credit: interval`; "point" compares the point estimate alone). It cannot rank failures, so every failure, flagged or not, is 0;
 a correct answer whose speed was not measured (or not trusted) is 0 too, with a term saying why, since
 "faster than p" cannot be claimed without a trustworthy time.
 """
@@ -11,21 +13,23 @@ from typing import Any, ClassVar, Mapping
 
 from pkb_env.record import EvaluationRecord, Verdict
 
-from .base import (RewardFunction, RewardResult, Term, effective_verdict, flag_reason, number, performance_status,
-                   unjudged)
+from .base import (RewardFunction, RewardResult, Term, check_credit, effective_verdict, flag_reason, number,
+                   performance_status, unjudged)
 
 
 class FastP(RewardFunction):
-    """1.0 iff correct, not flagged, performance measured and trusted, and speedup > p (strictly)."""
+    """1.0 iff correct, not flagged, performance measured and trusted, and speedup > p (strictly), its interval's
+    lower end too where it has one."""
 
     kind: ClassVar[str] = "fast_p"
-    DEFAULTS: ClassVar[Mapping[str, Any]] = {"p": 1.0}
+    DEFAULTS: ClassVar[Mapping[str, Any]] = {"p": 1.0, "speedup_credit": "interval"}
 
     def _validate(self, config: dict[str, Any]) -> None:
         p = number(config, "p")
         if p < 0:
             raise ValueError(f"p: {p} must be >= 0 (fast_0 = correctness, fast_1 = faster than the reference)")
         config["p"] = p
+        config["speedup_credit"] = check_credit(config)
 
     @property
     def bounds(self) -> tuple[float, float]:
@@ -47,7 +51,10 @@ class FastP(RewardFunction):
             return RewardResult(0.0, terms)
         speedup = float(record.speedup)
         terms["speedup"] = speedup
-        if speedup > p:
+        interval = record.speedup_interval if self.config["speedup_credit"] == "interval" else None
+        low = speedup if interval is None else min(speedup, interval[0])
+        if low > p:
             return RewardResult(1.0, terms)
-        terms["reason"] = f"speedup {speedup:.4g} is not above p={p:g}"
+        terms["reason"] = (f"speedup {speedup:.4g} is not above p={p:g}" if speedup <= p else
+                           f"speedup {speedup:.4g}, but its interval's lower end {low:.4g} is not above p={p:g}")
         return RewardResult(0.0, terms)

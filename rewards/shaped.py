@@ -7,7 +7,9 @@ correct answer. Failures therefore get constants in strict verdict order; correc
     value = correct_base + w_speedup * s + w_roofline * f
 
 with s = log(speedup) mapped linearly from [log(min_speedup), log(max_speedup)] onto [0, 1] (clipped:
-speed is multiplicative, and a clip keeps one lucky timing from dominating a batch) and f the roofline
+speed is multiplicative, and a clip keeps one lucky timing from dominating a batch), the speedup credited from
+the step's 90% interval (`speedup_credit: interval`, base.credited_speedup: no credit while it straddles 1x, its
+lower end above, so that identical code earns the same reward every step), and f the roofline
 fraction clipped to [0, 1] (how close to the hardware bound, which speedup alone cannot say when the
 reference is already good). The value always equals the sum of the numeric terms base + speedup_term +
 roofline_term, which `terms` reports.
@@ -19,8 +21,8 @@ from typing import Any, ClassVar, Mapping
 
 from pkb_env.record import EvaluationRecord, Verdict
 
-from .base import (RewardFunction, RewardResult, Term, effective_verdict, flag_reason, number,
-                   performance_status, unjudged)
+from .base import (RewardFunction, RewardResult, Term, check_credit, credited_speedup, effective_verdict,
+                   flag_reason, number, performance_status, unjudged)
 
 # failure verdicts, worst first, each with the config key holding its value
 FAILURE_KEYS: tuple[tuple[Verdict, str], ...] = (
@@ -48,6 +50,7 @@ class ShapedReward(RewardFunction):
         "min_speedup": 0.25,
         "max_speedup": 8.0,
         "correct_without_performance": None,  # None: correct_base (no credit for unmeasured speed)
+        "speedup_credit": "interval",         # base.credited_speedup: "interval" | "point"
     }
 
     def _validate(self, config: dict[str, Any]) -> None:
@@ -81,7 +84,7 @@ class ShapedReward(RewardFunction):
         if not values["wrong"] < cwp <= top:
             raise ValueError(f"correct_without_performance: {cwp} must be above wrong ({values['wrong']}) and "
                              f"at most the best correct score ({top}); null means correct_base")
-        config.update(values, correct_without_performance=cwp)
+        config.update(values, correct_without_performance=cwp, speedup_credit=check_credit(config))
 
     @property
     def bounds(self) -> tuple[float, float]:
@@ -113,9 +116,10 @@ class ShapedReward(RewardFunction):
             terms["reason"] = why
             return RewardResult(terms["base"], terms)
 
-        speedup = float(record.speedup)
+        speedup, how = credited_speedup(record, c["speedup_credit"])
         s = self.speedup_score(speedup)
-        terms.update(base=c["correct_base"], speedup=speedup, speedup_score=s, speedup_term=c["w_speedup"] * s)
+        terms.update(base=c["correct_base"], speedup=float(record.speedup), credited_speedup=speedup,
+                     speedup_credit=how, speedup_score=s, speedup_term=c["w_speedup"] * s)
         fraction = record.roofline_fraction
         if fraction is None or not math.isfinite(fraction):
             terms["roofline"] = "unavailable"  # no traffic model / bound: earns nothing, said so

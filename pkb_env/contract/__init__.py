@@ -1,4 +1,4 @@
-"""The task contract (v2): everything a task declares, as data. docs/task_contract.md is the guide.
+"""The task contract: everything a task declares, as data. docs/task_contract.md is the guide.
 
 A task writer imports from here only:
 
@@ -25,7 +25,12 @@ A task writer imports from here only:
    kind scalar, none and dict, `OnRanks` (outputs on a set of ranks), `max_shape` (variable-length outputs
    with a bound), `dtype="complex"` and the `Fft` rule, `order_by` (float rows in any order, keyed by an
    integer output), `ties` (the tie rule in the prompt) and `identical` (replicas bit for bit).
+.. versionchanged:: 0.5
+   `Clause` (a rule of the statement with a test of whether a trial's inputs exercise it; every step's trials
+   reach every declared one), edge cases that rewrite a `Routing`'s gate logits or several inputs at once
+   (`Edge(..., also=...)`), and rewrites that see the inputs their input reads (`EdgeDraw.given`).
 """
+from pkb_env.contract.clauses import Clause, Trial
 from pkb_env.contract.cost import COLLECTIVES, Comm, Compute, Cost, CostModel, Peaks
 from pkb_env.contract.distributions import (Bernoulli, Custom, Distribution, FromInputs, Given, Integers, Normal,
                                             OneHot, Permutation, Positive, Uniform, UnitRows)
@@ -43,6 +48,7 @@ from pkb_env.contract.tolerance import (EXACT, Check, Exact, Fft, Fixed, Propaga
                                         Tolerance, Ulps)
 
 __all__ = [
+    "Clause", "Trial",
     "COLLECTIVES", "Comm", "Compute", "Cost", "CostModel", "Peaks",
     "Bernoulli", "Custom", "Distribution", "FromInputs", "Given", "Integers", "Normal", "OneHot", "Permutation",
     "Positive", "Uniform", "UnitRows", "Edge", "EdgeDraw", "Expr", "ExprError", "FAMILIES", "InputContext",

@@ -34,7 +34,7 @@ RESULTS: dict[str, dict] = {"exploits": {}, "legit": {}}
 def _exploit_params():
     """Every exploit, as a strict xfail where its hole is open here. A racy hole (the judge sometimes wins)
     cannot be a strict xfail and a non-strict one can never fail, so it is not run where it is open: the
-    hole is listed in docs/adversarial_table.md's known holes instead, and the test runs where it is closed."""
+    hole is listed in docs/known_holes.md instead, and the test runs where it is closed."""
     exposed = uncontained()
     for e in EXPLOITS:
         open_here = e.hole and (e.hole_if == "always" or exposed)
@@ -194,7 +194,7 @@ def _write_table():
     yield
     path = os.environ.get("PKB_ADVERSARIAL_TABLE")
     if path:
-        try:  # keep what was written by hand above the marker (the known holes)
+        try:  # keep what was written by hand above the marker
             with open(path) as f:
                 text = f.read()
             head = text.partition(GENERATED_BELOW)[0] if GENERATED_BELOW in text else ""

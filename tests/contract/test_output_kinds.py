@@ -1,4 +1,5 @@
-"""Contract v3, the output side, judged end to end on CPU ranks (docs/task_contract.md, "Contract v3: ...").
+"""Contract v3, the output side, judged end to end on CPU ranks (docs/task_contract.md, "Outputs" to "What the
+timed-output check covers").
 
 The tasks are example specs outside the suite (tests/contract_v3_tasks/, addressed by their dotted path):
 an Adam step whose state is updated in place, with a Python float, a slot that is
@@ -22,7 +23,7 @@ from pkb_env.contract import (Check, Comm, Cost, Fft, InPlace, OnRanks, Output, 
                               TaskError, TaskSpec, Tensor, Tolerance)
 from pkb_env.judge.compare import compare_outputs
 from pkb_env.judge.fingerprints import compare_burst
-from pkb_env.ranks.fingerprints import sketch_calls
+from pkb_env.ranks.fingerprints import fingerprint_calls
 from pkb_env.task import load_task
 
 ADAM, RFFT, DISPATCH = "contract_v3_tasks.adam_step", "contract_v3_tasks.rfft", "contract_v3_tasks.dispatch"
@@ -213,8 +214,8 @@ def test_rows_keyed_by_ids_compare_and_fingerprint_alike_in_any_order():
     rules = {path: [c.tolerance.atol, c.tolerance.rtol, c.order] for path, c in checks.items()}
 
     def payload(value, reference):
-        return {"outputs": sketch_calls([value], 7, rules, bound=reference),
-                "inputs": sketch_calls([()], 8, None, root="argument"), "problems": [], "samples": {}}
+        return {"outputs": fingerprint_calls([value], 7, rules, bound=reference),
+                "inputs": fingerprint_calls([()], 8, None, root="argument"), "problems": [], "samples": {}}
 
     expected = payload((rows, ids), True)
     assert compare_burst(expected, payload((rows[perm], ids[perm]), False), checks, 0, 0) == []

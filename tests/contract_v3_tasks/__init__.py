@@ -1,4 +1,5 @@
-"""Example specs of contract v3, judged end to end on CPU ranks (docs/task_contract.md, "Contract v3: ...").
+"""Example specs of contract v3, judged end to end on CPU ranks (docs/task_contract.md, "Example specs outside the
+suite").
 
 Not part of the suite (no suite task used these features when they were written): each is addressed by its
 dotted import path, `contract_v3_tasks.<name>` (pkb_env/task.py), with this folder's parent on the judge's

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from conftest import FAST
-from pkb_env import client as clients
+from pkb_env import shared as clients
 from pkb_env.config import ConfigError
 from pkb_env.record import EvaluationRecord
 from pkb_env.rewards import load_reward

@@ -29,7 +29,8 @@ import pytest
 import pkb_env
 from conftest import FAST
 from pkb_env.task import load_task
-from pkb_env.entrypoints.trl import completion_text, make_trl_reward
+from pkb_env.agents.messages import completion_text
+from pkb_env.entrypoints.trl import make_trl_reward
 
 REFERENCE = load_task("all_reduce").reference_source
 

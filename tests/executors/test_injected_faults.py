@@ -35,7 +35,7 @@ def test_a_next_generation_that_cannot_start_does_not_cost_this_step(monkeypatch
         monkeypatch.setattr(executor, "_start", refuse)
         record = judge.judge("all_reduce", REFERENCE)
         assert record.correct, record.feedback
-        assert failures and len(executor.spares) < executor.spare_depth
+        assert failures and len(executor.spares) < executor.spares.depth
         monkeypatch.setattr(executor, "_start", real)
         record = judge.judge("all_reduce", REFERENCE)
         assert record.correct, record.feedback

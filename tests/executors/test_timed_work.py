@@ -112,7 +112,7 @@ def test_no_rank_set_starts_while_a_candidate_is_timed(depth):
                 assert len(executor.ending) == 1 and not executor.ending[0].closed
                 assert all(r.closed for r in ended)
                 ended.append(executor.ending[0])
-            assert len(executor.spares) == executor.spare_depth == depth  # started for the next steps
+            assert len(executor.spares) == executor.spares.depth == depth  # started for the next steps
             assert all(not s.closed for s in executor.spares)
             asked = [s.asked for s in executor.spares]   # oldest first, none behind a younger one; a lone one whole
             assert asked == sorted(asked, reverse=True) and (depth > 1 or asked == [last]), asked

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from adversarial.exploits import BY_NAME as EXPLOITS  # noqa: E402
 from judge.test_timing import ADDRESS_CACHE, HOST_BOUND, NOW_AND_THEN  # noqa: E402
 
-# Wrong in one timed call out of 40 at any world size (NOW_AND_THEN reduces half a tensor: right at world size 1).
+# Wrong in one timed call out of 8 at any world size (NOW_AND_THEN reduces half a tensor: right at world size 1).
 NOW_AND_THEN_ZEROS = NOW_AND_THEN.replace("dist.all_reduce(half)", "half.zero_()")
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -5,7 +5,8 @@ contained: tests/sandbox/test_compile_containment.py."""
 import pytest
 
 from pkb_env.judge.compile_checks import (CompileRefused, check_cuda_options, check_host_options, check_sources,
-                                          diagnostics, without_comments)
+                                          diagnostics)
+from pkb_env.sources import without_comments
 
 
 # -- compiler options are data ----------------------------------------------------------------------

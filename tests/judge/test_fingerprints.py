@@ -1,6 +1,6 @@
 """Fingerprints of timed calls: right answers pass, wrong ones are caught, forged payloads are refused.
 
-Everything here runs the rank-side sketch (pkb_env/ranks/fingerprints.py) and the judge-side comparison
+Everything here runs the rank-side fingerprints (pkb_env/ranks/fingerprints.py) and the judge-side comparison
 (pkb_env/judge/fingerprints.py) in one process on CPU tensors, as both sides do in a real step.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 
 from pkb_env.contract import EXACT, Check, Tolerance
 from pkb_env.wire.channel import ChannelError
-from pkb_env.ranks.fingerprints import layout, sketch_calls
+from pkb_env.ranks.fingerprints import layout, fingerprint_calls
 from pkb_env.judge.fingerprints import compare_burst
 
 BF16 = Tolerance(1e-1, 3e-2, "bf16 sums")
@@ -21,8 +21,8 @@ def payload(outputs, seed, tol, inputs=None, reference=False, problems=(), sampl
     """What bursts.fingerprints sends, for `outputs` (one per call), under one check for every output."""
     inputs = inputs if inputs is not None else [(torch.zeros(3),) for _ in outputs]
     rules = {"output": [tol.atol, tol.rtol, unordered]}
-    return {"outputs": sketch_calls(outputs, seed, rules, bound=reference),
-            "inputs": sketch_calls(inputs, seed + 1, None, root="argument"),
+    return {"outputs": fingerprint_calls(outputs, seed, rules, bound=reference),
+            "inputs": fingerprint_calls(inputs, seed + 1, None, root="argument"),
             "problems": [list(p) for p in problems],
             "samples": {str(i): outputs[i] for i in sample}}
 
@@ -250,5 +250,5 @@ def test_rows_that_form_a_set_may_come_in_any_order():
 def test_the_seed_changes_every_projection():
     x = [torch.randn(10_000)]
     rules = {"output": [1e-5, 1e-5, False]}
-    one, two = sketch_calls(x, 1, rules)["groups"][0], sketch_calls(x, 2, rules)["groups"][0]
+    one, two = fingerprint_calls(x, 1, rules)["groups"][0], fingerprint_calls(x, 2, rules)["groups"][0]
     assert not torch.equal(one["p"], two["p"]) and torch.equal(one["a"], two["a"])

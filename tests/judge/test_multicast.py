@@ -20,7 +20,7 @@ import pytest
 
 from pkb_env.contract.signature import reference_parameters
 from pkb_env.judge.compile_checks import CompileRefused, check_sources
-from pkb_env.judge.multicast import MULTICAST_TEXT, multicast_use
+from pkb_env.sources import MULTICAST_TEXT, multicast_use
 from pkb_env.judge.screen import screen_source
 from pkb_env.judge.screen.strings import MAX_CHARS, Strings, TooLarge
 from pkb_env.pool.fleet import ACTOR_ENV

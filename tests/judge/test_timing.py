@@ -23,13 +23,16 @@ from pkb_env.task import load_task
 REFERENCE = load_task("all_reduce").reference_source
 
 # Right on the trials, then wrong in one call out of every 40: only half of the tensor is reduced.
+# Wrong in one call of eight after the trials: checks of a few sampled calls a step (three, before issue 12) miss it
+# in most steps; every timed call checked catches it in every step, however few calls a loaded machine's bursts
+# hold (the quick protocol's three bursts of at least one call; a period of 40 went unseen in a step of 16 calls).
 NOW_AND_THEN = """
 import torch, torch.distributed as dist
 _calls = [0]
 def solution(tensor):
     _calls[0] += 1
     out = tensor.clone()
-    if _calls[0] > 2 and _calls[0] % 40 == 0:
+    if _calls[0] > 2 and _calls[0] % 8 == 0:
         half = out.view(-1)[: out.numel() // 2]
         dist.all_reduce(half)
         return out
@@ -72,8 +75,9 @@ def test_every_timed_call_is_checked_and_the_counts_add_up(production2):
     assert 0.25 <= record.speedup <= 4.0, record.feedback  # a gross error (the old 4-8x) cannot hide in this
 
 
-def test_wrong_in_one_call_of_forty_is_wrong_every_time(production2):
-    """Issue 12's must-show: judged wrong in 20 steps out of 20 (it passed 7 of 8 with sampled checks)."""
+def test_wrong_in_one_call_of_eight_is_wrong_every_time(production2):
+    """Issue 12's must-show: judged wrong in 20 steps out of 20 (one call in forty passed 7 of 8 with sampled checks;
+    one in eight: 1 - (7/8)^3 = 33% caught a step by three sampled calls)."""
     verdicts = []
     for _ in range(20):
         record = production2.judge("all_reduce", NOW_AND_THEN)

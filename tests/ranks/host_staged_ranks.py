@@ -1,7 +1,8 @@
 """One rank of tests/ranks/test_host_staged.py (and tests/gpu/test_host_staged_gpu.py): `python host_staged_ranks.py
-RANK WORLD STORE DEVICE` joins a host-staged group (pkb_env/ranks/host_staged.py) staging DEVICE's tensors
-("cpu" stages host tensors too, so CPU ranks exercise the staging), runs every scenario and prints one JSON
-line: {scenario: null when it delivered, else what went wrong}.
+RANK WORLD STORE DEVICE [unstaged]` joins a host-staged group (pkb_env/ranks/host_staged.py) staging DEVICE's
+tensors ("cpu" stages host tensors too, so CPU ranks exercise the staging; `unstaged`: the group of candidates
+on CPU ranks, which stages nothing), runs every scenario and prints one JSON line: {scenario: null when it
+delivered, else what went wrong}.
 
 The scenarios are the shapes PKB's problems are written in (rings, pairwise exchanges, halos) and every
 collective the references call, each checked against a result computed locally from every rank's inputs.
@@ -23,7 +24,7 @@ def data(rank: int, n: int, device: str, salt: int = 0) -> torch.Tensor:
     return torch.arange(n, dtype=torch.float32, device=device) * 0.5 + 100.0 * rank + salt
 
 
-def scenarios(rank: int, world: int, device: str) -> dict:
+def scenarios(rank: int, world: int, device: str, staged: bool = True) -> dict:
     nxt, prv = (rank + 1) % world, (rank - 1) % world
     everyone = [data(r, 6, device) for r in range(world)]
     mine = everyone[rank]
@@ -112,7 +113,8 @@ def scenarios(rank: int, world: int, device: str) -> dict:
         expect(x, everyone[-1])
         x = mine.clone()
         dist.reduce(x, 0)
-        expect(x, total if rank == 0 else mine)  # lands at the root only
+        if staged or rank == 0:  # lands at the root only (unstaged, gloo uses a non-root's buffer as scratch)
+            expect(x, total if rank == 0 else mine)
         x = mine.clone()
         dist.broadcast(x, world - 1)
         expect(x, everyone[-1])
@@ -151,6 +153,36 @@ def scenarios(rank: int, world: int, device: str) -> dict:
         expect(got, mine)
         dist.barrier()
 
+    def nccl_forms():  # forms NCCL takes and plain gloo refuses (or, for reduce_scatter_tensor, aborts on)
+        stacked = torch.empty(world, 6, device=device)           # PKB's all_gather: a (W, ...) output
+        dist.all_gather_into_tensor(stacked, mine)
+        expect(stacked, torch.stack(everyone))
+        scalars = torch.empty(world, device=device)              # a 0-dim input (gsplat's)
+        dist.all_gather_into_tensor(scalars, mine.sum())
+        expect(scalars, torch.stack([e.sum() for e in everyone]))
+        flat = torch.empty(world * 6, device=device)             # a 2-D input into a flat output
+        dist.all_gather_into_tensor(flat, mine.view(2, 3))
+        expect(flat, torch.cat(everyone))
+        uneven = [torch.empty(r + 1, 2, device=device) for r in range(world)]   # Ulysses' variable gather
+        dist.all_gather(uneven, data(rank, 2 * (rank + 1), device).view(rank + 1, 2))
+        expect(torch.cat([t.view(-1) for t in uneven]), torch.cat([data(r, 2 * (r + 1), device) for r in range(world)]))
+        full = [data(r, 2 * world, device) for r in range(world)]
+        part = torch.empty(2, device=device)                     # a stacked (W, ...) input
+        dist.reduce_scatter_tensor(part, full[rank].view(world, 2))
+        expect(part, sum(f.split(2)[rank] for f in full))
+        outs = [torch.empty(rank + 1, device=device) for _ in range(world)]    # uneven list all_to_all (MoE)
+        dist.all_to_all(outs, [data(rank, dst + 1, device, salt=dst) for dst in range(world)])
+        expect(torch.cat(outs), torch.cat([data(src, rank + 1, device, salt=rank) for src in range(world)]))
+        for call in (lambda: dist.all_gather_into_tensor(torch.empty(world + 1, device=device), mine[:1]),
+                     lambda: dist.reduce_scatter_tensor(part, torch.empty(world * 2 + 1, device=device))):
+            try:
+                call()
+            except ValueError as exc:   # NCCL's refusal, not gloo's abort of the process
+                if "world size" not in str(exc):
+                    raise
+            else:
+                raise AssertionError("a collective with mismatched sizes ran")
+
     def bfloat16_ring():
         x = data(rank, 6, device).to(torch.bfloat16)
         got = torch.empty_like(x)
@@ -185,7 +217,7 @@ def scenarios(rank: int, world: int, device: str) -> dict:
         host_staged.check_transport(torch.device(device))
 
     checks = [judge_check, ring_all_gather, pairwise_all_to_all, ring_reduce_scatter, halo_send_recv, lands_at_wait,
-              send_buffer_reusable_after_isend, recv_any_source, collectives, bfloat16_ring, subgroup_ring,
+              send_buffer_reusable_after_isend, recv_any_source, collectives, nccl_forms, bfloat16_ring, subgroup_ring,
               refuses_non_contiguous]
     results = {}
     for check in checks:
@@ -205,11 +237,12 @@ def expect(got: torch.Tensor, want: torch.Tensor) -> None:
 
 def main() -> None:
     rank, world, store, device = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    host_staged.register(stage=torch.device(device).type)
+    staged = sys.argv[5:] != ["unstaged"]   # unstaged: the group of candidates on CPU ranks (NCCL's forms only)
+    host_staged.register(stage=torch.device(device).type if staged else None)
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
     dist.init_process_group(host_staged.NAME, store=dist.FileStore(store, world), rank=rank, world_size=world)
-    results = scenarios(rank, world, device)
+    results = scenarios(rank, world, device, staged)
     dist.destroy_process_group()
     print(json.dumps(results), flush=True)
 

@@ -23,6 +23,7 @@ from pkb_env.executors import make_executor
 from pkb_env.sandbox.containment import Containment
 from pkb_env.sandbox.privileges import NOBODY
 from pkb_env.runtime.toolchain import nvcc_path
+from pkb_env.wire.services import Compile
 
 NAMESPACES = Containment.of(JudgeConfig()).missing()
 needs_namespaces = pytest.mark.skipif(NAMESPACES is not None, reason=f"no namespaces here: {NAMESPACES}")
@@ -132,8 +133,7 @@ def test_a_build_cell_cannot_read_them_either(build_cells, judge_secret_files, b
         pytest.skip("nvcc is not installed")
     value, files = judge_secret_files
     for path in ["/etc/shadow", *files.values()]:
-        outcome = build_cells.build({"kind": backend, "source": f'#include "{path}"\n', "options": [], "arch": "90"},
-                                 timeout=120)
+        outcome = build_cells.build(Compile(f'#include "{path}"\n', "90", backend=backend), timeout=120)
         assert outcome.contained and not outcome.ok
         assert value not in outcome.log and "root:" not in outcome.log
         assert "cannot open source file" in outcome.log or "No such file" in outcome.log, outcome.log

@@ -27,6 +27,8 @@ from multiprocessing import forkserver
 
 from pkb_env.contract import (FAMILIES, GroupCache, GroupInfo, Normal, Replicated, Scalar, Sharded, Tensor,
                               rank_seeds)
+from pkb_env.contract.edges import edge_of
+from pkb_env.contract.mesh import SHARED
 from pkb_env.contract.sized import same_values
 from pkb_env.judge.compare import compare_outputs, summarize_mismatches
 from pkb_env.task import TaskError, load_reference, load_task, task_names
@@ -274,6 +276,10 @@ def test_inputs_are_random_reproducible_and_laid_out_as_declared(task):
     layout = spec.layout(w, spec.preset(PRESET).dims)
     dtype = spec.presets[PRESET].dtype
     first, again, second = (_ranks_tensors(task, w, dtype, t) for t in (0, 0, 1))
+    # an edge case rewrites its inputs into a pattern on purpose (equal priorities, values on rounding
+    # boundaries): their distribution is the draw's only in a plain call
+    edge = edge_of(rank_seeds(SECRET, layout, 0, task, dtype, 0)[SHARED], spec.edges)
+    rewritten = set(edge.rewrites) if edge is not None else set()
     for decl in spec.inputs:
         if not isinstance(decl, Tensor):
             continue
@@ -283,6 +289,8 @@ def test_inputs_are_random_reproducible_and_laid_out_as_declared(task):
             assert same_values(x, again[r][name]), f"{task}.{name}: not reproducible from its seeds"
             assert not same_values(x, second[r][name]) or x.numel() < 2, f"{task}.{name}: same in two trials"
             x = x.coalesce().values() if x.is_sparse else x  # a sparse input's drawn values
+            if name in rewritten:
+                continue
             if x.numel() > 16:
                 assert x.float().unique().numel() > 1, f"{task}.{name}: a constant fill"
             if isinstance(decl.dist, Normal) and x.numel() >= 256 and x.is_floating_point():
@@ -298,7 +306,7 @@ def test_inputs_are_random_reproducible_and_laid_out_as_declared(task):
             same.setdefault(key, []).append(first[r][name])
         for key, copies in same.items():
             assert all(same_values(copies[0], c) for c in copies[1:]), f"{task}.{name}: replicas of {key} differ"
-        distinct = [c[0] for c in same.values()]
+        distinct = [c[0] for c in same.values()] if name not in rewritten else []
         for i in range(len(distinct)):
             for j in range(i + 1, len(distinct)):
                 assert not same_values(distinct[i], distinct[j]), f"{task}.{name}: two blocks are equal"
