@@ -145,6 +145,18 @@ def prompt_ids(tokenizer, messages, device) -> torch.Tensor:
     return tokenizer(text, return_tensors="pt", add_special_tokens=add_special).input_ids.to(device)
 
 
+def encode_prompt(model, ids: torch.Tensor, copies: int):
+    """The key/value cache of `ids` but its last token (no gradient: the prompt is context), repeated `copies` times.
+    The last token is left for the caller, whose logits there predict the reply's first token."""
+    from transformers import DynamicCache
+
+    with torch.no_grad():
+        cache = DynamicCache(config=model.config)
+        model(input_ids=ids[:, :-1], past_key_values=cache, use_cache=True, logits_to_keep=1)
+    cache.batch_repeat_interleave(copies)
+    return cache
+
+
 # ---- sampling -------------------------------------------------------------------------------------------------
 def sample(model, tokenizer, messages, k: int, args) -> list[str]:
     """`k` completions of `messages`. The prompt (1-2k tokens here, the completions ~200) is encoded once and its
@@ -160,50 +172,43 @@ def sample(model, tokenizer, messages, k: int, args) -> list[str]:
 
 
 # ---- the update: SFT on the replies' tokens --------------------------------------------------------------------
-def encode_prompt(model, ids: torch.Tensor, copies: int):
-    """The key/value cache of `ids` but its last token (no gradient: the prompt is context), repeated `copies` times.
-    The last token is left for the caller, whose logits there predict the reply's first token."""
-    from transformers import DynamicCache
+def reply_losses(model, tokenizer, chats: list[list[dict]]) -> torch.Tensor:
+    """Per chat (all asking the same prompt, the last message the assistant's reply): the mean cross-entropy of the
+    reply's tokens and the end-of-sequence token after it (so the model learns to stop), given the prompt.
 
-    with torch.no_grad():
-        cache = DynamicCache(config=model.config)
-        model(input_ids=ids[:, :-1], past_key_values=cache, use_cache=True, logits_to_keep=1)
-    cache.batch_repeat_interleave(copies)
-    return cache
+    The prompt (1-2k tokens) is encoded without gradient, by the current weights, and its cache shared by the
+    replies (~100-200 tokens each): the gradient flows through the replies' positions only, not through the
+    prompt's keys and values. On 2 CPU cores that costs about one forward pass of the prompt per prompt instead
+    of three per reply."""
+    prompt = prompt_ids(tokenizer, chats[0][:-1], model.device)
+    replies = [tokenizer(chat[-1]["content"] + tokenizer.eos_token, add_special_tokens=False).input_ids
+               for chat in chats]
+    width = max(map(len, replies))
+    # input: the prompt's last token (its logits predict the reply's first), then each reply right-padded; a causal
+    # model's real tokens never see the padding after them, and the mask leaves it out of the loss
+    ids = torch.tensor([prompt[0, -1:].tolist() + r + [tokenizer.pad_token_id] * (width - len(r)) for r in replies],
+                       device=model.device)
+    mask = torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in replies], device=model.device)
+    cache = encode_prompt(model, prompt, len(replies))
+    logits = model(input_ids=ids, past_key_values=cache).logits[:, :-1].float()
+    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+    return (nll * mask).sum(1) / mask.sum(1)
 
 
 def sft(model, tokenizer, rows: list[dict], args) -> list[float]:
     """`args.sft_epochs` passes over the prompts of `rows` (chat `messages`, the last one the assistant's reply), in a
-    seeded random order, one AdamW step per prompt on all of its replies: cross-entropy on each reply's tokens and the
-    end-of-sequence token after it (so the model learns to stop), averaged per reply, then over replies.
-
-    The prompt (1-2k tokens) is encoded without gradient, by the current weights, and its cache shared by the
-    replies (~100-200 tokens each): the gradient flows through the replies' positions only, not through the
-    prompt's keys and values. On 2 CPU cores a step costs about one forward pass of the prompt instead of
-    three per reply. Returns the loss of every step."""
+    seeded random order, one AdamW step per prompt on the mean of its replies' losses (reply_losses). Returns the
+    loss of every step."""
     by_prompt: dict[str, list[list[dict]]] = {}
     for row in rows:
         by_prompt.setdefault(json.dumps(row["messages"][:-1], sort_keys=True), []).append(row["messages"])
     groups = list(by_prompt.values())
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, weight_decay=0.0)
     losses = []
+    model.train()
     for _ in range(args.sft_epochs):
         for i in torch.randperm(len(groups)).tolist():
-            chats = groups[i]
-            prompt = prompt_ids(tokenizer, chats[0][:-1], model.device)
-            replies = [tokenizer(chat[-1]["content"] + tokenizer.eos_token, add_special_tokens=False).input_ids
-                       for chat in chats]
-            width = max(map(len, replies))
-            # input: the prompt's last token, then each reply right-padded; a causal model's real tokens never
-            # see the padding after them, and the loss mask leaves it out
-            ids = torch.tensor([prompt[0, -1:].tolist() + r + [tokenizer.pad_token_id] * (width - len(r))
-                                for r in replies], device=model.device)
-            mask = torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in replies], device=model.device)
-            model.train()
-            cache = encode_prompt(model, prompt, len(replies))
-            logits = model(input_ids=ids, past_key_values=cache).logits[:, :-1].float()
-            nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
-            loss = ((nll * mask).sum(1) / mask.sum(1)).mean()
+            loss = reply_losses(model, tokenizer, groups[i]).mean()
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
