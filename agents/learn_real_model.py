@@ -92,7 +92,7 @@ def parse_args(argv=None):
     p.add_argument("--demos", choices=["none", "reference"], default="none",
                    help="reference: fine-tune on each training task's reference as the answer before round 0")
     p.add_argument("--sft-epochs", type=int, default=2, help="passes over the SFT prompts per round (one step per prompt)")
-    p.add_argument("--learning-rate", type=float, default=None, help="AdamW learning rate (default 3e-5; --tiny 3e-3)")
+    p.add_argument("--learning-rate", type=float, default=None, help="AdamW learning rate (default 1e-4; --tiny 3e-3)")
     p.add_argument("--dataset", type=Path, default=None, help="episode dataset folder (default LOG_DIR/<run>/episodes)")
     p.add_argument("--log-dir", type=Path, default=Path("runs"), help="rounds.jsonl, summary.json, wandb go to LOG_DIR/<run>/")
     p.add_argument("--track", action="store_true", help="log to Weights & Biases (offline unless a key is configured)")
@@ -104,7 +104,7 @@ def parse_args(argv=None):
     if set(args.train_tasks) & set(args.heldout_tasks):
         p.error(f"a held-out task cannot be a training task: {sorted(set(args.train_tasks) & set(args.heldout_tasks))}")
     args.max_new_tokens = 16 if args.tiny else args.max_new_tokens
-    args.learning_rate = args.learning_rate or (3e-3 if args.tiny else 3e-5)
+    args.learning_rate = args.learning_rate or (3e-3 if args.tiny else 1e-4)
     return args
 
 
@@ -133,7 +133,7 @@ def load_model(args):
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = model.to("cuda" if torch.cuda.is_available() else "cpu")
-    return model, tokenizer, args.model if not gguf or args.model != DEFAULT_MODEL else gguf
+    return model, tokenizer, gguf if args.model == DEFAULT_MODEL else args.model
 
 
 def prompt_ids(tokenizer, messages, device) -> torch.Tensor:
@@ -239,16 +239,17 @@ def judge_and_record(client, reward_fn, recorder, prompts, jobs, episode: str) -
         recorder.record(record, completion, prompts[task], config=client.config, topology=client.info.topology,
                         episode_id=f"{episode}-{task}", reward=scored.value, reward_terms=scored.terms)
         results.append({"task": task, "correct": record.correct and not record.exploit_flags,
-                        "verdict": str(getattr(record.verdict, "value", record.verdict)), "reward": scored.value,
-                        "terms": {k: v for k, v in scored.terms.items() if isinstance(v, (int, float))},
-                        "speedup": record.speedup, "completion": completion})
+                        "verdict": record.verdict.value, "reward": scored.value, "speedup": record.speedup,
+                        "terms": {k: v for k, v in scored.terms.items() if isinstance(v, (int, float))}})
     return results
 
 
 def summarize(results: list[dict], tasks: list[str]) -> dict:
     """pass@1 (the fraction correct: its unbiased estimate from these samples), mean reward, mean reward terms,
-    verdict fractions, per task."""
+    verdict fractions, the median speedup of the correct samples, per task."""
+    speedups = [r["speedup"] for r in results if r["correct"] and r["speedup"] is not None]
     out = {"pass@1": float(np.mean([r["correct"] for r in results])),
+           "median_speedup_correct": float(np.median(speedups)) if speedups else None,
            "mean_reward": float(np.mean([r["reward"] for r in results])), "samples": len(results),
            "reward_terms": {t: float(np.mean([r["terms"].get(t, 0.0) for r in results]))
                             for t in sorted({t for r in results for t in r["terms"]})},
@@ -267,6 +268,8 @@ def flat(prefix: str, stats: dict) -> dict:
     out = {f"{prefix}/pass@1": stats["pass@1"], f"{prefix}/mean_reward": stats["mean_reward"]}
     out |= {f"{prefix}/reward_terms/{t}": v for t, v in stats["reward_terms"].items()}
     out |= {f"{prefix}/verdict/{v}": f for v, f in stats["verdicts"].items()}
+    if stats["median_speedup_correct"] is not None:
+        out[f"{prefix}/median_speedup_correct"] = stats["median_speedup_correct"]
     for task, s in stats["per_task"].items():
         out |= {f"{prefix}/{task}/pass@1": s["pass@1"], f"{prefix}/{task}/mean_reward": s["mean_reward"]}
     return out
