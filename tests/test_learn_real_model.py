@@ -86,3 +86,19 @@ def test_sft_lowers_the_loss_of_the_kept_reply():
     with torch.no_grad():
         after = reply_losses(model, tokenizer, [chat]).item()
     assert len(losses) == 10 and after < before - 1.0, (before, after)
+
+
+def test_prompts_decoded_together_get_what_each_gets_alone():
+    """sample() decodes several prompts of different lengths in one batch (caches left-padded, padding masked):
+    greedy, each prompt's completions are those it gets alone."""
+    from pkb_env.agents.learn_real_model import sample
+
+    tokenizer = make_tiny_tokenizer()
+    model = make_tiny_model(tokenizer, seed=3)
+    args = parse_args(["--tiny", "--temperature", "0"])
+    short = [{"role": "user", "content": "Write all_reduce."}]
+    long = [{"role": "user", "content": "Write all_gather for 2 ranks; the reference follows.\n" + REFERENCE}]
+    together = sample(model, tokenizer, [short, long], 2, args)
+    alone = [sample(model, tokenizer, [chat], 2, args)[0] for chat in (short, long)]
+    assert together == alone
+    assert together[0] != together[1]
