@@ -17,6 +17,7 @@ import sys
 
 from pkb_env.entrypoints.cli.exits import EXIT_CODES, EXIT_INTERRUPTED, EXIT_JUDGE_FAILURE, EXIT_TERMINATED, EXIT_USAGE
 from pkb_env.entrypoints.cli.options import parser
+from pkb_env.entrypoints.cli.refusals import refuse
 from pkb_env.errors import JudgeError, PoolError
 from pkb_env.extras import MissingExtra
 from pkb_env.settings import with_config
@@ -40,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
                 from pkb_env.executors import check_world_size
 
                 check_world_size(args.executor, args.world_size)  # before torch is imported or anything starts
+            refuse(args)   # bad tasks, sizes and files: before torch is imported too
             return args.run(args)
         except KeyboardInterrupt:
             print("pkb-env: interrupted (Ctrl-C); rank processes stopped, temporary files removed", file=sys.stderr)
