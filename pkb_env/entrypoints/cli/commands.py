@@ -8,7 +8,7 @@ import sys
 from tqdm import tqdm
 
 from pkb_env.config import JudgeConfig
-from pkb_env.entrypoints.cli.exits import EXIT_CODES
+from pkb_env.entrypoints.cli.exits import EXIT_CODES, EXIT_USAGE
 from pkb_env.errors import JudgeError
 from pkb_env.settings import judge_config
 from pkb_env.tables import table
@@ -148,8 +148,10 @@ def _short(text, limit: int = 90) -> str:
 
 
 def cmd_evaluate(args) -> int:
+    from pkb_env.agents.openai_agent import OpenAIAgentError
+    from pkb_env.agents.specs import agent_from_spec
     from pkb_env.entrypoints.cli.data import open_recorder
-    from pkb_env.evaluation import agent_from_spec, evaluate, resolve_tasks
+    from pkb_env.evaluation import evaluate, resolve_tasks
 
     try:
         ks = [int(k) for k in args.k.split(",") if k.strip()]
@@ -157,7 +159,8 @@ def cmd_evaluate(args) -> int:
         ks = []
     if not ks or min(ks) < 1:
         raise ValueError(f"--k {args.k!r}: pass comma-separated positive integers, e.g. --k 1,5")
-    agent = agent_from_spec(args.agent)
+    agent = agent_from_spec(args.agent, base_url=args.base_url, temperature=args.temperature,
+                            max_tokens=args.max_tokens, concurrency=args.concurrency)
     tasks = resolve_tasks(args.tasks, agent)
     recorder = open_recorder(args.dataset, agent)   # None without --dataset
     try:
@@ -176,6 +179,9 @@ def cmd_evaluate(args) -> int:
         with client:
             report = evaluate(agent, tasks=tasks, client=client, samples=args.samples, ks=ks, reward=args.reward,
                               recorder=recorder)
+    except OpenAIAgentError as exc:   # the server failed or answered nonsense: nothing to report
+        print(f"pkb-env: error: the agent's server failed: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     finally:
         if recorder is not None:
             recorder.close()

@@ -53,8 +53,22 @@ def parser() -> argparse.ArgumentParser:
                 cmd_evaluate, epilog=EVALUATE_EXIT_HELP + "\n\n" + CONFIG_HELP, judges=True)
     p.add_argument("--tasks", default=None, help="comma-separated task names (default: all; with --agent files:DIR, "
                                                  "the tasks DIR has files for)")
-    p.add_argument("--agent", default="reference", help="reference (the task's own reference: the speedup-1 "
-                                                        "baseline) | files:DIR (DIR holds one <task>.py per task)")
+    p.add_argument("--agent", default="reference",
+                   help="reference (the task's own reference: the speedup-1 baseline) | files:DIR (DIR holds one "
+                        "<task>.py per task) | openai:MODEL (MODEL on an OpenAI-compatible server such as vLLM: "
+                        "--base-url or OPENAI_BASE_URL, key from OPENAI_API_KEY) | hf:PATH (a transformers causal LM "
+                        "from a folder or a hub name, generating here; pip install 'pkb-env[llm]') (default reference)")
+    p.add_argument("--base-url", default=None, metavar="URL",
+                   help="with --agent openai: the server's API root, e.g. http://localhost:8000/v1 (default: "
+                        "OPENAI_BASE_URL)")
+    p.add_argument("--temperature", type=float, default=None,
+                   help="with a model agent: sampling temperature, 0 for greedy (default: the agent's, 0.8)")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="with a model agent: the most tokens a completion may have (default: 4096 for openai, "
+                        "1024 for hf)")
+    p.add_argument("--concurrency", type=int, default=None,
+                   help="with --agent openai: requests in flight at once, one per task with --samples completions "
+                        "each (default 8)")
     p.add_argument("--samples", type=int, default=1, help="samples per task (default 1)")
     p.add_argument("--k", default="1", help="comma-separated k of pass@k, each <= --samples (default 1)")
     p.add_argument("--out", type=Path, default=Path("pkb-eval"), help="output folder (default ./pkb-eval)")

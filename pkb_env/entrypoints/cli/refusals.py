@@ -1,7 +1,7 @@
 """What the command line refuses before anything heavy is imported: every bad input that needs no judge.
 
 An unknown task, a preset or dtype the task lacks, a world size its shapes cannot take, a missing or empty
-candidate file: each was refused only after torch was imported (the specs import it), 1.5 s at rest and 20-30 s on
+candidate file, an agent spec that cannot work (pkb_env/agents/specs.py): each was refused only after torch was imported (the specs import it), 1.5 s at rest and 20-30 s on
 a loaded machine for a misspelt name. These checks read the suite's index (pkb_env/suite_index.py: data generated
 from the specs) and the filesystem; what they cannot decide (a dotted task name, a world size past the index, an
 output too large for a preset) the judge still decides, as before.
@@ -27,6 +27,11 @@ def refuse(args: argparse.Namespace) -> None:
     path = getattr(args, "path", None)
     if isinstance(path, Path):
         check_candidate_path(path)
+    agent = getattr(args, "agent", None)
+    if isinstance(agent, str):
+        from pkb_env.agents.specs import check_spec
+
+        check_spec(agent, getattr(args, "base_url", None), getattr(args, "concurrency", None))
 
 
 def _check_task(task: str, preset: str | None, dtype: str | None, world_size: int | None) -> None:
