@@ -5,9 +5,12 @@ The problem, input, output, tolerance and cost sections are generated from the t
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pkb_env.contract import FAMILIES, Peaks
 from pkb_env.contract.describe import cost_lines, input_lines, output_lines, problem_lines, tolerance_lines
 from pkb_env.task import TaskSpec
+from pkb_env.topology import Calibration, Topology
 
 RULES = """Rules
 - Reply with ONE Python module in a ```python fenced block. It must define `solution` with the same
@@ -96,3 +99,27 @@ def build_prompt(task: TaskSpec, preset: str, dtype: str, world_size: int, topol
         parts.append(f"## Result of your previous attempt (turn {turn})\n{feedback}\n\n"
                      "Fix the problems above or make the solution faster, and reply with the whole module again.")
     return "\n\n".join(parts) + "\n"
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What a prompt says of where the code runs: the executor (resolved), the world size, the board's topology
+    config, and whether the ranks are GPUs (which adds the kernel runtime's guide). A JudgeService's comes from its
+    executor; `pkb-env show --topology NAME` makes one for a machine that is not here, as make_executor would
+    there (pkb_env/executors/__init__.py, `imagined_hardware`), so the prompt a GPU machine would get can be read
+    on any machine."""
+
+    executor: str
+    world_size: int
+    topology: Topology
+    gpu: bool
+
+    def describe(self, calibration: Calibration | None) -> str:
+        """The hardware paragraph of the prompt, with the measured figures of `calibration` where there is one."""
+        return self.topology.describe(self.world_size, self.executor, calibration)
+
+    def prompt(self, task: TaskSpec, preset: str, dtype: str, calibration: Calibration | None, feedback: str = "",
+               turn: int = 0) -> str:
+        """The whole prompt of `task` on this hardware (build_prompt), its cost model timed at the peaks in force."""
+        return build_prompt(task, preset, dtype, self.world_size, self.describe(calibration), feedback, turn,
+                            gpu=self.gpu, peaks=self.topology.peaks(calibration))

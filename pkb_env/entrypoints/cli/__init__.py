@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             print("pkb-env: terminated (SIGTERM); rank processes stopped, temporary files removed", file=sys.stderr)
             return EXIT_TERMINATED
         except (ValueError, FileNotFoundError, MissingExtra) as exc:  # TaskError, ExecutorError, ConfigError: ValueErrors
-            print(f"pkb-env: error: {exc}", file=sys.stderr)
+            print(f"pkb-env: error: {getattr(exc, 'command_line', exc)}", file=sys.stderr)   # the fix in flags
             return EXIT_USAGE
         except JudgeError as exc:  # the reference or containment failed: not the candidate's fault
             print(f"pkb-env: judge failure ({type(exc).__name__}): {exc}", file=sys.stderr)

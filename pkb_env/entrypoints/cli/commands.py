@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 from tqdm import tqdm
 
@@ -24,7 +25,10 @@ def cmd_tasks(args) -> int:
 def cmd_show(args) -> int:
     """The prompt the env's first observation carries here (with the cached calibration, if any: `show`
     never measures; `pkb-env calibrate` does). Where none is cached the env measures one at its first open
-    and its prompt gains the measured figures, so a note on stderr says that this prompt lacks them."""
+    and its prompt gains the measured figures, so a note on stderr says that this prompt lacks them.
+    With --topology, the prompt of a machine with that board instead (`show_imagined`)."""
+    if args.topology is not None:
+        return show_imagined(args)
     from pkb_env.client import LocalClient
 
     with LocalClient(judge_config(args).replace(calibration="cached")) as client:
@@ -34,6 +38,31 @@ def cmd_show(args) -> int:
                   f"prompt has the datasheet's peaks only; the env measures one when it first opens a task and "
                   f"its prompt then adds 'Measured here: ...'. `pkb-env calibrate --world-size "
                   f"{client.world_size}` measures it now.", file=sys.stderr)
+    return 0
+
+
+def show_imagined(args) -> int:
+    """The first observation's prompt on a machine with the board `--topology` names, built as a JudgeService there
+    builds it (its executor planned as make_executor plans it there, the same TaskSession code), starting and
+    detecting nothing: the GPU prompt can be read without a GPU. That machine would measure a calibration at its
+    first open, adding 'Measured here: ...' to the prompt; a note on stderr says so."""
+    from pkb_env import spaces
+    from pkb_env.executors import imagined_executor
+    from pkb_env.prompt import Hardware
+    from pkb_env.service import TaskSession
+    from pkb_env.task import load_task
+    from pkb_env.topology import load_topology
+
+    config = judge_config(args)
+    board = load_topology(args.topology)
+    plan = imagined_executor(config, board.name, board.devices_per_node)
+    hardware = Hardware(plan.info.name, config.world_size, load_topology(plan.info.topology), plan.placement.gpu)
+    session = TaskSession.preview(hardware, load_task(args.task), config.preset, config.dtype)
+    print(spaces.observation(session)["prompt"])
+    if plan.info.performance_available and config.world_size >= 2:
+        print(f"note: the prompt of {hardware.executor} ranks on {board.name} at world size {config.world_size}, with "
+              f"the board's datasheet peaks; such a machine measures its own at the env's first open (`pkb-env "
+              f"calibrate`), and its prompt then adds 'Measured here: ...'", file=sys.stderr)
     return 0
 
 
@@ -245,13 +274,33 @@ def cmd_demo(args) -> int:
 
 
 def cmd_topology(args) -> int:
+    """The GPUs and links, then the hardware paragraph a prompt gets here: the executor --executor resolves to and
+    the calibration cached for it at --world-size (or how to measure one)."""
+    from pkb_env.executors import local_plan
     from pkb_env.hardware import detect
-    from pkb_env.topology import load_topology
+    from pkb_env.topology import calibration_path, load_calibration, load_topology
 
     machine = detect()
     print(machine.describe())
-    topology = load_topology(machine.topology_name)
-    print(f"\ntopology config: {topology.name}\n{topology.describe(len(machine.gpus) or 1, 'auto', None)}")
+    world_size = args.world_size or len(machine.gpus) or JudgeConfig().world_size
+    config = JudgeConfig(executor=args.executor, world_size=world_size)
+    plan = local_plan(config)
+    topology = load_topology(plan.info.topology)
+    statistic = config.protocol_for(plan.placement.clock).statistic
+    calibration = load_calibration(config.cache_dir, plan.info.hardware, world_size, statistic)
+    resolved = plan.info.name
+    if args.executor != plan.info.name:
+        resolved += f" (--executor {args.executor}, resolved here)"
+    print(f"\ntopology config: {topology.name}\n{topology.describe(world_size, resolved, calibration)}")
+    where = calibration_path(config.cache_dir, plan.info.hardware, world_size, statistic)
+    if calibration is not None:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(calibration.measured_at))
+        print(f"calibration: cached at {where} (measured {when})")
+    elif not plan.info.performance_available or world_size < 2:
+        print(f"calibration: none (nothing to measure with {plan.info.name} at world size {world_size})")
+    else:
+        print(f"calibration: none cached for {plan.info.hardware} at world size {world_size}; the env measures one at "
+              f"its first open, `pkb-env calibrate --world-size {world_size} --executor {plan.info.name}` now")
     if topology.sources:
         print("sources:\n  " + "\n  ".join(topology.sources))
     print(f"\ncandidate containment here: {containment_summary()}")
