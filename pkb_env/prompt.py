@@ -9,10 +9,11 @@ from dataclasses import dataclass
 
 from pkb_env.contract import FAMILIES, Peaks
 from pkb_env.contract.describe import cost_lines, input_lines, output_lines, problem_lines, tolerance_lines
+from pkb_env.sandbox.limits import RANK_FILE_BYTES
 from pkb_env.task import TaskSpec
 from pkb_env.topology import Calibration, Topology
 
-RULES = """Rules
+RULES = f"""Rules
 - Reply with ONE Python module in a ```python fenced block. It must define `solution` with the same
   positional parameters as the reference; it is called on every rank with that rank's inputs, after
   torch.distributed is initialised (default process group, one process per rank). Process groups the
@@ -26,9 +27,14 @@ RULES = """Rules
   multicast, which is off here (multimem PTX, cuMulticast*, a symmetric buffer's multicast pointer, NVLS
   switches, the CUDA driver through ctypes): use peer loads/stores or the copy engine. Such code is
   rejected with the lowest reward.
+- Limits per rank: at most {RANK_FILE_BYTES >> 20} MiB written to any one file, printed output (stdout and stderr)
+  included: a write past it fails (OSError: File too large).
 - Speed: many barrier-aligned calls, each timed on its slowest rank (the median over calls on GPUs, the
   minimum on CPU ranks), against the reference's time measured the same way; the roofline fraction
   (the cost model's bound below over your time) is reported too."""
+
+
+RULES = RULES.replace("{RANK_FILE_BYTES >> 20}", str(RANK_FILE_BYTES >> 20))   # the cap the ranks run under (sandbox/limits.py)
 
 
 RUNTIME_GUIDE = '''## Kernel runtime (GPU executors)

@@ -15,8 +15,30 @@ HEADLINES = {
 }
 
 
+# What a WRONG step's headline says, by what its mismatches found (Mismatch.kind): the headline must say what the
+# details say (an input-mutating candidate read "outputs differ" above "the call modified argument[0]").
+WRONG_BECAUSE = {
+    "value": "outputs differ from the reference",
+    "permuted": "the outputs hold the right values in the wrong order",
+    "untouched": "state the task updates in place was left as given",
+    "view": "an output is a view of an input, not a new tensor",
+    "mutated": "the call modified its inputs",
+}
+
+
+def headline(record: EvaluationRecord) -> str:
+    """The first line of the feedback: the verdict and, for a wrong one, what was wrong, in the details' words."""
+    if record.verdict is not Verdict.WRONG:
+        return HEADLINES.get(record.verdict, "NOT JUDGED: the judge stopped before a verdict.")
+    kinds = [m.kind for check in (record.verify, record.timed_check) if check for m in check.mismatches]
+    found = [WRONG_BECAUSE[k] for k in WRONG_BECAUSE if k in kinds]
+    if not found:
+        return HEADLINES[Verdict.WRONG]
+    return "WRONG: " + "; ".join(found) + "."
+
+
 def write_feedback(record: EvaluationRecord) -> str:
-    lines = [HEADLINES.get(record.verdict, "NOT JUDGED: the judge stopped before a verdict.")]
+    lines = [headline(record)]
     if record.error and record.verdict is not Verdict.WRONG:
         lines.append(record.error)
     for check in (record.verify, record.timed_check):
