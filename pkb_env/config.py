@@ -38,6 +38,14 @@ def default_cache_dir() -> str:
     return os.environ.get("PKB_ENV_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "pkb_env")
 
 
+# The figure a step reports as a code's "time per call", in words, by TimingProtocol.statistic: the prompt's rules,
+# the feedback and the stage table all call it that and say this (three names for one figure confused a reader).
+STATISTIC_WORDS = {
+    "burst-median": "the median over bursts of each burst's time per call, on its slowest rank",
+    "interval-min": "the median over bursts of the time per call in each burst's fastest interval, on its slowest rank",
+}
+
+
 @dataclass(frozen=True)
 class TimingProtocol:
     """Targets and budgets of the bursts; `for_clock` gives the defaults of a placement's clock."""

@@ -210,6 +210,7 @@ class CommTerm:
     size_bytes: int                       # nccl-tests' S for the collective (algbw = S / t)
     bus_bytes: int                        # S times the bus factor: what the busiest rank moves one way
     steps: int                            # dependent cross-rank rounds, each charged alpha
+    why: str = ""                         # why this collective, where the model picks one by size (Comm.why)
 
 
 @dataclass

@@ -60,7 +60,7 @@ class JudgeService:
         self.topology = load_topology(self.executor.info.topology)
         # what the prompt says of this machine (pkb_env/prompt.py)
         self.hardware = Hardware(self.executor.info.name, self.config.world_size, self.topology,
-                                 self.executor.placement.gpu)
+                                 self.executor.placement.gpu, self.protocol.statistic)
         self._judge = Judge(self.executor, self.config, self.protocol, self.topology)
         self._calibration_known = False
 

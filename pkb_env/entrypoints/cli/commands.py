@@ -56,7 +56,8 @@ def show_imagined(args) -> int:
     config = judge_config(args)
     board = load_topology(args.topology)
     plan = imagined_executor(config, board.name, board.devices_per_node)
-    hardware = Hardware(plan.info.name, config.world_size, load_topology(plan.info.topology), plan.placement.gpu)
+    hardware = Hardware(plan.info.name, config.world_size, load_topology(plan.info.topology), plan.placement.gpu,
+                        config.protocol_for(plan.placement.clock).statistic)
     session = TaskSession.preview(hardware, load_task(args.task), config.preset, config.dtype)
     print(spaces.observation(session)["prompt"])
     if plan.info.performance_available and config.world_size >= 2:
@@ -128,6 +129,8 @@ def cmd_eval(args) -> int:
 def stage_table(record) -> str:
     """Per-stage rows: what each stage found and how long it took (the candidate's stages; the reference's
     part of the step is its own row)."""
+    from pkb_env.judge.feedback import duration
+
     failed = record.failure.stage.value if record.failure else None
     found = {
         "parse": record.parse and (record.parse.error or ("fenced block" if record.parse.from_fence else "bare code")),
@@ -136,7 +139,7 @@ def stage_table(record) -> str:
         "run": record.run and f"{record.run.trials} trials on {record.world_size} ranks",
         "verify": record.verify and "; ".join(_checked(what, check) for what, check in (
             ("trial outputs", record.verify), ("timed calls' outputs", record.timed_check)) if check),
-        "time": record.timing and (f"{record.timing.statistic} {record.timing.time_s * 1e3:.3f} ms, speedup "
+        "time": record.timing and (f"time per call {duration(record.timing.time_s)}, speedup "
                                    f"{record.timing.speedup:.2f}x" if record.timing.speedup else "measured"),
         "roofline": record.roofline and f"{record.roofline.fraction:.1%} of bound",
     }
