@@ -3,7 +3,9 @@
 A binary reward is the benchmark's headline metric (mean over tasks = the fast_p score), so training on
 it optimises exactly what is reported. It cannot rank failures, so every failure, flagged or not, is 0;
 a correct answer whose speed was not measured (or not trusted) is 0 too, with a term saying why, since
-"faster than p" cannot be claimed without a trustworthy time.
+"faster than p" cannot be claimed without a trustworthy time; so is one whose speedup's 90% interval (from the
+step's paired bursts) reaches down to p: it is not shown faster than p. That is how the fast_p metric of an
+evaluation counts a sample (pkb_env/evaluation/metrics.py), so the reward is the metric, sample by sample.
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from .base import (RewardFunction, RewardResult, Term, effective_verdict, flag_r
 
 
 class FastP(RewardFunction):
-    """1.0 iff correct, not flagged, performance measured and trusted, and speedup > p (strictly)."""
+    """1.0 iff correct, not flagged, performance measured and trusted, and speedup > p (strictly), the lower end
+    of its 90% interval too where the step has one."""
 
     kind: ClassVar[str] = "fast_p"
     DEFAULTS: ClassVar[Mapping[str, Any]] = {"p": 1.0}
@@ -47,7 +50,12 @@ class FastP(RewardFunction):
             return RewardResult(0.0, terms)
         speedup = float(record.speedup)
         terms["speedup"] = speedup
-        if speedup > p:
+        interval = record.speedup_interval
+        if interval is not None:
+            terms["speedup_low"] = interval[0]
+        if speedup > p and (interval is None or interval[0] > p):
             return RewardResult(1.0, terms)
-        terms["reason"] = f"speedup {speedup:.4g} is not above p={p:g}"
+        terms["reason"] = (f"speedup {speedup:.4g} is not above p={p:g}" if speedup <= p else
+                           f"speedup {speedup:.4g} is not shown above p={p:g}: its 90% interval starts at "
+                           f"{interval[0]:.4g}")
         return RewardResult(0.0, terms)

@@ -134,7 +134,8 @@ def sample_row(record: EvaluationRecord, sample: int, reward: float) -> SampleRe
                         correct=record.correct and not record.exploit_flags, speedup=record.speedup,
                         roofline_fraction=record.roofline_fraction, reward=reward,
                         stage_seconds=dict(record.stage_seconds), error=record.error,
-                        speedup_low=record.speedup_interval[0] if record.speedup_interval else None)
+                        speedup_low=record.speedup_interval[0] if record.speedup_interval else None,
+                        speedup_high=record.speedup_interval[1] if record.speedup_interval else None)
 
 
 # -- tasks from CLI-style specs (agents: pkb_env/agents/specs.py) ------------------------------------------
