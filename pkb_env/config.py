@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
@@ -101,6 +102,25 @@ class ConfigError(ValueError):
     """A setting the judge cannot take; the message names it and the fix."""
 
 
+class UnknownSetting(ConfigError, TypeError):
+    """A name JudgeConfig has no setting for, with the closest one: a ConfigError like every bad setting, and a
+    TypeError as any unexpected keyword argument is (`JudgeConfig(wrld_size=4)` was a bare TypeError)."""
+
+
+def _refuses_unknown_names(cls):
+    """The dataclass's own __init__, behind a check that names the closest setting to an unknown keyword."""
+    generated = cls.__init__
+
+    @functools.wraps(generated)
+    def __init__(self, *args, **kwargs):
+        _check_names(kwargs)
+        generated(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+    return cls
+
+
+@_refuses_unknown_names
 @dataclass(frozen=True)
 class JudgeConfig:
     # -- where ranks run, and the problem they run ------------------------------------------------------
@@ -291,4 +311,4 @@ def _check_names(values: Mapping[str, Any]) -> None:
         if name not in known:
             close = difflib.get_close_matches(name, known, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
-            raise ConfigError(f"unknown judge setting {name!r}; {hint}JudgeConfig takes {', '.join(known)}")
+            raise UnknownSetting(f"unknown judge setting {name!r}; {hint}JudgeConfig takes {', '.join(known)}")
