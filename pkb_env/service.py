@@ -90,7 +90,7 @@ class JudgeService:
              prestart: bool = True) -> "TaskSession":
         """A session on `task` (TaskError naming the fix when it cannot be judged here). `prestart`: start the
         rank processes now, so that the first step need not wait (False for a prompt alone)."""
-        spec = load_task(task)   # TaskError with the list of known tasks
+        spec = load_task(task)   # TaskError naming the closest tasks
         problem = self.problem(spec, preset, dtype)
         if problem:
             raise TaskError(problem)

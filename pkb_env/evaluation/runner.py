@@ -156,7 +156,7 @@ def resolve_tasks(spec: str | None, agent=None) -> list[str] | None:
         return names
     names = list(dict.fromkeys(n.strip() for n in spec.split(",") if n.strip()))
     for name in names:
-        load_task(name)  # TaskError lists the known tasks
+        load_task(name)  # TaskError naming the closest tasks
     if by_task:
         missing = [n for n in names if not any(f.stem == n for f in agent.files)]
         if missing:

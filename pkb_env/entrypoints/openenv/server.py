@@ -10,7 +10,7 @@ whose timings must be the only work on its devices. A session holds one episode 
 connection is refused with OpenEnv's CAPACITY_REACHED error naming the limit) and the bytes of a request
 (HTTP bodies over it get 413; WebSocket messages over it close that connection with code 1009).
 
-Bad requests get an error naming the fix and the server goes on: an unknown task (TaskError listing the
+Bad requests get an error naming the fix and the server goes on: an unknown task (TaskError naming the closest of the
 suite), an empty or missing `code`, wrong types and unknown fields (OpenEnv's VALIDATION_ERROR with
 Pydantic's errors), a step before reset or after the episode ended, garbage JSON (INVALID_JSON). OpenEnv's
 HTTP `POST /reset` and `/step` make a fresh environment per request (so `/step` has no episode and says to
@@ -82,7 +82,7 @@ class PkbEnvironment(Environment[PkbAction, PkbObservation, PkbState]):
         if not isinstance(task, str) or not task.strip():
             raise ValueError(f"reset needs task=NAME (a task of the suite: `pkb-env tasks` lists them), got {task!r}")
         episode = Episode(self.client, task, self.reward_fn, self.settings.max_turns, self.settings.target_speedup,
-                          where="pkb-env serve")   # TaskError listing the suite
+                          where="pkb-env serve")   # TaskError naming the closest tasks
         self.episode, self._best = episode, None
         self._state = PkbState(episode_id=episode_id or uuid.uuid4().hex, step_count=0, task=episode.task,
                                max_turns=episode.max_turns)
