@@ -30,6 +30,7 @@ class TransformersAgent:
     """
 
     name = "transformers"
+    runs_here = True   # generates on this machine: an evaluation makes every completion before judging any
 
     def __init__(self, model: Any, tokenizer: Any, max_new_tokens: int = 1024, temperature: float = 0.8,
                  top_p: float = 0.95, do_sample: bool = True, seed: int | None = None,

@@ -1,7 +1,9 @@
-"""The suite's catalogue, generated from the specs: `docs/tasks.md` and the `pkb-env tasks` listing.
+"""The suite's catalogue, generated from the specs: `docs/tasks.md`, the `pkb-env tasks` listing, and the index of
+names, presets, dtypes and world sizes that refuses bad input before torch is imported (pkb_env/suite_index.py
+reads pkb_env/suite_index_data.py).
 
-    python -m pkb_env.catalog --write    # regenerate docs/tasks.md
-    python -m pkb_env.catalog --check    # exit 1 if docs/tasks.md is stale (tests/tasks/test_catalog.py)
+    python -m pkb_env.catalog --write    # regenerate docs/tasks.md and pkb_env/suite_index_data.py
+    python -m pkb_env.catalog --check    # exit 1 if either is stale (tests/tasks/test_catalog.py, tests/tasks/test_suite_index.py)
 
 The dominant cost term is the cost model's at the `bench` preset and the H200 board's datasheet peaks,
 at each GPU world size (2, 4, 8) the task takes.
@@ -9,6 +11,7 @@ at each GPU world size (2, 4, 8) the task takes.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +25,8 @@ from pkb_env.topology import load_topology
 BOARD = "h200_8gpu"
 GPU_WORLD_SIZES = (2, 4, 8)
 DOC = Path(__file__).resolve().parents[1] / "docs" / "tasks.md"
+INDEX = Path(__file__).resolve().with_name("suite_index_data.py")
+INDEXED_WORLD_SIZES = 64   # the index answers for 1..64 ranks; the spec for more
 
 
 @dataclass(frozen=True)
@@ -114,24 +119,49 @@ def listing() -> str:
     return "\n\n".join(blocks)
 
 
+@functools.lru_cache(maxsize=1)   # 14,000 world-size checks: a few seconds, once per process (two tests ask)
+def index_source() -> str:
+    """The text of pkb_env/suite_index_data.py: for each task its dtypes and, per preset, the default dtype and the
+    world sizes among 1..INDEXED_WORLD_SIZES its shapes and mesh allow (TaskSpec.world_size_problem)."""
+    from pkb_env.suite_index import format_sizes
+
+    lines = ['"""Generated from the task specs by `python -m pkb_env.catalog --write`: do not edit. pkb_env/suite_index.py',
+             'reads it; tests/tasks/test_suite_index.py holds it equal to the specs."""',
+             "", f"WORLD_SIZES_INDEXED = {INDEXED_WORLD_SIZES}",
+             "# task: dtypes, and per preset (its default dtype, the world sizes it takes among 1..WORLD_SIZES_INDEXED)",
+             "TASKS = {"]
+    for name in task_names():
+        spec = load_task(name)
+        lines += [f"    {name!r}: {{", f"        'dtypes': {tuple(spec.dtypes)!r},", "        'presets': {"]
+        for preset in sorted(spec.presets):
+            sizes = format_sizes(spec.allowed_world_sizes(preset, range(1, INDEXED_WORLD_SIZES + 1)))
+            head = f"            {preset!r}: ({spec.presets[preset].dtype!r}, "
+            chunks = [sizes[i:i + 52] for i in range(0, len(sizes), 52)]   # lines under 120 characters
+            lines.append(head + ("\n" + " " * 16).join(repr(c) for c in chunks) + "),")
+        lines += ["        },", "    },"]
+    return "\n".join(lines + ["}", ""])
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="generate docs/tasks.md from the task specs")
+    parser = argparse.ArgumentParser(description="generate docs/tasks.md and pkb_env/suite_index_data.py from the "
+                                                 "task specs")
     group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--write", action="store_true", help="rewrite docs/tasks.md")
-    group.add_argument("--check", action="store_true", help="exit 1 if docs/tasks.md is stale")
+    group.add_argument("--write", action="store_true", help="rewrite docs/tasks.md and pkb_env/suite_index_data.py")
+    group.add_argument("--check", action="store_true", help="exit 1 if either is stale")
     args = parser.parse_args(argv)
-    text = markdown()
+    generated = {DOC: markdown(), INDEX: index_source()}
     if args.write:
-        DOC.write_text(text)
+        for path, text in generated.items():
+            path.write_text(text)
         return 0
-    if not DOC.is_file() or DOC.read_text() != text:
-        print(f"{DOC} is stale: run `python -m pkb_env.catalog --write`", file=sys.stderr)
-        return 1
-    return 0
+    stale = [path for path, text in generated.items() if not path.is_file() or path.read_text() != text]
+    for path in stale:
+        print(f"{path} is stale: run `python -m pkb_env.catalog --write`", file=sys.stderr)
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

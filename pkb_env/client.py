@@ -232,7 +232,7 @@ class LocalClient:
             return unjudged(spec, self.config, service.info, preset, dtype, str(exc))
 
     def _check(self, task: str, preset: str | None, dtype: str | None) -> TaskSpec:
-        spec = load_task(task)   # TaskError listing the known tasks
+        spec = load_task(task)   # TaskError naming the closest tasks
         problem = self._service.problem(spec, preset, dtype)
         if problem:
             raise TaskError(problem)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
@@ -36,6 +37,14 @@ def _env_flag(name: str, default: bool) -> bool:
 
 def default_cache_dir() -> str:
     return os.environ.get("PKB_ENV_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "pkb_env")
+
+
+# The figure a step reports as a code's "time per call", in words, by TimingProtocol.statistic: the prompt's rules,
+# the feedback and the stage table all call it that and say this (three names for one figure confused a reader).
+STATISTIC_WORDS = {
+    "burst-median": "the median over bursts of each burst's time per call, on its slowest rank",
+    "interval-min": "the median over bursts of the time per call in each burst's fastest interval, on its slowest rank",
+}
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,25 @@ class ConfigError(ValueError):
     """A setting the judge cannot take; the message names it and the fix."""
 
 
+class UnknownSetting(ConfigError, TypeError):
+    """A name JudgeConfig has no setting for, with the closest one: a ConfigError like every bad setting, and a
+    TypeError as any unexpected keyword argument is (`JudgeConfig(wrld_size=4)` was a bare TypeError)."""
+
+
+def _refuses_unknown_names(cls):
+    """The dataclass's own __init__, behind a check that names the closest setting to an unknown keyword."""
+    generated = cls.__init__
+
+    @functools.wraps(generated)
+    def __init__(self, *args, **kwargs):
+        _check_names(kwargs)
+        generated(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+    return cls
+
+
+@_refuses_unknown_names
 @dataclass(frozen=True)
 class JudgeConfig:
     # -- where ranks run, and the problem they run ------------------------------------------------------
@@ -284,4 +312,4 @@ def _check_names(values: Mapping[str, Any]) -> None:
         if name not in known:
             close = difflib.get_close_matches(name, known, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
-            raise ConfigError(f"unknown judge setting {name!r}; {hint}JudgeConfig takes {', '.join(known)}")
+            raise UnknownSetting(f"unknown judge setting {name!r}; {hint}JudgeConfig takes {', '.join(known)}")

@@ -67,7 +67,7 @@ class Episode:
         self.turn_credit = TurnCredit(turn_credit)
         self.client, self.preset, self.dtype = client, preset, dtype
         self.max_turns, self.target_speedup = max_turns, float(target_speedup)
-        problem = client.problem(task, preset, dtype)   # TaskError listing the known tasks
+        problem = client.problem(task, preset, dtype)   # TaskError naming the closest tasks
         if problem:
             raise TaskError(problem)
         self.task = task
@@ -161,7 +161,7 @@ def task_pool(client: JudgeClient, task: str | Sequence[str] | None) -> list[str
     if not names:
         raise TaskError("the task list is empty; pass a task name, a list of names, or None for all tasks")
     for name in names:
-        problem = client.problem(name)   # TaskError with the list of known tasks
+        problem = client.problem(name)   # TaskError naming the closest tasks
         if problem:
             raise TaskError(problem)
     return names

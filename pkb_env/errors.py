@@ -15,7 +15,14 @@ class JudgeError(RuntimeError):
 
 class ExecutorError(ValueError):
     """An executor that cannot be made here (unknown name, no GPU, a world size over the machine's limit);
-    the message says the fix. A usage error: the CLI exits 2 on it."""
+    the message says the fix. A usage error: the CLI exits 2 on it.
+
+    `command_line`: the same message with its fix in the command line's words (`--executor cpu` where Python
+    callers read `executor='cpu'`), which the CLI prints instead: advice fits where the user is."""
+
+    def __init__(self, message: str, command_line: str | None = None):
+        super().__init__(message)
+        self.command_line = command_line or message
 
 
 class PoolError(RuntimeError):

@@ -5,11 +5,19 @@ The problem, input, output, tolerance and cost sections are generated from the t
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from pkb_env.config import STATISTIC_WORDS
 from pkb_env.contract import FAMILIES, Peaks
 from pkb_env.contract.describe import cost_lines, input_lines, output_lines, problem_lines, tolerance_lines
+from pkb_env.sandbox.limits import RANK_FILE_BYTES
 from pkb_env.task import TaskSpec
+from pkb_env.topology import Calibration, Topology
 
-RULES = """Rules
+def rules(statistic: str) -> str:
+    """The suite's rules; `statistic` (TimingProtocol.statistic of the ranks' clock) says what "time per call" is
+    there, in the same words the feedback uses (config.STATISTIC_WORDS)."""
+    return f"""Rules
 - Reply with ONE Python module in a ```python fenced block. It must define `solution` with the same
   positional parameters as the reference; it is called on every rank with that rank's inputs, after
   torch.distributed is initialised (default process group, one process per rank). Process groups the
@@ -18,14 +26,20 @@ RULES = """Rules
   returns None). Do not modify the inputs. Do not return views of the inputs.
 - Inputs are random and different on every call; outputs of timed calls are checked too, so caching,
   replaying or deferring work across calls fails.
-- Not allowed: patching torch, time or the judge; reading the judge's files or environment; signalling
-  other processes; loading code from files (importlib's file loaders, runpy, sys.path changes); NVLink
+- Rejected with the lowest reward, whatever the outputs: patching torch, time or the judge; signalling
+  other processes; reading /proc or raw memory; inspecting the caller's frames, the heap or other
+  modules' internals; loading code from files (importlib's file loaders, runpy, sys.path changes); NVLink
   multicast, which is off here (multimem PTX, cuMulticast*, a symmetric buffer's multicast pointer, NVLS
-  switches, the CUDA driver through ctypes): use peer loads/stores or the copy engine. Such code is
-  rejected with the lowest reward.
-- Speed: many barrier-aligned calls, each timed on its slowest rank (the median over calls on GPUs, the
-  minimum on CPU ranks), against the reference's time measured the same way; the roofline fraction
-  (the cost model's bound below over your time) is reported too."""
+  switches, the CUDA driver through ctypes): use peer loads/stores or the copy engine.
+- Allowed, and noted in the feedback: opening files and reading the environment (a rank's environment
+  holds none of the judge's secrets, and where the host allows it a rank sees only its own directory and
+  the toolchain), threads, extra processes, calling torch.distributed (where the task allows it).
+- Limits per rank: at most {RANK_FILE_BYTES >> 20} MiB written to any one file, printed output (stdout and stderr)
+  included: a write past it fails (OSError: File too large).
+- Speed: your time per call is {STATISTIC_WORDS[statistic]},
+  over many calls back to back, each on fresh inputs; the reference's is measured the same way in the
+  same step, and your speedup is the reference's time per call over yours. The roofline fraction (the
+  cost model's bound, above, over your time per call) is reported too."""
 
 
 RUNTIME_GUIDE = '''## Kernel runtime (GPU executors)
@@ -68,8 +82,10 @@ and Triton kernels.'''
 
 
 def build_prompt(task: TaskSpec, preset: str, dtype: str, world_size: int, topology_text: str,
-                 feedback: str = "", turn: int = 0, gpu: bool = False, peaks: Peaks | None = None) -> str:
-    """The whole prompt. `peaks` (Judge.peaks()) turns the cost model's terms into times."""
+                 feedback: str = "", turn: int = 0, gpu: bool = False, peaks: Peaks | None = None,
+                 statistic: str = "burst-median") -> str:
+    """The whole prompt. `peaks` (Judge.peaks()) turns the cost model's terms into times; `statistic` is the
+    timing figure of the ranks' clock (the rules say what it is)."""
     family = FAMILIES[task.family]
     allowed = ("Calling torch.distributed collectives is allowed (a solution that only calls them scores "
                "about 1x); faster solutions move data more cleverly." if task.collectives_allowed
@@ -86,7 +102,7 @@ def build_prompt(task: TaskSpec, preset: str, dtype: str, world_size: int, topol
         "## Cost model (per rank, at this size)\n" + "\n".join(cost_lines(task, preset, dtype, world_size, peaks)),
         "## Reference implementation\n```python\n" + task.reference_source.rstrip() + "\n```",
         "## Hardware\n" + topology_text,
-        "## " + RULES,
+        "## " + rules(statistic),
         f"Family, {family.title.lower()}: {family.rules}",
         allowed,
     ]
@@ -96,3 +112,28 @@ def build_prompt(task: TaskSpec, preset: str, dtype: str, world_size: int, topol
         parts.append(f"## Result of your previous attempt (turn {turn})\n{feedback}\n\n"
                      "Fix the problems above or make the solution faster, and reply with the whole module again.")
     return "\n\n".join(parts) + "\n"
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What a prompt says of where the code runs: the executor (resolved), the world size, the board's topology
+    config, whether the ranks are GPUs (which adds the kernel runtime's guide), and the timing figure. A
+    JudgeService's comes from its executor; `pkb-env show --topology NAME` makes one for a machine that is not
+    here, as make_executor would make it there (pkb_env/executors/__init__.py, `imagined_executor`), so the
+    prompt a GPU machine would get can be read on any machine."""
+
+    executor: str
+    world_size: int
+    topology: Topology
+    gpu: bool
+    statistic: str   # the timing figure of the ranks' clock (TimingProtocol.statistic), which the rules define
+
+    def describe(self, calibration: Calibration | None) -> str:
+        """The hardware paragraph of the prompt, with the measured figures of `calibration` where there is one."""
+        return self.topology.describe(self.world_size, self.executor, calibration)
+
+    def prompt(self, task: TaskSpec, preset: str, dtype: str, calibration: Calibration | None, feedback: str = "",
+               turn: int = 0) -> str:
+        """The whole prompt of `task` on this hardware (build_prompt), its cost model timed at the peaks in force."""
+        return build_prompt(task, preset, dtype, self.world_size, self.describe(calibration), feedback, turn,
+                            gpu=self.gpu, peaks=self.topology.peaks(calibration), statistic=self.statistic)

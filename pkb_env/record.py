@@ -149,6 +149,10 @@ class Mismatch:
     first_index: list[int] | None = None
     expected: str | None = None
     got: str | None = None
+    # what differs, for the headline: "value" (elements or structure), "view" (an output is a view of an input),
+    # "mutated" (an input was changed), "permuted" (the right rows in other places), "untouched" (state the task
+    # updates in place that still holds its input value)
+    kind: str = "value"
 
 
 @dataclass
@@ -207,6 +211,7 @@ class CommTerm:
     size_bytes: int                       # nccl-tests' S for the collective (algbw = S / t)
     bus_bytes: int                        # S times the bus factor: what the busiest rank moves one way
     steps: int                            # dependent cross-rank rounds, each charged alpha
+    why: str = ""                         # why this collective, where the model picks one by size (Comm.why)
 
 
 @dataclass

@@ -26,7 +26,7 @@ from pkb_env.executors import make_executor
 from pkb_env.executors.placement import ExecutorInfo
 from pkb_env.judge.calibration import calibrate
 from pkb_env.judge.pipeline import Judge
-from pkb_env.prompt import build_prompt
+from pkb_env.prompt import Hardware
 from pkb_env.record import EvaluationRecord, TimingResult
 from pkb_env.signals import signals_held
 from pkb_env.task import TaskSpec, load_task, runnable_tasks, size_problem
@@ -59,6 +59,9 @@ class JudgeService:
         self.executor.tracer.sink = trace            # `trace(operation, seconds)`: pkb_env/tracing.py
         self.protocol = self.config.protocol_for(self.executor.placement.clock)
         self.topology = load_topology(self.executor.info.topology)
+        # what the prompt says of this machine (pkb_env/prompt.py)
+        self.hardware = Hardware(self.executor.info.name, self.config.world_size, self.topology,
+                                 self.executor.placement.gpu, self.protocol.statistic)
         self._judge = Judge(self.executor, self.config, self.protocol, self.topology)
         self._calibration_known = False
 
@@ -88,7 +91,7 @@ class JudgeService:
              prestart: bool = True) -> "TaskSession":
         """A session on `task` (TaskError naming the fix when it cannot be judged here). `prestart`: start the
         rank processes now, so that the first step need not wait (False for a prompt alone)."""
-        spec = load_task(task)   # TaskError with the list of known tasks
+        spec = load_task(task)   # TaskError naming the closest tasks
         problem = self.problem(spec, preset, dtype)
         if problem:
             raise TaskError(problem)
@@ -96,7 +99,8 @@ class JudgeService:
         calibration = self.calibration() if prestart else self._cached_calibration()
         if prestart:
             self.executor.prestart()
-        return TaskSession(self, spec, preset, spec.resolve_dtype(preset, dtype or self.config.dtype), calibration)
+        return TaskSession(self, spec, preset, spec.resolve_dtype(preset, dtype or self.config.dtype), calibration,
+                           self.hardware)
 
     def judge(self, task: str, code: object, preset: str | None = None, dtype: str | None = None) -> EvaluationRecord:
         """One-off: `open(task, ...).judge(code)`."""
@@ -225,17 +229,35 @@ class JudgeService:
 
 @dataclass
 class TaskSession:
-    """One task on one service: what a model is shown, and the door to judge its code."""
+    """One task on one service: what a model is shown, and the door to judge its code.
 
-    service: JudgeService
+    `service` is None for a preview (`TaskSession.preview`): the prompts a machine that is not here would show
+    (`pkb-env show --topology`), built by the same code as a service's; it judges nothing."""
+
+    service: JudgeService | None
     spec: TaskSpec
     preset: str
     dtype: str
     calibration: Calibration | None
+    hardware: Hardware
+
+    @classmethod
+    def preview(cls, hardware: Hardware, spec: TaskSpec, preset: str, dtype: str | None = None,
+                calibration: Calibration | None = None) -> "TaskSession":
+        """`spec` as `hardware` would show it (TaskError where that machine could not judge it: the problem a
+        service there would name)."""
+        problem = size_problem(spec, hardware.world_size, preset, dtype, hardware.executor != "cuda")
+        if problem:
+            raise TaskError(problem)
+        return cls(None, spec, preset, spec.resolve_dtype(preset, dtype), calibration, hardware)
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def world_size(self) -> int:
+        return self.hardware.world_size
 
     @property
     def reference(self) -> str:
@@ -245,8 +267,7 @@ class TaskSession:
     @property
     def topology(self) -> str:
         """The hardware paragraph of the prompt: executor, world size, interconnect, measured figures."""
-        service = self.service
-        return service.topology.describe(service.world_size, service.info.name, self.calibration)
+        return self.hardware.describe(self.calibration)
 
     @property
     def prompt(self) -> str:
@@ -255,10 +276,12 @@ class TaskSession:
 
     def prompt_after(self, feedback: str, turn: int) -> str:
         """The prompt of a later turn: the same, with the judge's feedback on the previous attempt."""
-        service = self.service
-        return build_prompt(self.spec, self.preset, self.dtype, service.world_size, self.topology, feedback, turn,
-                            gpu=service.executor.placement.gpu, peaks=service.topology.peaks(self.calibration))
+        return self.hardware.prompt(self.spec, self.preset, self.dtype, self.calibration, feedback, turn)
 
     def judge(self, code: object) -> EvaluationRecord:
         """Judge `code` (a raw completion or bare code): an EvaluationRecord, the reward not yet applied."""
+        if self.service is None:
+            raise TaskError(f"this session previews {self.name} on a machine that is not here "
+                            f"({self.hardware.executor}, {self.hardware.topology.name}): it shows prompts and judges "
+                            f"nothing; open the task on a JudgeService to judge")
         return self.service.evaluate(self, code)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,8 +151,11 @@ def config_defaults(subparser: argparse.ArgumentParser, path: Path) -> dict[str,
         elif dest in settings and judges:
             judge[dest] = value
         else:
+            known = sorted(actions) + (sorted(settings) if judges else [])
+            close = difflib.get_close_matches(dest, known, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
             also = f", and judge settings {', '.join(sorted(settings))}" if judges else ""
-            raise ValueError(f"--config {path}: unknown option {key!r}; this command takes "
+            raise ValueError(f"--config {path}: unknown option {key!r}; {hint}this command takes "
                              f"{', '.join(sorted(actions))}{also}")
     if judge:
         JudgeConfig.from_mapping(judge)   # refused here, naming the setting, rather than when the command runs

@@ -56,7 +56,7 @@ def observation(session: "TaskSession", feedback: str = "", turn: int = 0, best_
         "topology": to_charset(session.topology, MAX_FEEDBACK_CHARS),
         "feedback": to_charset(feedback, MAX_FEEDBACK_CHARS),
         "turn": turn,
-        "world_size": session.service.world_size,
+        "world_size": session.world_size,
         "best_speedup": np.array(min(best_speedup, MAX_SPEEDUP), dtype=np.float32),
     }
 

@@ -12,7 +12,6 @@ every `sys.path` entry, pkb_env/sandbox/rootfs.py).
 """
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.util
 import pkgutil
@@ -24,6 +23,7 @@ from typing import Any, Callable
 from pkb_env.contract import (DTYPES, EXACT, InputContext, Preset, TaskError, TaskSpec, Tolerance, WorldSizes,
                               derive_seed)
 from pkb_env.contract.signature import reference_parameters
+from pkb_env.suite_index import unknown_task
 
 __all__ = ["DTYPES", "EXACT", "InputContext", "Preset", "TaskError", "TaskSpec", "Tolerance", "WorldSizes",
            "derive_seed", "task_names", "size_problem", "runnable_tasks", "load_task", "load_reference", "TASKS_PACKAGE"]
@@ -100,8 +100,5 @@ def _package(name: str) -> str:
                             f"holding spec.py and reference.py; put its parent folder on PYTHONPATH")
         return name
     if not isinstance(name, str) or name not in task_names():
-        close = difflib.get_close_matches(name, task_names(), n=1) if isinstance(name, str) else []
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise TaskError(f"unknown task {name!r}; {hint}known tasks: {', '.join(task_names())} "
-                        f"(`pkb-env tasks` lists them)")
+        raise TaskError(unknown_task(name, task_names()))   # the closest names, and where the list is
     return f"{TASKS_PACKAGE}.{name}"

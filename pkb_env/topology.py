@@ -17,10 +17,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
-from pkb_env.contract import Peaks
+if TYPE_CHECKING:   # the contract imports torch; the command line reads topologies without it (topology_names)
+    from pkb_env.contract import Peaks
 
 
 @dataclass(frozen=True)
@@ -38,15 +40,19 @@ class Topology:
     vector_tflops: dict[str, float] = field(default_factory=dict)   # non-tensor-core FMA rate, per dtype
     hbm_gbps: float | None = None
 
-    def datasheet_peaks(self) -> Peaks | None:
+    def datasheet_peaks(self) -> "Peaks | None":
         """The board's datasheet figures, or None where there is no datasheet (CPU ranks, unknown GPUs)."""
+        from pkb_env.contract import Peaks
+
         if not (self.link_bandwidth_gbps or self.matmul_tflops or self.hbm_gbps):
             return None
         return Peaks("datasheet", self.link_bandwidth_gbps, self.alpha_us * 1e-6 if self.alpha_us is not None else None,
                      dict(self.matmul_tflops), dict(self.vector_tflops), self.hbm_gbps)
 
-    def peaks(self, calibration: "Calibration | None") -> Peaks | None:
+    def peaks(self, calibration: "Calibration | None") -> "Peaks | None":
         """Calibrated figures where measured, datasheet figures elsewhere; None when neither exists."""
+        from pkb_env.contract import Peaks
+
         sheet = self.datasheet_peaks()
         if calibration is None:
             return sheet
@@ -79,12 +85,16 @@ class Topology:
         return "\n".join(lines)
 
 
-def load_topology(name: str) -> Topology:
+def topology_names() -> list[str]:
+    """The shipped topology configs (configs/topologies/*.yaml), by name."""
     package = resources.files("pkb_env.configs.topologies")
-    path = package / f"{name}.yaml"
+    return sorted(p.name[:-5] for p in package.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_topology(name: str) -> Topology:
+    path = resources.files("pkb_env.configs.topologies") / f"{name}.yaml"
     if not path.is_file():
-        known = sorted(p.name[:-5] for p in package.iterdir() if p.name.endswith(".yaml"))
-        raise ValueError(f"unknown topology {name!r}; known: {', '.join(known)}")
+        raise ValueError(f"unknown topology {name!r}; known: {', '.join(topology_names())}")
     data = yaml.safe_load(path.read_text())
     data["engines"] = tuple(data.get("engines") or ())
     data["sources"] = tuple(data.get("sources") or ())

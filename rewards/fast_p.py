@@ -1,11 +1,13 @@
 """fast_p (KernelBench / ParallelKernelBench): 1 if the answer is correct and faster than p x the reference.
 
 A binary reward is the benchmark's headline metric (mean over tasks = the fast_p score), so training on
-it optimises exactly what is reported: as the metric (pkb_env/evaluation/metrics.py) and the env's termination
-count it, the speedup must exceed p at the lower end of the step's 90% interval too where it has one
-(`speedup_credit: interval`; "point" compares the point estimate alone). It cannot rank failures, so every failure, flagged or not, is 0;
-a correct answer whose speed was not measured (or not trusted) is 0 too, with a term saying why, since
-"faster than p" cannot be claimed without a trustworthy time.
+it optimises exactly what is reported. It cannot rank failures, so every failure, flagged or not, is 0; a
+correct answer whose speed was not measured (or not trusted) is 0 too, with a term saying why, since "faster
+than p" cannot be claimed without a trustworthy time; so is one whose speedup's 90% interval (from the step's
+paired bursts) reaches down to p (`speedup_credit: interval`, the default; "point" compares the point estimate
+alone): it is not shown faster than p. That is how the fast_p metric of an evaluation
+(pkb_env/evaluation/metrics.py) and the env's termination count a sample, so the reward is the metric, sample
+by sample.
 """
 from __future__ import annotations
 
@@ -52,9 +54,11 @@ class FastP(RewardFunction):
         speedup = float(record.speedup)
         terms["speedup"] = speedup
         interval = record.speedup_interval if self.config["speedup_credit"] == "interval" else None
+        if interval is not None:
+            terms["speedup_low"] = interval[0]
         low = speedup if interval is None else min(speedup, interval[0])
         if low > p:
             return RewardResult(1.0, terms)
         terms["reason"] = (f"speedup {speedup:.4g} is not above p={p:g}" if speedup <= p else
-                           f"speedup {speedup:.4g}, but its interval's lower end {low:.4g} is not above p={p:g}")
+                           f"speedup {speedup:.4g} is not shown above p={p:g}: its 90% interval starts at {low:.4g}")
         return RewardResult(0.0, terms)

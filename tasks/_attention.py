@@ -81,9 +81,17 @@ def context_exchange(c: CostContext, block_bytes: int, group: str, heads: int, r
 
     The head split moves fewer bytes when split < ring * group (forward: from 5 ranks on)."""
     n = c[group]
+    ring_blocks = f"a ring of whole blocks (all_gather: {n - 1} x {ring} block(s) into each rank)"
+    head_split = f"Ulysses' head split (all_to_all: {split} tensors, (W-1)/W of a block each, each way)"
+    wins = f"the head split moves fewer bytes from {split // ring + 1} ranks on, where they divide the heads"
     if heads % n == 0 and split < ring * n:
-        return Comm("all_to_all", split * block_bytes, group)
-    return Comm("all_gather", n * ring * block_bytes, group)
+        why = f"the cheaper schedule here: {head_split} rather than {ring_blocks}; {wins}"
+        return Comm("all_to_all", split * block_bytes, group, why=why)
+    if heads % n:
+        why = f"{ring_blocks}: the head split needs the {heads} heads divisible by the {n} ranks"
+    else:
+        why = f"the cheaper schedule here: {ring_blocks} rather than {head_split}; {wins}"
+    return Comm("all_gather", n * ring * block_bytes, group, why=why)
 
 
 def layer_tolerance(weight_std: float, roundings: str, what: str) -> Rule:

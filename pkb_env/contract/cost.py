@@ -59,12 +59,15 @@ fp64 peak, never bf16's (configs/topologies/*.yaml)."""
 @dataclass(frozen=True)
 class Comm:
     """`collective` over the mesh dimension `group` (or a tuple of them: the group of ranks sharing every
-    other coordinate) with nccl-tests' S = `size_bytes`, in `steps` rounds."""
+    other coordinate) with nccl-tests' S = `size_bytes`, in `steps` rounds. `why`: where the term is one of
+    several schedules chosen by size (the cheaper at these dims), why this one: the prompt shows it, so that
+    a bound naming another collective at another preset or world size is no puzzle."""
 
     collective: str
     size_bytes: float
     group: str | tuple[str, ...] = "world"
     steps: int = 1
+    why: str = ""
 
     def __post_init__(self) -> None:
         if isinstance(self.group, (tuple, list)):
@@ -113,7 +116,7 @@ class CostModel:
             n = group_size(c.group, group_sizes)
             factor = COLLECTIVES[c.collective].bus_factor(n) if n > 1 else 0.0
             terms.append(CommTerm(c.collective, c.group, n, int(c.size_bytes), int(round(c.size_bytes * factor)),
-                                  c.steps if n > 1 else 0))
+                                  c.steps if n > 1 else 0, c.why))
         compute = tuple(ComputeTerm(k.flops, k.kind, k.kind == "matmul" and dtype in TENSOR_CORE_DTYPES)
                         for k in cost.compute)
         return cls(tuple(terms), compute, float(cost.memory_bytes), dtype)
@@ -195,9 +198,10 @@ def describe_model(model: CostModel) -> list[str]:
         if t.ranks < 2:
             lines.append(f"{t.collective} over {t.group}: a group of 1 rank, nothing to move")
             continue
+        why = f"; {t.why}" if t.why else ""
         lines.append(f"{t.collective} over {t.group} ({t.ranks} ranks): S = {_bytes(t.size_bytes)} "
                      f"({COLLECTIVES[t.collective].size}), bus bytes {_bytes(t.bus_bytes)}, "
-                     f"{t.steps} latency step{'s' if t.steps != 1 else ''}")
+                     f"{t.steps} latency step{'s' if t.steps != 1 else ''}{why}")
     for c in model.compute:
         cores = "tensor cores" if c.tensor_cores else "no tensor cores" if c.kind == "matmul" else "CUDA cores"
         lines.append(f"{c.kind}: {c.flops / 1e9:.4g} GFLOP ({cores} in {model.dtype})")

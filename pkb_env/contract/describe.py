@@ -6,6 +6,7 @@ with what the judge makes, compares and bounds.
 from __future__ import annotations
 
 from pkb_env.contract.cost import Peaks, bound, describe_bound, describe_model
+from pkb_env.contract.edges import announce
 from pkb_env.contract.expr import show
 from pkb_env.contract.io import (TASK_DTYPE, Const, Group, OnRanks, Output, Replicated, Scalar, Sharded, Tensor,
                                  resolve_dtype, show_shape)
@@ -54,6 +55,10 @@ def input_lines(task: TaskSpec, preset: str, dtype: str, world_size: int) -> lis
             span = decl.dim if isinstance(decl.dim, str) else " x ".join(decl.dim)
             lines.append(f"- {decl.name}: this rank's process group along {span} ({size} rank"
                          f"{'s' if size != 1 else ''}), built by the judge before the call{doc}")
+    if task.edges:   # the statement's edge cases, which the sizes and distributions above do not show
+        cases = "; ".join(announce(edge) for edge in task.edges)
+        lines.append(f"Edge cases of the statement, drawn beside the values above (the trials of every step include "
+                     f"each, and one timed call in two is one of them): {cases}.")
     return lines
 
 

@@ -86,6 +86,12 @@ def edge_generator(shared_seed: int, device: torch.device) -> torch.Generator:
     return gen
 
 
+def announce(edge: Edge) -> str:
+    """The case as the prompt states it, where it lands said as the judge draws it: "an all-zero block in one
+    rank's x"; a case on every rank says its own where ("n = 0 on the odd ranks")."""
+    return edge.text if edge.everywhere else f"{edge.text} in one rank's {edge.input}"
+
+
 def describe(edge: Edge, shared_seed: int, layout: MeshLayout) -> str:
     """Where the case is, for the feedback: "an all-zero block in rank 1's x" (no value of any input)."""
     if edge.everywhere:

@@ -15,7 +15,7 @@ class Family:
     rules: str
 
 
-_COMPUTE = ("Outputs are compared at the tolerance below, so you may reorder sums, accumulate in higher "
+_COMPUTE = ("Outputs are compared at the tolerance stated under Outputs, so you may reorder sums, accumulate in higher "
             "precision and fuse steps; you may not compute in a lower precision than the inputs' dtype or "
             "skip work the result depends on.")
 

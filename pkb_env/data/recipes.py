@@ -4,6 +4,10 @@ pairs, and verl's RL prompts. Pure functions of the rows (reader.read_rows), and
 * `sft_rows`: per prompt (a task and the exact chat that asked), the best correct solutions (highest
   speedup, then roofline fraction) at or above `min_speedup`, as chat `messages` (the prompt and the
   completion as the assistant's reply): TRL's SFTTrainer's conversational format.
+* Every assistant turn (SFT's, and DPO's chosen and rejected) is the reply the chat's system prompt asks for:
+  one ```python block holding the module (`assistant_reply`). A completion that is one already stays as the
+  model wrote it; bare code (the reference or file agents') or a reply of several blocks becomes the judged
+  module in one fence. Training on bare code taught the opposite of what the system prompt demands.
 * `preference_pairs`: per prompt, chosen/rejected completions (TRL's DPOTrainer, conversational
   prompt/chosen/rejected): a correct one over a wrong or failed one, or over a correct one slower by more
   than `margin` (timing noise).
@@ -20,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +35,7 @@ import pyarrow as pa
 from pkb_env.data.reader import DatasetError
 from pkb_env.data.schema import MESSAGE
 from pkb_env.data.writer import write_table_atomic
+from pkb_env.judge.parse import fenced_blocks
 
 FORMATS = ("verl",)
 VERL_ABILITY = "multi_gpu_kernels"
@@ -57,6 +63,11 @@ class Solution:
     completion: str
     code_hash: str
     rows: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def reply(self) -> str:
+        """The assistant turn that trains on it (`assistant_reply`)."""
+        return assistant_reply(self.completion, self.rows[0].get("code") if self.rows else None)
 
     @property
     def verdicts(self) -> set[str]:
@@ -125,7 +136,7 @@ def sft_rows(rows: Iterable[dict[str, Any]], min_speedup: float = 0.0, top: int 
             continue
         kept = [s for s in prompt.solutions() if s.correct and _fast_enough(s.speedup, min_speedup)][:top]
         for s in kept:
-            out.append({"messages": prompt.messages + [{"role": "assistant", "content": s.completion}],
+            out.append({"messages": prompt.messages + [{"role": "assistant", "content": s.reply}],
                         "task": prompt.task, "speedup": s.speedup, "roofline_fraction": s.roofline_fraction,
                         "code_hash": s.code_hash, "agent": s.rows[0]["agent"]})
     return out
@@ -150,8 +161,8 @@ def preference_pairs(rows: Iterable[dict[str, Any]], margin: float = 0.05, max_p
                     candidates.append((1, c, r))
         candidates.sort(key=lambda t: (t[0], -(t[1].speedup or 0.0)))   # failures first, fastest chosen first
         for _, c, r in candidates[:max_per_prompt]:
-            out.append({"prompt": prompt.messages, "chosen": [{"role": "assistant", "content": c.completion}],
-                        "rejected": [{"role": "assistant", "content": r.completion}], "task": prompt.task,
+            out.append({"prompt": prompt.messages, "chosen": [{"role": "assistant", "content": c.reply}],
+                        "rejected": [{"role": "assistant", "content": r.reply}], "task": prompt.task,
                         "chosen_verdict": c.verdict, "rejected_verdict": r.verdict,
                         "chosen_speedup": c.speedup, "rejected_speedup": r.speedup})
     return out
@@ -175,6 +186,17 @@ def verl_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                            "steps": sum(r["count"] for r in prompt.rows)},
         })
     return out
+
+
+def assistant_reply(completion: str, code: str | None) -> str:
+    """The reply the system prompt asks for (pkb_env/agents/messages.py: exactly one ```python block holding the
+    module): `completion` where it is one already, else `code` (the module the judge ran; None where nothing
+    parsed: the completion as it is) in a fence longer than any run of backticks inside it."""
+    blocks = fenced_blocks(completion)
+    if code is None or (len(blocks) == 1 and blocks[0][0] in ("python", "py") and blocks[0][1].strip() == code.strip()):
+        return completion
+    ticks = max([3, *(len(run) + 1 for run in re.findall(r"`{3,}", code))])
+    return f"{'`' * ticks}python\n{code.rstrip()}\n{'`' * ticks}"
 
 
 def export_rows(rows: list[dict[str, Any]], format: str) -> tuple[list[dict[str, Any]], pa.Schema]:

@@ -94,7 +94,7 @@ class PkbTaskset(vf.Taskset[PkbTask, PkbTasksetConfig]):
         names = self.config.tasks or client.tasks()
         tasks = []
         for i, name in enumerate(names):
-            prompt = client.observation(name)["prompt"]   # TaskError listing the suite; starts nothing
+            prompt = client.observation(name)["prompt"]   # TaskError naming the closest tasks; starts nothing
             tasks.append(PkbTask(PkbTaskData(idx=i, task=name, prompt=prompt), config))
         return tasks
 

@@ -19,7 +19,8 @@ and raises KeyError where one lacks a key the first had.
 * reward_kwargs: any JudgeConfig setting (executor, world_size, preset, dtype, the deadlines, ...), and
   `reward` (a reward config's name or YAML path, default "default": the env's shaped reward), and
   `pool_address` (a Ray address: judge on a JudgePool there, docs/scale_out.md) with `pool_actors`.
-* the row: the task is `extra_info["task"]`, else `reward_model.ground_truth` (a task name, or the JSON
+* the row: the task is `extra_info["task"]` (ground_truth may then be None), else `reward_model.ground_truth`
+  (a task name, or the JSON
   `{"task", "preset", "dtype", "world_size"}` that `pkb-env data export --format verl` and
   examples/verl/make_dataset.py write); executor, world_size, preset, dtype and reward in ground_truth's
   JSON or in extra_info override reward_kwargs for that row (the prompt was written for them).
@@ -80,8 +81,11 @@ def score_of(record: EvaluationRecord, reward_fn: RewardFunction) -> dict[str, A
 
 
 def row_target(ground_truth: Any, extra_info: Mapping | None) -> tuple[str, dict[str, Any]]:
-    """The row's task and its per-row judge settings, from extra_info and reward_model.ground_truth."""
+    """The row's task and its per-row judge settings, from extra_info and reward_model.ground_truth. A row without
+    a ground truth (None: verl's own datasets leave it empty when the reward needs none) takes all from extra_info."""
     target = plain(ground_truth)
+    if target is None:
+        target = {}
     if isinstance(target, str) and target.lstrip().startswith("{"):
         try:
             target = json.loads(target)

@@ -31,6 +31,11 @@ class SampleResult:
     speedup_low: float | None = None      # the lower end of the speedup's 90% interval (fast_p needs it above p)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    speedup_high: float | None = None     # its upper end (None where the step had too few pairs for an interval)
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        return None if self.speedup_low is None or self.speedup_high is None else (self.speedup_low, self.speedup_high)
 
 
 @dataclass
@@ -39,6 +44,7 @@ class TaskSummary:
     n: int
     correct: int
     best_speedup: float | None          # over correct samples with a measured speedup
+    best_interval: tuple[float, float] | None   # that sample's 90% interval (None: too few pairs for one)
     best_roofline_fraction: float | None  # over correct samples with a roofline fraction
     pass_at_k: dict[int, float]         # for each requested k <= n
     verdicts: dict[str, int]            # verdict -> count
@@ -72,15 +78,16 @@ class EvaluationReport:
         for name in self.task_names:
             rows = [r for r in self.rows if r.task == name]
             good = [r for r in rows if r.correct]
-            speedups = [r.speedup for r in good if r.speedup is not None and math.isfinite(r.speedup)]
+            timed = [r for r in good if r.speedup is not None and math.isfinite(r.speedup)]
+            best = max(timed, key=lambda r: r.speedup, default=None)
             roofs = [r.roofline_fraction for r in good if r.roofline_fraction is not None]
             verdicts: dict[str, int] = {}
             for r in rows:
                 verdicts[str(r.verdict)] = verdicts.get(str(r.verdict), 0) + 1
             n, c = len(rows), len(good)
             out.append(TaskSummary(
-                task=name, n=n, correct=c, best_speedup=max(speedups) if speedups else None,
-                best_roofline_fraction=max(roofs) if roofs else None,
+                task=name, n=n, correct=c, best_speedup=best.speedup if best else None,
+                best_interval=best.interval if best else None, best_roofline_fraction=max(roofs) if roofs else None,
                 pass_at_k={k: pass_at_k(n, c, k) for k in self.ks if k <= n}, verdicts=verdicts,
                 first_error=next((r.error for r in rows if r.error), None)))
         return out
@@ -134,18 +141,32 @@ class EvaluationReport:
         names = {"tasks": "tasks", "samples": "samples", "correct_samples": "correct samples",
                  "mean_roofline_fraction": "mean roofline fraction (correct samples)"}
         described = {f"fast_{p:g}": (f"fast_{p:g} (tasks with a correct sample)" if p == 0 else
-                                     f"fast_{p:g} (tasks with a correct sample, speedup > {p:g})") for p in self.ps}
+                                     f"fast_{p:g} (tasks with a correct sample whose speedup's 90% interval lies "
+                                     f"above {p:g}x)") for p in self.ps}
         lines.append(_md_table(["metric", "value"],
                                [[names.get(k) or described.get(k) or k, _cell(v)] for k, v in suite.items()]))
+        if any(p > 0 for p in self.ps):
+            lines += ["", "fast_p (p > 0) counts a correct sample only when the lower end of its speedup's 90% "
+                          "interval, from the step's paired bursts, is above p; a sample with too few pairs for an "
+                          "interval (under 5) counts by its speedup alone."]
         lines += ["", "## Per task", ""]
-        headers = ["task", "n", "correct", *(f"pass@{k}" for k in self.ks), "best speedup", "best roofline",
-                   "verdicts", "first error"]
+        headers = ["task", "n", "correct", *(f"pass@{k}" for k in self.ks), "best speedup [90% interval]",
+                   "best roofline", "verdicts", "first error"]
         rows = []
         for s in self.task_summaries():
             rows.append([s.task, s.n, s.correct, *(_cell(s.pass_at_k.get(k)) for k in self.ks),
-                         _cell(s.best_speedup, "x"), _cell(s.best_roofline_fraction, "%"),
+                         _speedup(s.best_speedup, s.best_interval), _cell(s.best_roofline_fraction, "%"),
                          ", ".join(f"{v} {c}" for v, c in s.verdicts.items()), _short(s.first_error)])
         lines.append(_md_table(headers, rows))
+        timed = [r for r in self.rows if r.speedup is not None]
+        if timed:
+            lines += ["", "## Timed samples", "",
+                      "Each speedup is the step's paired estimate with its 90% interval over the paired bursts (none "
+                      "where the step had fewer than 5 pairs); an interval that holds 1 does not tell the sample's "
+                      "speed from the reference's.", ""]
+            lines.append(_md_table(["task", "sample", "verdict", "speedup [90% interval]", "roofline", "reward"],
+                                   [[r.task, r.sample, r.verdict, _speedup(r.speedup, r.interval),
+                                     _cell(r.roofline_fraction, "%"), _cell(r.reward)] for r in timed]))
         return "\n".join(lines) + "\n"
 
     def plot(self, path: str | Path) -> Path:
@@ -170,6 +191,13 @@ def _cell(value: Any, unit: str = "") -> str:
             return f"{value:.3g}x"
         return f"{value:.3f}"
     return str(value)
+
+
+def _speedup(speedup: float | None, interval: tuple[float, float] | None) -> str:
+    """'1.07x [0.93, 1.21]' (the 90% interval where there is one)."""
+    if speedup is None:
+        return "-"
+    return _cell(speedup, "x") + (f" [{interval[0]:.3g}, {interval[1]:.3g}]" if interval else "")
 
 
 def _short(text: Any, limit: int = 80) -> str:

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from tqdm import tqdm
 
@@ -75,11 +74,9 @@ def evaluate(agent, tasks: Sequence[str] | None = None, config: JudgeConfig | No
         with tqdm(total=len(names) * samples, desc="evaluating", unit="sample",
                   disable=None if progress is None else not progress) as bar:
             submitted = {}
-            for name in names:
-                for i in range(samples):
-                    bar.set_description(f"{name} [{i + 1}/{samples}]")
-                    action = agent.act(observations[name])
-                    submitted[client.submit(name, action)] = (i, observations[name], action)
+            for name, i, action in completions(agent, names, observations, samples):
+                bar.set_description(f"{name} [{i + 1}/{samples}]")
+                submitted[client.submit(name, action)] = (i, observations[name], action)
             bar.set_description("judging")
             for future in concurrent.futures.as_completed(submitted):
                 i, observation, action = submitted[future]
@@ -102,6 +99,34 @@ def evaluate(agent, tasks: Sequence[str] | None = None, config: JudgeConfig | No
                             wall_seconds=time.perf_counter() - start)
 
 
+def completions(agent, names: Sequence[str], observations: dict, samples: int) -> Iterator[tuple[str, int, str]]:
+    """(task, sample, completion) for `samples` completions of each task, in the order they are ready.
+
+    An agent with `act_batch` (the model agents) is asked for a task's samples at once (one request with n samples
+    for a server, one batch for a local model), `agent.concurrency` tasks at a time (a server's requests in flight;
+    1 where the agent has none). A model that generates on this machine (`agent.runs_here`) finishes every
+    completion before the first is judged: its generation beside the rank processes would be timed with them.
+    Others are judged as their completions come (judging overlaps the server's generation)."""
+    if not hasattr(agent, "act_batch"):
+        for name in names:
+            for i in range(samples):
+                yield name, i, agent.act(observations[name])
+        return
+
+    def task(name: str) -> list[tuple[str, int, str]]:
+        texts = agent.act_batch([observations[name]], num_samples=samples)[0]
+        return [(name, i, text) for i, text in enumerate(texts)]
+
+    here = getattr(agent, "runs_here", False)
+    workers = min(max(1, int(getattr(agent, "concurrency", 1) or 1)), len(names))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(task, name) for name in names]
+        if here:
+            concurrent.futures.wait(futures)   # every completion made before the first step starts
+        for future in futures if here else concurrent.futures.as_completed(futures):
+            yield from future.result()
+
+
 def sample_row(record: EvaluationRecord, sample: int, reward: float) -> SampleResult:
     """A report's row: correct per the judge and free of exploit flags (an exploit that passed verification
     is no answer)."""
@@ -109,32 +134,11 @@ def sample_row(record: EvaluationRecord, sample: int, reward: float) -> SampleRe
                         correct=record.correct and not record.exploit_flags, speedup=record.speedup,
                         roofline_fraction=record.roofline_fraction, reward=reward,
                         stage_seconds=dict(record.stage_seconds), error=record.error,
-                        speedup_low=record.speedup_interval[0] if record.speedup_interval else None)
+                        speedup_low=record.speedup_interval[0] if record.speedup_interval else None,
+                        speedup_high=record.speedup_interval[1] if record.speedup_interval else None)
 
 
-# -- agents and tasks from CLI-style specs ---------------------------------------------------------------
-def agent_from_spec(spec: str):
-    """`reference` -> ReferenceAgent; `files:DIR` -> FileAgent over DIR's `<task>.py` files (by task)."""
-    from pkb_env.agents import FileAgent, ReferenceAgent
-
-    if spec == "reference":
-        return ReferenceAgent()
-    if spec.startswith("files:"):
-        if not spec[len("files:"):].strip():
-            raise ValueError("--agent files: needs a folder, e.g. --agent files:my_solutions/ (one <task>.py per task)")
-        folder = Path(spec[len("files:"):].strip()).expanduser()
-        if not folder.exists():
-            raise FileNotFoundError(f"no such folder: {folder}; --agent files:DIR needs a folder of <task>.py files")
-        if folder.is_file():
-            raise ValueError(f"--agent files:{folder} is a file; pass a folder holding one <task>.py per task "
-                             f"(to judge a single file use `pkb-env eval TASK {folder}`)")
-        agent = FileAgent(folder, by_task=True)  # FileNotFoundError names the missing folder
-        agent.name = f"files:{folder}"
-        return agent
-    raise ValueError(f"unknown agent {spec!r}; use --agent reference or --agent files:DIR "
-                     f"(a folder with one <task>.py per task)")
-
-
+# -- tasks from CLI-style specs (agents: pkb_env/agents/specs.py) ------------------------------------------
 def resolve_tasks(spec: str | None, agent=None) -> list[str] | None:
     """`a,b` -> [a, b] (checked: a task that cannot run here is refused, naming the sizes it takes); None/"all"
     -> None, the whole suite as it runs here (the judge's `tasks()`: at world size 1 the tasks that take it),
@@ -148,11 +152,11 @@ def resolve_tasks(spec: str | None, agent=None) -> list[str] | None:
         names = [n for n in task_names() if any(f.stem == n for f in agent.files)]
         if not names:
             raise ValueError(f"none of the {len(agent.files)} .py files of {agent.name} is named after a task; "
-                             f"name them <task>.py, one of: {', '.join(task_names())}")
+                             f"name them <task>.py (`pkb-env tasks` lists the task names)")
         return names
     names = list(dict.fromkeys(n.strip() for n in spec.split(",") if n.strip()))
     for name in names:
-        load_task(name)  # TaskError lists the known tasks
+        load_task(name)  # TaskError naming the closest tasks
     if by_task:
         missing = [n for n in names if not any(f.stem == n for f in agent.files)]
         if missing:

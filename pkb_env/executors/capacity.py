@@ -25,6 +25,7 @@ from pkb_env.errors import ExecutorError
 CPU_RANKS_PER_CORE = 32
 EMULATED_RANKS_PER_GPU = 8
 OVERRIDE = "PKB_ENV_MAX_WORLD_SIZE"
+EMULATED = "cuda-emulated"
 
 
 @dataclass(frozen=True)
@@ -35,12 +36,16 @@ class WorldSizeLimit:
 
     def check(self, world_size: int) -> None:
         if world_size > self.limit:
-            raise ExecutorError(
-                f"world size {world_size} is more than the {self.executor} executor can run here: the limit is "
-                f"{self.limit} ({self.derivation}). Pass world_size <= {self.limit} (--world-size on the command "
-                f"line)" + ("" if self.executor == "cuda" else
-                           f", or set {OVERRIDE}={world_size} to run it anyway (ranks then time-slice the machine: "
-                           f"steps slow down in proportion)"))
+            head = (f"world size {world_size} is more than the {self.executor} executor can run here: the limit is "
+                    f"{self.limit} ({self.derivation})")
+            tail = "" if self.executor == "cuda" else (f", or set {OVERRIDE}={world_size} to run it anyway (ranks then "
+                                                       f"time-slice the machine: steps slow down in proportion)")
+            more = "runs more ranks than GPUs, for correctness only"
+            cuda = self.executor == "cuda"
+            raise ExecutorError(f"{head}{f'; executor {EMULATED!r} {more}' if cuda else ''}. Pass world_size <= "
+                                f"{self.limit}{tail}",
+                                f"{head}{f'; --executor {EMULATED} {more}' if cuda else ''}. Pass --world-size "
+                                f"{self.limit} or less{tail}")
 
 
 def usable_cores() -> int:
@@ -54,8 +59,7 @@ def usable_cores() -> int:
 def world_size_limit(executor: str, gpus: int) -> WorldSizeLimit:
     """The limit for a resolved executor name ("cpu" | "cuda" | "cuda-emulated") on a machine with `gpus`."""
     if executor == "cuda":  # a hard limit: no override gives a rank a GPU of its own that is not there
-        return WorldSizeLimit("cuda", gpus, f"{gpus} GPU(s), one rank per GPU; use executor 'cuda-emulated' to "
-                                            f"run more ranks than GPUs, for correctness only")
+        return WorldSizeLimit("cuda", gpus, f"{gpus} GPU(s), one rank per GPU")
     override = os.environ.get(OVERRIDE)
     if override:
         try:

@@ -41,6 +41,7 @@ class TrialOutputs:
     input_bytes: int = 0          # the largest rank's, for the timing plan (believed from the reference only)
     output_bytes: int = 0
     updated: list[Any] = field(default_factory=list)  # per rank: {input name: final value} of in-place inputs
+    unchanged: list[list[str]] = field(default_factory=list)   # per rank: in-place arguments the call left as given
 
 
 @dataclass

@@ -62,6 +62,7 @@ class Session:
                 seconds=[d.header["seconds"] for d in per_rank],
                 aliases=[d.header["aliases"] for d in per_rank],
                 mutated=[d.header["mutated"] for d in per_rank],
+                unchanged=[d.header["unchanged"] for d in per_rank],
                 shares=[d.header["shares"] for d in per_rank],
                 input_bytes=max(d.header["input_bytes"] for d in per_rank),
                 output_bytes=max(d.header["output_bytes"] for d in per_rank)))

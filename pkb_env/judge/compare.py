@@ -114,6 +114,11 @@ def _compare(expected: Any, got: Any, path: str, table: Mapping[str, Check], tri
                     numbers["message"] += " (rows compared as a set: both sides sorted)"
                 if check.order_by is not None:
                     numbers["message"] += f" (rows put in the order of {check.order_by} on both sides)"
+                elif not check.unordered:
+                    moved = _moved_rows(expected, got, check.tolerance)
+                    if moved:
+                        numbers["message"] = moved + "; " + numbers["message"]
+                        numbers["kind"] = "permuted"
                 miss(**numbers)
     elif expected is None:
         if got is not None:
@@ -217,6 +222,31 @@ def _compare_tensors(expected: torch.Tensor, got: torch.Tensor, tol: Tolerance) 
                 max_abs_err=max_abs, max_rel_err=max_rel if has_rel else None, bad_elements=bad_count,
                 total_elements=total, first_index=_unravel(first, list(expected.shape)),
                 expected=_short(e[first].item()), got=_short(g[first].item()))
+
+
+def _moved_rows(expected: torch.Tensor, got: torch.Tensor, tol: Tolerance) -> str | None:
+    """Where `got` holds the rows (dim 0) of `expected` in another order, what to say of it (a wrong order read as
+    thousands of wrong values sent the candidate after a numerical error); else None. Rows are matched as sets,
+    sorted on both sides, exactly for exact outputs and at the tolerance for floats."""
+    if expected.dim() == 0 or expected.shape[0] < 2 or expected.dtype.is_complex:
+        return None
+    rows = expected.shape[0]
+    # compared as float64 (exact for every float dtype, fp8 and bf16 included, which numpy cannot sort) or int64
+    wide = torch.float64 if expected.dtype.is_floating_point else torch.int64
+    a, b = (t.detach().to("cpu").reshape(rows, -1).to(wide) for t in (expected, got))
+    e, g = _sorted_rows(a), _sorted_rows(b)
+    same = torch.equal(e, g) or (wide is torch.float64 and not tol.exact
+                                  and _all_close(e.reshape(-1), g.reshape(-1), tol))
+    if not same:
+        return None
+    if wide is torch.float64:
+        placed = ((b - a).abs() <= _bound(a.abs(), tol)).all(dim=1) | (a == b).all(dim=1)
+    else:
+        placed = (a == b).all(dim=1)
+    moved = [i for i, ok in enumerate(placed.tolist()) if not ok]
+    word = "elements" if expected.dim() == 1 else "rows (dim 0)"
+    return (f"the {word} are a permutation of the expected ones: every one is right, {len(moved)} of {rows} are in "
+            f"other places (the first at index {moved[0]}); put each where the reference puts it")
 
 
 def _sorted_rows(t: torch.Tensor) -> torch.Tensor:

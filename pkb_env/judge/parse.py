@@ -59,7 +59,7 @@ def parse_action(action: object, max_chars: int = JudgeConfig.max_action_chars) 
     note = _replacement_note(text)
     if _is_module(text):
         return ParseResult(code=text, action_chars=chars, from_fence=False, note=note)
-    blocks = _fenced_blocks(text)
+    blocks = fenced_blocks(text)
     if not blocks:
         return ParseResult(code=text, action_chars=chars, from_fence=False, note=note)
 
@@ -103,7 +103,7 @@ def _is_module(text: str) -> bool:
     return True
 
 
-def _fenced_blocks(text: str) -> list[tuple[str, str]]:
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
     """(language tag, body) of every fenced block in order; an unclosed last fence runs to the end."""
     lines = text.split("\n")
     blocks: list[tuple[str, str]] = []

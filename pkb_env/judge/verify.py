@@ -27,16 +27,36 @@ def verify_trials(ctx: StepContext, expected: list[TrialOutputs], got: list[Tria
             checked += 1
             for path in cand.aliases[rank]:
                 mismatches.append(Mismatch(label, rank, path, f"{path} is a view of an input argument; "
-                                           f"return a new tensor"))
+                                           f"return a new tensor", kind="view"))
             for path in cand.mutated[rank]:
                 mismatches.append(Mismatch(label, rank, path, f"the call modified {path}; inputs must be left "
-                                           f"unchanged (copy before working in place)"))
+                                           f"unchanged (copy before working in place)", kind="mutated"))
             mismatches.extend(compare_outputs(e, g, checks, label, rank))
             if exp.updated and exp.updated[rank]:  # state updated in place: its final values, by input name
-                mismatches.extend(compare_outputs(exp.updated[rank], cand.updated[rank], checks, label, rank,
-                                                  root=UPDATED))
+                state = compare_outputs(exp.updated[rank], cand.updated[rank], checks, label, rank, root=UPDATED)
+                mismatches.extend(_untouched(state, cand.unchanged[rank] if cand.unchanged else [],
+                                             ctx.task.inplace_arguments()))
         mismatches.extend(replicas.trial_mismatches(ctx.replicas, cand.outputs, cand.updated, label))
     return VerifyResult(correct=not mismatches, checked=checked, mismatches=mismatches)
+
+
+def _untouched(state: list[Mismatch], unchanged: list[str], places: dict[str, str]) -> list[Mismatch]:
+    """The in-place state's mismatches, where the call never wrote a state argument (the rank saw it unchanged)
+    folded into one that says so: "N elements differ" sent the candidate looking for a numerical error when it
+    had returned a new tensor instead of updating the one it was given."""
+    out = list(state)
+    for argument in unchanged:
+        path = places.get(argument)
+        mine = [m for m in out if m.path == path or m.path.startswith(f"{path}[")]
+        if not mine:
+            continue   # the reference leaves it as it is too
+        first = mine[0]
+        out = [m for m in out if m not in mine]
+        out.append(Mismatch(first.trial, first.rank, path, f"{path} still holds its input value: the call never "
+                            f"updated it in place, as the reference does (write the new values into the tensor you "
+                            f"were given, e.g. state.copy_(new) or state.add_(...); returning a new tensor does not "
+                            f"update it)", kind="untouched"))
+    return out
 
 
 def verify_timed(ctx: StepContext, log: BurstLog, expected: list[list[dict]]) -> VerifyResult | StageFailure:

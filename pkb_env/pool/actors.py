@@ -47,11 +47,20 @@ class JudgeActor:
         await asyncio.wrap_future(self._made)
         return await self.health()
 
+    async def _ready(self) -> None:
+        """Wait for the judge being made, or make one where there is none (discarded, or its making failed).
+
+        One make at a time: a step that came while the judge of a restarted actor was still starting once made
+        a second judge here, and the first one's processes and directory were left to the actor's death (the
+        next Ray kill left its /tmp/pkb-env-* folder) while the step waited for two starts."""
+        if self.client is None and self._made.done():
+            self._made = self._maker.submit(self._make)
+        await asyncio.wrap_future(self._made)
+
     async def judge(self, task: str, code: str, preset: str | None, dtype: str | None) -> dict[str, Any]:
         self.busy = (task, time.time())
         try:
-            if self.client is None:
-                await asyncio.wrap_future(self._maker.submit(self._make))
+            await self._ready()
             return (await asyncio.wrap_future(self.client.submit(task, code, preset, dtype))).to_dict()
         except TaskError:
             raise
@@ -66,8 +75,7 @@ class JudgeActor:
     async def observation(self, task: str, preset: str | None, dtype: str | None, feedback: str = "",
                           turn: int = 0) -> dict[str, Any]:
         """What a model is shown of `task` here (the env's observation), starting nothing."""
-        if self.client is None:
-            await asyncio.wrap_future(self._maker.submit(self._make))
+        await self._ready()
         return await asyncio.to_thread(self.client.observation, task, preset, dtype, feedback, turn)
 
     async def health(self) -> dict[str, Any]:
@@ -83,6 +91,7 @@ class JudgeActor:
                                              "performance_available": info.performance_available,
                                              "topology": info.topology}
         return {"pid": os.getpid(), "host": socket.gethostname(), "node": _node_id(), "steps": self.steps,
+                "starting": not self._made.done(),
                 "busy": self.busy[0] if self.busy else None, "busy_s": busy_s, "processes": [os.getpid(), *children],
                 "up_s": time.time() - self.started_at, **described}
 

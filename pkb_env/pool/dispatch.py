@@ -10,9 +10,10 @@ on Ray's own parts (docs/scale_out.md, "Faults"):
 - a step whose actor died under it (process killed, node lost) is tried once more on another actor; a
   second failure, of either kind, is the judge's: the step comes back as `Verdict.JUDGE_ERROR`, never as
   the candidate's fault; so does a step still unjudged at its batch's deadline (its actor killed too);
-- an actor that died gets no step until it answers a health call again (Ray restarts it meanwhile: a step
-  sent to a restarting actor would fail for nothing); one that Ray could not bring back is replaced by a
-  new one in the same bundle of the placement group.
+- an actor that died gets no step until it answers a health call again with its judge started (Ray restarts
+  it meanwhile: a step sent to a restarting actor would fail for nothing, and one sent to an actor whose judge
+  is still starting would wait for that start while another actor may be free); one that Ray could not bring
+  back is replaced by a new one in the same bundle of the placement group.
 Ray's own task retries stay off (`max_task_retries=0`): whether to retry depends on why the step failed,
 and a retried step is a fresh attempt with a deadline of its own.
 """
@@ -175,11 +176,11 @@ class Dispatcher:
                 slot.probe_after, slot.probe = None, slot.handle.health.remote()
 
     def _answered(self, slot: Slot, ref: Any) -> None:
-        """A dead actor's health answer: back (steps may go to it), restarting (ask again), or gone (replace it)."""
+        """A dead actor's health answer: back with its judge started (steps may go to it), restarting or starting
+        its judge (ask again), or gone (replace it)."""
         ray = ray_module()
         try:
-            ray.get(ref)
-            back = True
+            back = not ray.get(ref).get("starting")
         except ray.exceptions.ActorDiedError:
             back = None
         except Exception:

@@ -13,8 +13,13 @@ from pkb_env.pool import placement
 from pkb_env.pool.cluster import PoolError, connect, ray_module
 from pkb_env.sandbox.variables import MULTICAST_OFF
 
-# Variables every actor's process gets, whatever its node's environment: NVLink multicast stays off.
-ACTOR_ENV = dict(MULTICAST_OFF)
+# Variables every actor's process gets, whatever its node's environment: NVLink multicast stays off; and Ray does
+# not SIGKILL the actor's direct children when the actor is killed (its default, RAY_kill_child_processes_on_
+# worker_exit): the judge's zygote is one, and killed outright it could not do what it does when its parent dies
+# (end every cell and rank, remove the executor's $TMPDIR/pkb-env-* directory: pkb_env/sandbox/zygote.py). Each
+# `ray.kill` of an actor (a step past its deadline) left that directory behind. The zygote and everything under
+# it still die with the actor (parent-death signals).
+ACTOR_ENV = {**MULTICAST_OFF, "RAY_kill_child_processes_on_worker_exit": "false"}
 
 
 def step_timeout(config: JudgeConfig, given: float | None) -> float:

@@ -234,7 +234,7 @@ class JudgePool:
 
     # -- helpers -------------------------------------------------------------------------------------
     def _check(self, task: str, preset: str | None, dtype: str | None):
-        problem = self.problem(task, preset, dtype)   # TaskError listing the known tasks
+        problem = self.problem(task, preset, dtype)   # TaskError naming the closest tasks
         if problem:
             raise TaskError(problem)
         return load_task(task)

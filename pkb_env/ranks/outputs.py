@@ -167,10 +167,20 @@ def mutated(args: tuple, pristine: list[tuple[str, torch.Tensor]], inplace: tupl
             and (current[p].shape != before.shape or not JUDGE.equal(JUDGE.detach(current[p]), before))]
 
 
+def unchanged(args: tuple, pristine: list[tuple[str, torch.Tensor]], inplace: tuple[int, ...]) -> list[str]:
+    """The arguments the task updates in place (`inplace`: their positions) that the call left as they were: what
+    lets the judge say "it still holds its input value" instead of listing elements that differ."""
+    current = dict(tensors(args, "argument"))
+    return [f"argument[{i}]" for i in inplace
+            if all(current[p].shape == before.shape and JUDGE.equal(JUDGE.detach(current[p]), before)
+                   for p, before in pristine if p == f"argument[{i}]" or p.startswith(f"argument[{i}]["))
+            and any(p == f"argument[{i}]" or p.startswith(f"argument[{i}][") for p, _ in pristine)]
+
+
 def updated(args: tuple, inplace: dict[str, int]) -> dict[str, Any]:
     """The in-place results of a call ({input name: its argument}), copied in stream order (`stage`)."""
     return {name: stage(args[index]) for name, index in inplace.items()}
 
 
 watch(sys.modules[__name__], "skeleton", "export", "check_size", "stage", "aliases", "reuse_problems", "clone_args",
-      "mutated", "updated", "tensors", "nbytes", "shared_with")
+      "mutated", "unchanged", "updated", "tensors", "nbytes", "shared_with")

@@ -41,11 +41,12 @@ from pkb_env.contract import GroupCache
 from pkb_env.ranks import bursts, compilers, fingerprints, host_staged, probes  # noqa: F401 (compilers: wrapped)
 from pkb_env.ranks.clocks import BurstTimes, make_clock
 from pkb_env.ranks.outputs import (OutputError, aliases, check_size, clone_args, export, mutated, nbytes, shared_with,
-                                  stage, updated)
+                                  stage, unchanged, updated)
 from pkb_env.ranks.tripwire import JUDGE, tampered, watch
 from pkb_env.runtime import link
 from pkb_env.runtime.symmetric import SymmetricBuffer
 from pkb_env.sandbox import cores
+from pkb_env.sandbox.limits import file_size_advice
 from pkb_env.task import load_reference, load_task
 from pkb_env.wire import channel, requests
 from pkb_env.wire.gate import PageView
@@ -238,6 +239,7 @@ class RankServer:
             payload = {"output": export(staged), "updated": export(results)}
             self.send("trial", JUDGE.pack(payload), index=index, seconds=seconds, aliases=aliases(out, args),
                       mutated=mutated(args, pristine, tuple(workload.inplace.values())),
+                      unchanged=unchanged(args, pristine, tuple(workload.inplace.values())),
                       shares=shared_with(out, held), input_bytes=nbytes(args), output_bytes=nbytes(out))
             held.append(out)
 
@@ -409,6 +411,9 @@ def describe_exception(exc: BaseException) -> str:
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith(CANDIDATE_FILE)]
     lines = [f"  line {f.lineno}, in {f.name}: {f.line}" for f in frames[-4:]]
     text = f"{type(exc).__name__}: {exc}"
+    advice = file_size_advice(exc)   # a write past the rank's file-size cap: say the cap and the fix
+    if advice:
+        text += f" ({advice})"
     return ("\n".join(lines + [text]) if lines else text)[:2000]
 
 

@@ -6,6 +6,7 @@ by process group and process tree).
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import resource
 import signal
@@ -17,6 +18,9 @@ import psutil
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+# The most a rank may write to any one file, its printed output (stdout and stderr, redirected to its log) included:
+# a rank printing without end would fill the judge's disk. The prompt's rules state it (pkb_env/prompt.py).
+RANK_FILE_BYTES = 64 << 20
 
 
 def prctl(option: int, value: int) -> None:
@@ -39,7 +43,7 @@ def become_subreaper() -> None:
 class ResourceLimits:
     """Per-rank limits. `address_space_bytes` is only set for CPU ranks (CUDA reserves huge VA ranges)."""
 
-    file_size_bytes: int = 64 << 20
+    file_size_bytes: int = RANK_FILE_BYTES
     open_files: int = 1024
     address_space_bytes: int | None = None
     cpu_seconds: int | None = None
@@ -53,6 +57,17 @@ class ResourceLimits:
             _set(resource.RLIMIT_AS, self.address_space_bytes)
         if self.cpu_seconds:
             _set(resource.RLIMIT_CPU, self.cpu_seconds)
+
+
+def file_size_advice(exc: BaseException) -> str | None:
+    """What to tell a candidate whose write failed at the file-size limit (EFBIG: the bare 'OSError: [Errno 27] File
+    too large' named neither the cap nor what counts against it), or None for any other exception."""
+    if not (isinstance(exc, OSError) and exc.errno == errno.EFBIG):
+        return None
+    cap = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    size = f"{cap >> 20} MiB" if cap != resource.RLIM_INFINITY else "its limit"
+    return (f"a rank may write at most {size} to any one file, and what it prints goes to one, its log of stdout "
+            f"and stderr; print a summary, not whole tensors, and keep large data in tensors, not files")
 
 
 def _set(which: int, value: int) -> None:

@@ -43,7 +43,8 @@ class Zygote(ForkServer):
         which no cell may show; `root` the executor's directory, which the zygote removes if the judge dies
         without closing it (`main`); `gpu`: its ranks are GPU ones (what they may import is imported first)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        judge = json.dumps({"home": os.path.expanduser("~"), "cache": cache, "root": root, "gpu": gpu})
+        judge = json.dumps({"home": os.path.expanduser("~"), "cache": cache, "root": root, "gpu": gpu,
+                            "parent": os.getpid()})
         cmd = [sys.executable, "-c", BOOT, str(theirs.fileno()), judge]
         self.process = subprocess.Popen(cmd, env=env, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                                         start_new_session=True)
@@ -108,6 +109,8 @@ def main() -> None:
     # ends every cell and removes the executor's directory, so a dead judge leaves nothing in /tmp either.
     signal.signal(signal.SIGTERM, lambda *_: _orphaned(judge["root"]))
     set_parent_death_signal(signal.SIGTERM)
+    if os.getppid() != judge["parent"]:   # the judge died before the signal was asked for: none will come
+        _orphaned(judge["root"])
     become_subreaper()  # orphans of un-namespaced cells (double forks, fork-walkers) become ours: the judge sweeps them
     import torch  # noqa: F401  (the point of the zygote: pay for this once)
     import torch.distributed  # noqa: F401

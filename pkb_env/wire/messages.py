@@ -107,7 +107,7 @@ SCHEMAS: dict[str, Schema] = {
     "ready": Schema({**_ANSWER, "facts": _facts}, payload=False),
     "built": Schema({**_ANSWER, "seconds": _real}, payload=False),
     "trial": Schema({**_ANSWER, "index": _int, "seconds": _real, "aliases": _names, "mutated": _names,
-                     "shares": _ints, "input_bytes": _int, "output_bytes": _int}, payload=True),
+                     "unchanged": _names, "shares": _ints, "input_bytes": _int, "output_bytes": _int}, payload=True),
     "gated": Schema(dict(_ANSWER), payload=False),
     "burst": Schema({**_ANSWER, "seen_at": _real, "ended_at": _real, "busy_s": _real, "host_s": _real,
                      "idle_s": _real_or_none, "wait_s": _real_or_none, "marks": _reals(MAX_MARKS)}, payload=False),

@@ -14,7 +14,7 @@ SPEC = primitive(
     title="All-gather",
     description="Every rank holds an (M, N) tensor; every rank must return the (W, M, N) stack of all ranks' "
                 "tensors in rank order.",
-    origin="NCCL/torch.distributed all_gather_into_tensor",
+    origin="NCCL/torch.distributed all_gather_into_tensor (all_gather_single from torch 2.13)",
     pkb_id=2,
     inputs=(Tensor("tensor", ("M", "N")),),
     outputs=(Output("out", ("W", "M", "N"), layout=Replicated(), doc="out[j] is rank j's tensor"),),

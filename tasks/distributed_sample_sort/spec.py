@@ -52,8 +52,8 @@ def _total(trial) -> int:
 SPEC = TaskSpec(
     name="distributed_sample_sort",
     title="Distributed sample sort into exactly balanced slices",
-    description="Every rank holds values (n,): n is its own, drawn per call, and may be 0 on some ranks; equal "
-                "values are common. Let S be all ranks' values sorted ascending, T their number. Every rank r must "
+    description="Every rank holds values (n,): n is its own, drawn per call around N, and in some calls every odd "
+                "rank holds none (n = 0: an edge case below); equal values are common. Let S be all ranks' values sorted ascending, T their number. Every rank r must "
                 "return S[r * (T // W) + min(r, T % W) : (r + 1) * (T // W) + min(r + 1, T % W)] (the first T % W "
                 "ranks hold one value more), in the values' dtype.",
     family="other",

@@ -152,7 +152,7 @@ def test_world_size_over_the_limit_is_refused_before_anything_starts(tmp_path, m
     assert main(["eval", "all_reduce", str(tmp_path), "--world-size", str(limit + 1), "--executor", "cpu"]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert f"the limit is {limit} ({usable_cores()} usable core(s) x {CPU_RANKS_PER_CORE} ranks per core)" in err
-    assert f"world_size <= {limit}" in err and f"PKB_ENV_MAX_WORLD_SIZE={limit + 1}" in err
+    assert f"--world-size {limit} or less" in err and f"PKB_ENV_MAX_WORLD_SIZE={limit + 1}" in err
     assert not list(tmp_path.iterdir()), "nothing may start for a refused world size"
 
 

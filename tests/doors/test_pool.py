@@ -7,8 +7,11 @@ test closes that pool."""
 from __future__ import annotations
 
 import asyncio
+import glob
 import os
+import shutil
 import signal
+import tempfile
 import time
 
 import pytest
@@ -34,17 +37,42 @@ SLOW = RING + "\n\nimport time\n_ring, _calls = solution, [0]\n\n\ndef solution(
 CONFIG = FAST.replace(executor="cpu", world_size=2)
 
 
+# The actors' $TMPDIR: their executors' pkb-env-* folders land here, apart from other judges on the machine, so that
+# what the pool leaves behind can be counted.
+ACTOR_TMP = tempfile.mkdtemp(prefix="pkb-pool-tmp-")
+
+
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=6, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=6, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"TMPDIR": ACTOR_TMP}})
     yield
     ray.shutdown()
+    shutil.rmtree(ACTOR_TMP, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 def pool(cluster):
     with JudgePool(CONFIG, address="auto", actors=2, cpus_per_actor=1) as pool:
         yield pool
+
+
+def _correct(pool, record) -> None:
+    """Assert `record` is correct, showing what it was instead and what the pool had done (a bare `assert False`
+    told nothing of a failure seen once under load)."""
+    assert record.correct, (f"{record.task}: {record.verdict.value}: {record.error}\nfeedback: {record.feedback}\n"
+                            f"pool: {pool.stats()}\nactors: {pool.health()}")
+
+
+def _folders(at_most: int, wait_s: float) -> list[str]:
+    """The pkb-env-* folders of the pool's actors, once there are `at_most` or fewer (or after `wait_s`): a judge
+    that died removes its own shortly after (its zygote, told as its parent dies: pkb_env/sandbox/zygote.py)."""
+    end = time.monotonic() + wait_s
+    while True:
+        found = sorted(glob.glob(os.path.join(ACTOR_TMP, "pkb-env-*")))
+        if len(found) <= at_most or time.monotonic() > end:
+            return found
+        time.sleep(0.2)
 
 
 def _judged(pool, batch):
@@ -77,15 +105,16 @@ def test_an_actor_killed_mid_step_costs_a_retry_not_a_verdict(pool):
     busy = _wait_for(lambda: [a for a in pool.health() if a.get("busy")], 20)
     os.kill(busy[0]["pid"], signal.SIGKILL)
     record = next(pool.as_completed([future], deadline_s=90))
-    assert record.verdict in (Verdict.CORRECT, Verdict.JUDGE_ERROR), record.error
     after = pool.stats()
-    assert after["actor_deaths"] == before["actor_deaths"] + 1
+    assert record.verdict in (Verdict.CORRECT, Verdict.JUDGE_ERROR), (record.verdict, record.error, after)
+    assert after["actor_deaths"] == before["actor_deaths"] + 1, (before, after)
     if record.verdict is Verdict.JUDGE_ERROR:
-        assert "died" in record.error and not record.judged
+        assert "died" in record.error and not record.judged, (record.error, after)
     else:
-        assert after["retried"] == before["retried"] + 1
-    assert pool.map([("all_reduce", RING)], deadline_s=120)[0].correct   # the pool goes on
+        assert after["retried"] == before["retried"] + 1, (before, after)
+    _correct(pool, pool.map([("all_reduce", RING)], deadline_s=120)[0])   # the pool goes on
     assert still_alive([busy[0]["pid"]], 5) == []
+    assert len(_folders(pool.size, 30)) <= pool.size   # the killed judge's folder went with it
 
 
 def test_a_batch_deadline_returns_on_time_and_blames_nobody(pool):
@@ -96,7 +125,9 @@ def test_a_batch_deadline_returns_on_time_and_blames_nobody(pool):
     hung = records[0]
     assert hung.verdict is Verdict.JUDGE_ERROR and "deadline" in hung.error, hung.error
     assert load_reward("default")(hung).terms["scored"] == "no" and load_reward("default")(hung).value == 0.0
-    assert pool.map([("all_reduce", RING)], deadline_s=120)[0].correct   # its actor restarted
+    _correct(pool, pool.map([("all_reduce", RING)], deadline_s=120)[0])   # its actor restarted
+    # Ray killed the hung step's actor (ray.kill): its judge's folder went with it, none left behind
+    assert len(_folders(pool.size, 30)) <= pool.size, (_folders(pool.size, 0), pool.stats())
 
 
 def test_the_pool_records_what_it_judges_on_the_driver(pool, tmp_path):
@@ -201,13 +232,14 @@ def test_the_vector_env_steps_its_actors_at_once_and_autoresets_next_step(cluste
 
 def test_close_leaves_no_process_of_the_pool(pool):
     """The module's pool, closed here (its fixture's close() afterwards does nothing): keep this test last."""
-    assert pool.map([("all_reduce", RING)])[0].correct
+    _correct(pool, pool.map([("all_reduce", RING)])[0])
     pids = [p for ps in pool.process_ids().values() for p in ps]
     assert len(pids) > 3   # the actor, its zygote, cells and ranks
     pending = pool.submit("all_reduce", SLOW)
     pool.close()
     assert pending.result(timeout=1).verdict in (Verdict.JUDGE_ERROR, Verdict.CORRECT)
     assert still_alive(pids, 10) == []
+    assert _folders(0, 30) == []   # every judge the pool ever started removed its folder (killed ones included)
     with pytest.raises(PoolError, match="closed"):
         pool.submit("all_reduce", RING)
 

@@ -17,6 +17,7 @@ import sys
 
 from pkb_env.entrypoints.cli.exits import EXIT_CODES, EXIT_INTERRUPTED, EXIT_JUDGE_FAILURE, EXIT_TERMINATED, EXIT_USAGE
 from pkb_env.entrypoints.cli.options import parser
+from pkb_env.entrypoints.cli.refusals import refuse
 from pkb_env.errors import JudgeError, PoolError
 from pkb_env.extras import MissingExtra
 from pkb_env.settings import with_config
@@ -40,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
                 from pkb_env.executors import check_world_size
 
                 check_world_size(args.executor, args.world_size)  # before torch is imported or anything starts
+            refuse(args)   # bad tasks, sizes and files: before torch is imported too
             return args.run(args)
         except KeyboardInterrupt:
             print("pkb-env: interrupted (Ctrl-C); rank processes stopped, temporary files removed", file=sys.stderr)
@@ -48,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             print("pkb-env: terminated (SIGTERM); rank processes stopped, temporary files removed", file=sys.stderr)
             return EXIT_TERMINATED
         except (ValueError, FileNotFoundError, MissingExtra) as exc:  # TaskError, ExecutorError, ConfigError: ValueErrors
-            print(f"pkb-env: error: {exc}", file=sys.stderr)
+            print(f"pkb-env: error: {getattr(exc, 'command_line', exc)}", file=sys.stderr)   # the fix in flags
             return EXIT_USAGE
         except JudgeError as exc:  # the reference or containment failed: not the candidate's fault
             print(f"pkb-env: judge failure ({type(exc).__name__}): {exc}", file=sys.stderr)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 from tqdm import tqdm
 
 from pkb_env.config import JudgeConfig
-from pkb_env.entrypoints.cli.exits import EXIT_CODES
+from pkb_env.entrypoints.cli.exits import EXIT_CODES, EXIT_USAGE
 from pkb_env.errors import JudgeError
 from pkb_env.settings import judge_config
 from pkb_env.tables import table
@@ -24,7 +25,10 @@ def cmd_tasks(args) -> int:
 def cmd_show(args) -> int:
     """The prompt the env's first observation carries here (with the cached calibration, if any: `show`
     never measures; `pkb-env calibrate` does). Where none is cached the env measures one at its first open
-    and its prompt gains the measured figures, so a note on stderr says that this prompt lacks them."""
+    and its prompt gains the measured figures, so a note on stderr says that this prompt lacks them.
+    With --topology, the prompt of a machine with that board instead (`show_imagined`)."""
+    if args.topology is not None:
+        return show_imagined(args)
     from pkb_env.client import LocalClient
 
     with LocalClient(judge_config(args).replace(calibration="cached")) as client:
@@ -34,6 +38,32 @@ def cmd_show(args) -> int:
                   f"prompt has the datasheet's peaks only; the env measures one when it first opens a task and "
                   f"its prompt then adds 'Measured here: ...'. `pkb-env calibrate --world-size "
                   f"{client.world_size}` measures it now.", file=sys.stderr)
+    return 0
+
+
+def show_imagined(args) -> int:
+    """The first observation's prompt on a machine with the board `--topology` names, built as a JudgeService there
+    builds it (its executor planned as make_executor plans it there, the same TaskSession code), starting and
+    detecting nothing: the GPU prompt can be read without a GPU. That machine would measure a calibration at its
+    first open, adding 'Measured here: ...' to the prompt; a note on stderr says so."""
+    from pkb_env import spaces
+    from pkb_env.executors import imagined_executor
+    from pkb_env.prompt import Hardware
+    from pkb_env.service import TaskSession
+    from pkb_env.task import load_task
+    from pkb_env.topology import load_topology
+
+    config = judge_config(args)
+    board = load_topology(args.topology)
+    plan = imagined_executor(config, board.name, board.devices_per_node)
+    hardware = Hardware(plan.info.name, config.world_size, load_topology(plan.info.topology), plan.placement.gpu,
+                        config.protocol_for(plan.placement.clock).statistic)
+    session = TaskSession.preview(hardware, load_task(args.task), config.preset, config.dtype)
+    print(spaces.observation(session)["prompt"])
+    if plan.info.performance_available and config.world_size >= 2:
+        print(f"note: the prompt of {hardware.executor} ranks on {board.name} at world size {config.world_size}, with "
+              f"the board's datasheet peaks; such a machine measures its own at the env's first open (`pkb-env "
+              f"calibrate`), and its prompt then adds 'Measured here: ...'", file=sys.stderr)
     return 0
 
 
@@ -99,6 +129,8 @@ def cmd_eval(args) -> int:
 def stage_table(record) -> str:
     """Per-stage rows: what each stage found and how long it took (the candidate's stages; the reference's
     part of the step is its own row)."""
+    from pkb_env.judge.feedback import duration
+
     failed = record.failure.stage.value if record.failure else None
     found = {
         "parse": record.parse and (record.parse.error or ("fenced block" if record.parse.from_fence else "bare code")),
@@ -107,7 +139,7 @@ def stage_table(record) -> str:
         "run": record.run and f"{record.run.trials} trials on {record.world_size} ranks",
         "verify": record.verify and "; ".join(_checked(what, check) for what, check in (
             ("trial outputs", record.verify), ("timed calls' outputs", record.timed_check)) if check),
-        "time": record.timing and (f"{record.timing.statistic} {record.timing.time_s * 1e3:.3f} ms, speedup "
+        "time": record.timing and (f"time per call {duration(record.timing.time_s)}, speedup "
                                    f"{record.timing.speedup:.2f}x" if record.timing.speedup else "measured"),
         "roofline": record.roofline and f"{record.roofline.fraction:.1%} of bound",
     }
@@ -148,8 +180,10 @@ def _short(text, limit: int = 90) -> str:
 
 
 def cmd_evaluate(args) -> int:
+    from pkb_env.agents.openai_agent import OpenAIAgentError
+    from pkb_env.agents.specs import agent_from_spec
     from pkb_env.entrypoints.cli.data import open_recorder
-    from pkb_env.evaluation import agent_from_spec, evaluate, resolve_tasks
+    from pkb_env.evaluation import evaluate, resolve_tasks
 
     try:
         ks = [int(k) for k in args.k.split(",") if k.strip()]
@@ -157,7 +191,8 @@ def cmd_evaluate(args) -> int:
         ks = []
     if not ks or min(ks) < 1:
         raise ValueError(f"--k {args.k!r}: pass comma-separated positive integers, e.g. --k 1,5")
-    agent = agent_from_spec(args.agent)
+    agent = agent_from_spec(args.agent, base_url=args.base_url, temperature=args.temperature,
+                            max_tokens=args.max_tokens, concurrency=args.concurrency)
     tasks = resolve_tasks(args.tasks, agent)
     recorder = open_recorder(args.dataset, agent)   # None without --dataset
     try:
@@ -176,6 +211,9 @@ def cmd_evaluate(args) -> int:
         with client:
             report = evaluate(agent, tasks=tasks, client=client, samples=args.samples, ks=ks, reward=args.reward,
                               recorder=recorder)
+    except OpenAIAgentError as exc:   # the server failed or answered nonsense: nothing to report
+        print(f"pkb-env: error: the agent's server failed: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     finally:
         if recorder is not None:
             recorder.close()
@@ -239,13 +277,33 @@ def cmd_demo(args) -> int:
 
 
 def cmd_topology(args) -> int:
+    """The GPUs and links, then the hardware paragraph a prompt gets here: the executor --executor resolves to and
+    the calibration cached for it at --world-size (or how to measure one)."""
+    from pkb_env.executors import local_plan
     from pkb_env.hardware import detect
-    from pkb_env.topology import load_topology
+    from pkb_env.topology import calibration_path, load_calibration, load_topology
 
     machine = detect()
     print(machine.describe())
-    topology = load_topology(machine.topology_name)
-    print(f"\ntopology config: {topology.name}\n{topology.describe(len(machine.gpus) or 1, 'auto', None)}")
+    world_size = args.world_size or len(machine.gpus) or JudgeConfig().world_size
+    config = JudgeConfig(executor=args.executor, world_size=world_size)
+    plan = local_plan(config)
+    topology = load_topology(plan.info.topology)
+    statistic = config.protocol_for(plan.placement.clock).statistic
+    calibration = load_calibration(config.cache_dir, plan.info.hardware, world_size, statistic)
+    resolved = plan.info.name
+    if args.executor != plan.info.name:
+        resolved += f" (--executor {args.executor}, resolved here)"
+    print(f"\ntopology config: {topology.name}\n{topology.describe(world_size, resolved, calibration)}")
+    where = calibration_path(config.cache_dir, plan.info.hardware, world_size, statistic)
+    if calibration is not None:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(calibration.measured_at))
+        print(f"calibration: cached at {where} (measured {when})")
+    elif not plan.info.performance_available or world_size < 2:
+        print(f"calibration: none (nothing to measure with {plan.info.name} at world size {world_size})")
+    else:
+        print(f"calibration: none cached for {plan.info.hardware} at world size {world_size}; the env measures one at "
+              f"its first open, `pkb-env calibrate --world-size {world_size} --executor {plan.info.name}` now")
     if topology.sources:
         print("sources:\n  " + "\n  ".join(topology.sources))
     print(f"\ncandidate containment here: {containment_summary()}")

@@ -33,7 +33,8 @@ def add_data_command(command) -> None:
                    help="a correct solution beats a correct one only when faster by more than this fraction (default 0.05)")
     s.add_argument("--max-per-prompt", type=int, default=8, help="pairs kept per prompt (default 8)")
     s = subcommand("export", "the prompts in another trainer's format (verl's RL parquet)")
-    s.add_argument("--format", required=True, help="verl")
+    s.add_argument("--format", default="verl", help="the trainer's format: verl (default verl, the only one so far; "
+                                                    "TRL reads `data sft` and `data pairs`)")
 
 
 def cmd_data(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ from pkb_env.entrypoints.cli.commands import (cmd_calibrate, cmd_demo, cmd_eval,
 from pkb_env.entrypoints.cli.data import add_data_command
 from pkb_env.entrypoints.cli.exits import EVALUATE_EXIT_HELP, EXIT_CODES_HELP
 from pkb_env.settings import CONFIG_HELP, add_judging, add_placement
+from pkb_env.topology import topology_names
 
 SERVE_HELP = ("serve the judge as an OpenEnv environment: each session holds an episode, all share one judge "
               "(`pkb-env serve --help` for its options; pip install 'pkb-env[openenv]')")
@@ -38,6 +39,9 @@ def parser() -> argparse.ArgumentParser:
     p = command("show", "print the prompt a model sees for a task", cmd_show)
     p.add_argument("task", help="task name (see `pkb-env tasks`)")
     add_placement(p)
+    p.add_argument("--topology", default=None, choices=topology_names(), metavar="NAME",
+                   help="print the prompt a machine with this board would give (its GPUs and links, --executor auto "
+                        "resolved for its GPU count), on any machine, GPUs or not: " + " | ".join(topology_names()))
 
     p = command("eval", "judge a candidate file (or each .py file of a folder) on a task: per-stage table, "
                         "verdict, reward, feedback", cmd_eval, epilog=EXIT_CODES_HELP + "\n\n" + CONFIG_HELP, judges=True)
@@ -53,8 +57,22 @@ def parser() -> argparse.ArgumentParser:
                 cmd_evaluate, epilog=EVALUATE_EXIT_HELP + "\n\n" + CONFIG_HELP, judges=True)
     p.add_argument("--tasks", default=None, help="comma-separated task names (default: all; with --agent files:DIR, "
                                                  "the tasks DIR has files for)")
-    p.add_argument("--agent", default="reference", help="reference (the task's own reference: the speedup-1 "
-                                                        "baseline) | files:DIR (DIR holds one <task>.py per task)")
+    p.add_argument("--agent", default="reference",
+                   help="reference (the task's own reference: the speedup-1 baseline) | files:DIR (DIR holds one "
+                        "<task>.py per task) | openai:MODEL (MODEL on an OpenAI-compatible server such as vLLM: "
+                        "--base-url or OPENAI_BASE_URL, key from OPENAI_API_KEY) | hf:PATH (a transformers causal LM "
+                        "from a folder or a hub name, generating here; pip install 'pkb-env[llm]') (default reference)")
+    p.add_argument("--base-url", default=None, metavar="URL",
+                   help="with --agent openai: the server's API root, e.g. http://localhost:8000/v1 (default: "
+                        "OPENAI_BASE_URL)")
+    p.add_argument("--temperature", type=float, default=None,
+                   help="with a model agent: sampling temperature, 0 for greedy (default: the agent's, 0.8)")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="with a model agent: the most tokens a completion may have (default: 4096 for openai, "
+                        "1024 for hf)")
+    p.add_argument("--concurrency", type=int, default=None,
+                   help="with --agent openai: requests in flight at once, one per task with --samples completions "
+                        "each (default 8)")
     p.add_argument("--samples", type=int, default=1, help="samples per task (default 1)")
     p.add_argument("--k", default="1", help="comma-separated k of pass@k, each <= --samples (default 1)")
     p.add_argument("--out", type=Path, default=Path("pkb-eval"), help="output folder (default ./pkb-eval)")
@@ -80,8 +98,12 @@ def parser() -> argparse.ArgumentParser:
 
     command("serve", SERVE_HELP, None)   # handed to its own program before parsing (cli/__init__.py's main)
 
-    command("topology", "show the GPUs, their links, the topology config that applies, and the containment "
-                        "candidates get here", cmd_topology)
+    p = command("topology", "show the GPUs, their links, the topology config that applies, the executor and "
+                            "calibration a prompt gets here, and the containment candidates get here", cmd_topology)
+    p.add_argument("--world-size", type=int, default=None,
+                   help="the world size whose executor and cached calibration to show (default: the GPUs here, "
+                        "else 4)")
+    p.add_argument("--executor", default="auto", choices=EXECUTORS, help="the executor to resolve (default auto)")
 
     p = command("calibrate", "measure interconnect latency and bandwidth for the roofline (cached per machine and "
                              "world size)", cmd_calibrate, judges=True)

@@ -10,7 +10,7 @@ whose timings must be the only work on its devices. A session holds one episode 
 connection is refused with OpenEnv's CAPACITY_REACHED error naming the limit) and the bytes of a request
 (HTTP bodies over it get 413; WebSocket messages over it close that connection with code 1009).
 
-Bad requests get an error naming the fix and the server goes on: an unknown task (TaskError listing the
+Bad requests get an error naming the fix and the server goes on: an unknown task (TaskError naming the closest of the
 suite), an empty or missing `code`, wrong types and unknown fields (OpenEnv's VALIDATION_ERROR with
 Pydantic's errors), a step before reset or after the episode ended, garbage JSON (INVALID_JSON). OpenEnv's
 HTTP `POST /reset` and `/step` make a fresh environment per request (so `/step` has no episode and says to
@@ -19,6 +19,7 @@ use the WebSocket); errors there are 400s with the message.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import uuid
 from dataclasses import dataclass
@@ -81,7 +82,7 @@ class PkbEnvironment(Environment[PkbAction, PkbObservation, PkbState]):
         if not isinstance(task, str) or not task.strip():
             raise ValueError(f"reset needs task=NAME (a task of the suite: `pkb-env tasks` lists them), got {task!r}")
         episode = Episode(self.client, task, self.reward_fn, self.settings.max_turns, self.settings.target_speedup,
-                          where="pkb-env serve")   # TaskError listing the suite
+                          where="pkb-env serve")   # TaskError naming the closest tasks
         self.episode, self._best = episode, None
         self._state = PkbState(episode_id=episode_id or uuid.uuid4().hex, step_count=0, task=episode.task,
                                max_turns=episode.max_turns)
@@ -149,6 +150,44 @@ class BodyLimit:
         await self.app(scope, receive, send)
 
 
+class QuietClose:
+    """Close a WebSocket quietly when the client has gone first: a normal client close could log "ERROR:
+    Exception in ASGI application" and a traceback (one close in three, here). OpenEnv 0.3.0's client sends a
+    close message and closes its socket at once; the server's endpoint then closes the socket in a `finally` and
+    catches only RuntimeError, while Starlette raises WebSocketDisconnect for a close frame sent to a peer that
+    has gone meanwhile. Closing a closed connection is nothing to do: the close is
+    dropped once the client's disconnect was received, or where sending it finds the peer gone (OSError, which
+    uvicorn's ClientDisconnected is). Every other message goes through as it was. The end of each session is
+    logged beside uvicorn's "connection open" (its sans-I/O WebSocket protocol logs no close)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+        gone = False
+
+        async def receiving():
+            nonlocal gone
+            message = await receive()
+            gone = gone or message["type"] == "websocket.disconnect"
+            return message
+
+        async def sending(message):
+            if message["type"] != "websocket.close":
+                await send(message)
+            elif not gone:
+                try:
+                    await send(message)
+                except OSError:   # the peer went while the server was closing: it is closed
+                    pass
+
+        await self.app(scope, receiving, sending)
+        logging.getLogger("uvicorn.error").info("connection closed")
+
+
 def make_app(client: JudgeClient, settings: ServeSettings):
     """OpenEnv's app over `client`: sessions of PkbEnvironment, errors as 400s, bodies bounded; the client is
     closed at the app's shutdown."""
@@ -165,6 +204,7 @@ def make_app(client: JudgeClient, settings: ServeSettings):
     app.add_exception_handler(ValueError, refused)     # TaskError, bad reset arguments
     app.add_exception_handler(RuntimeError, refused)   # no episode, episode over
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
+    app.add_middleware(QuietClose)
     app.router.on_shutdown.append(client.close)
     return app
 

@@ -19,7 +19,7 @@ TIMER_ATTRS = {"elapsed_time", "perf_counter", "perf_counter_ns", "time", "time_
 COLLECTIVES = {
     "all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_into_tensor", "all_gather_coalesced",
     "all_gather_object", "_all_gather_base", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base",
-    "all_to_all", "all_to_all_single", "broadcast", "broadcast_object_list", "reduce", "scatter",
+    "all_to_all", "all_to_all_single", "all_gather_single", "reduce_scatter_single", "broadcast", "broadcast_object_list", "reduce", "scatter",
     "scatter_object_list", "gather", "gather_object", "send", "recv", "isend", "irecv", "send_object_list",
     "recv_object_list", "batch_isend_irecv", "barrier", "monitored_barrier",
     # ProcessGroup methods and functional-collective ops reach the same NCCL kernels
