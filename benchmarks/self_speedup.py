@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from pkb_env import JudgeConfig, JudgeService
 from pkb_env.config import TimingProtocol
+from pkb_env.errors import JudgeError
 from pkb_env.tables import table
 from pkb_env.task import load_task, runnable_tasks
 
@@ -52,7 +53,7 @@ def main() -> int:
 
     config = JudgeConfig(executor=args.executor, world_size=args.world_size, preset=args.preset,
                          protocol_changes=_changes(args.protocol))
-    rows, results, started = [], {}, time.monotonic()
+    rows, results, failures, started = [], {}, {}, time.monotonic()
     with JudgeService(config) as judge, tqdm(total=len(args.tasks) * args.steps, unit="step", disable=not sys.stderr.isatty()) as bar:
         for task in args.tasks:
             if args.time_limit is not None and time.monotonic() - started > args.time_limit:
@@ -60,7 +61,12 @@ def main() -> int:
             session, paired, cached, spreads, walls, pairs, medians = judge.open(task), [], [], [], [], [], []
             for _ in range(args.steps):
                 begun = time.monotonic()
-                record = session.judge(load_task(task).reference_source)
+                try:
+                    record = session.judge(load_task(task).reference_source)
+                except JudgeError as exc:   # the judge's own failure on this task: named, the other tasks go on
+                    failures[task] = str(exc)[:300]
+                    bar.update(args.steps - len(walls))
+                    break
                 walls.append(time.monotonic() - begun)
                 t = record.timing
                 pairs.append(t.pairs if t else 0)
@@ -69,6 +75,10 @@ def main() -> int:
                 cached.append(t.cached_reference_s / t.time_s if t and t.cached_reference_s else None)
                 spreads.append(t.speedup_spread if t else None)
                 bar.update()
+            if task in failures:
+                results[task] = {"judge_error": failures[task]}
+                rows.append([task, 0, "judge error: " + failures[task][:60], "-", "-", "-", "-", "-", "-"])
+                continue
             results[task] = {"paired": paired, "median": medians, "cached": cached, "spread": spreads,
                              "wall_s": walls, "pairs": pairs}
             good = [p for p in paired if p is not None]
@@ -89,9 +99,10 @@ def main() -> int:
              if len(results) < len(args.tasks) else ""))
     print(table(["task", "steps", "paired range", "paired median", "median-of-ratios range", "cached range",
                  "pairs' spread", "pairs", "warm step ms"], rows))
-    every = [p for r in results.values() for p in r["paired"] if p is not None]
-    medians = [statistics.median(g) for g in ([p for p in r["paired"] if p is not None] for r in results.values()) if g]
-    missing = sum(len(r["paired"]) for r in results.values()) - len(every)
+    timed = [r for r in results.values() if "paired" in r]
+    every = [p for r in timed for p in r["paired"] if p is not None]
+    medians = [statistics.median(g) for g in ([p for p in r["paired"] if p is not None] for r in timed) if g]
+    missing = sum(len(r["paired"]) for r in timed) - len(every)
     if every:
         print(f"all steps: paired {min(every):.3f}-{max(every):.3f} ({missing} None); tasks whose median is within [0.97, 1.03]: "
               f"{sum(0.97 <= m <= 1.03 for m in medians)} of {len(medians)}, within [0.9, 1.1]: "

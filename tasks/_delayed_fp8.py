@@ -137,7 +137,7 @@ def boundary_values(x, draw):
     amax, values = _boundary_block(x.dtype)
     out = (x.float() * 0.25).clamp(-amax * LEVEL / 2, amax * LEVEL / 2)   # the rest well under the amax
     out[0] = amax * LEVEL
-    chosen = torch.tensor(values[:x.numel() - 1], dtype=torch.float32) * LEVEL
+    chosen = torch.tensor(values[:x.numel() - 1], dtype=torch.float32, device=out.device) * LEVEL
     out[1:1 + len(chosen)] = chosen * signs[1:1 + len(chosen)].to(out.device)
     return out.to(x.dtype)
 

@@ -89,4 +89,4 @@ def test_an_edge_case_the_statement_promises_is_shown():
     assert "may be 0 on some ranks" not in text
     assert "in some calls every odd rank holds none (n = 0: an edge case below)" in text
     assert ("Edge cases of the statement, drawn beside the values above (the trials of every step include each, and "
-            "one timed call in two is one of them): n = 0 on the odd ranks (no values there).") in text
+            "one timed call in two is one of them): n = 0 on the odd ranks (no values there)") in text
