@@ -114,11 +114,21 @@ def sample_row(record: EvaluationRecord, sample: int, reward: float) -> SampleRe
 
 # -- agents and tasks from CLI-style specs ---------------------------------------------------------------
 def agent_from_spec(spec: str):
-    """`reference` -> ReferenceAgent; `files:DIR` -> FileAgent over DIR's `<task>.py` files (by task)."""
-    from pkb_env.agents import FileAgent, ReferenceAgent
+    """`reference` -> ReferenceAgent; `files:DIR` -> FileAgent over DIR's `<task>.py` files (by task); `pkb:DIR` ->
+    PkbFileAgent over DIR's PKB-format files (`12_allgather_gemm_cuda.py`, by PKB's problem name and number),
+    judged with JudgeConfig(pkb=True)."""
+    from pkb_env.agents import FileAgent, PkbFileAgent, ReferenceAgent
 
     if spec == "reference":
         return ReferenceAgent()
+    if spec.startswith("pkb:"):
+        folder = Path(spec[len("pkb:"):].strip()).expanduser()
+        if not spec[len("pkb:"):].strip() or not folder.is_dir():
+            raise ValueError(f"--agent {spec}: pass a folder of PKB-format files, e.g. --agent pkb:solutions_cuda/ "
+                             f"(files named <N>_<problem>_<backend>.py)")
+        agent = PkbFileAgent(folder)
+        agent.name = f"pkb:{folder}"
+        return agent
     if spec.startswith("files:"):
         if not spec[len("files:"):].strip():
             raise ValueError("--agent files: needs a folder, e.g. --agent files:my_solutions/ (one <task>.py per task)")
@@ -131,8 +141,8 @@ def agent_from_spec(spec: str):
         agent = FileAgent(folder, by_task=True)  # FileNotFoundError names the missing folder
         agent.name = f"files:{folder}"
         return agent
-    raise ValueError(f"unknown agent {spec!r}; use --agent reference or --agent files:DIR "
-                     f"(a folder with one <task>.py per task)")
+    raise ValueError(f"unknown agent {spec!r}; use --agent reference, --agent files:DIR (a folder with one "
+                     f"<task>.py per task) or --agent pkb:DIR (a folder of PKB-format files)")
 
 
 def resolve_tasks(spec: str | None, agent=None) -> list[str] | None:
@@ -145,7 +155,7 @@ def resolve_tasks(spec: str | None, agent=None) -> list[str] | None:
     if spec is None or spec.strip() in ("", "all"):
         if not by_task:
             return None
-        names = [n for n in task_names() if any(f.stem == n for f in agent.files)]
+        names = [n for n in task_names() if agent.has(n)]
         if not names:
             raise ValueError(f"none of the {len(agent.files)} .py files of {agent.name} is named after a task; "
                              f"name them <task>.py, one of: {', '.join(task_names())}")
@@ -154,7 +164,7 @@ def resolve_tasks(spec: str | None, agent=None) -> list[str] | None:
     for name in names:
         load_task(name)  # TaskError lists the known tasks
     if by_task:
-        missing = [n for n in names if not any(f.stem == n for f in agent.files)]
+        missing = [n for n in names if not agent.has(n)]
         if missing:
             raise ValueError(f"{agent.name} has no file for task(s) {', '.join(missing)}; add "
                              f"{', '.join(m + '.py' for m in missing)} or leave them out of --tasks")

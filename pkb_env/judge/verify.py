@@ -6,6 +6,7 @@ size; exact for integers, booleans and data movement; rows as a set for unordere
 """
 from __future__ import annotations
 
+from pkb_env.compat.rule import pkb_close
 from pkb_env.executors.interface import TrialOutputs
 from pkb_env.contract.results import UPDATED
 from pkb_env.judge import replicas
@@ -36,6 +37,20 @@ def verify_trials(ctx: StepContext, expected: list[TrialOutputs], got: list[Tria
                                                   root=UPDATED))
         mismatches.extend(replicas.trial_mismatches(ctx.replicas, cand.outputs, cand.updated, label))
     return VerifyResult(correct=not mismatches, checked=checked, mismatches=mismatches)
+
+
+def pkb_rule_holds(expected: list[TrialOutputs], got: list[TrialOutputs], updates: frozenset[str] = frozenset()
+                   ) -> bool:
+    """Whether every rank's trial outputs pass PKB's own check (compat/rule.py); `updates`: the inputs updated
+    in place whose values PKB checks (those its `solution` returns)."""
+    for exp, cand in zip(expected, got):
+        for rank, (e, g) in enumerate(zip(exp.outputs, cand.outputs)):
+            if not pkb_close(e, g):
+                return False
+            for name in updates:
+                if not pkb_close((exp.updated[rank] or {}).get(name), (cand.updated[rank] or {}).get(name)):
+                    return False
+    return True
 
 
 def verify_timed(ctx: StepContext, log: BurstLog, expected: list[list[dict]]) -> VerifyResult | StageFailure:

@@ -204,3 +204,10 @@ SPEC = TaskSpec(
         "the inputs take the task dtype (PKB: bf16 always); the process group is an input the judge builds",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("gsplat_3d_gaussian_splatting", params=tuple(Arg(n) for n in (
+    "means", "quats", "scales", "opacities", "colors", "viewmats", "Ks", "image_width", "image_height", "eps2d",
+    "near_plane", "far_plane", "camera_model")))

@@ -117,3 +117,8 @@ SPEC = TaskSpec(
         "range's outputs are in flight during each attention, as separate all-to-alls (PKB packs them into one)",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("magi1_cso_async_attention")

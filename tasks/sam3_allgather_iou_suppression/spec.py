@@ -158,3 +158,8 @@ SPEC = TaskSpec(
         "the process group is an input the judge builds (PKB passes None for the world group)",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("sam3_allgather_iou_suppression")

@@ -46,3 +46,7 @@ SPEC = ulysses_primitive(
     departures=("the rows differ by rank and by call (PKB gives every rank the same (M, N), so the size "
                 "exchange it pays for never matters)",),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+PKB = Pkb('ulysses_all_gather_variable_primitive')

@@ -148,6 +148,7 @@ def _short(text, limit: int = 90) -> str:
 
 
 def cmd_evaluate(args) -> int:
+    from pkb_env.agents import PkbFileAgent
     from pkb_env.entrypoints.cli.data import open_recorder
     from pkb_env.evaluation import agent_from_spec, evaluate, resolve_tasks
 
@@ -159,6 +160,11 @@ def cmd_evaluate(args) -> int:
         raise ValueError(f"--k {args.k!r}: pass comma-separated positive integers, e.g. --k 1,5")
     agent = agent_from_spec(args.agent)
     tasks = resolve_tasks(args.tasks, agent)
+    config = judge_config(args)
+    if isinstance(agent, PkbFileAgent):   # PKB-format files: judged through each task's PKB mapping
+        config = config.replace(pkb=True)
+        for path, why in agent.skipped:
+            print(f"pkb-env: skipped {path.name}: {why}", file=sys.stderr)
     recorder = open_recorder(args.dataset, agent)   # None without --dataset
     try:
         if args.ray is None:
@@ -166,12 +172,11 @@ def cmd_evaluate(args) -> int:
                 raise ValueError("--actors and --cpus-per-actor size a Ray pool: add --ray local (or --ray auto)")
             from pkb_env.client import LocalClient
 
-            client = LocalClient(judge_config(args))
+            client = LocalClient(config)
         else:
             from pkb_env.pool import JudgePool
 
-            client = JudgePool(judge_config(args), address=args.ray, actors=args.actors,
-                               cpus_per_actor=args.cpus_per_actor)
+            client = JudgePool(config, address=args.ray, actors=args.actors, cpus_per_actor=args.cpus_per_actor)
             print(f"pkb-env: judging on {client.size} Ray actor(s) of {client.shape.describe()}", file=sys.stderr)
         with client:
             report = evaluate(agent, tasks=tasks, client=client, samples=args.samples, ks=ks, reward=args.reward,

@@ -46,6 +46,10 @@ def parser() -> argparse.ArgumentParser:
                                            "with a ```python block), or a folder: each of its .py files in turn")
     p.add_argument("--json", action="store_true", help="print one JSON line per file (the full evaluation record) "
                                                        "instead of the tables")
+    p.add_argument("--pkb", action="store_true",
+                   help="the file is in ParallelKernelBench's format (its signature, outputs and utils.* helpers): "
+                        "judged unchanged through the task's PKB mapping, on PKB's own statement of the problem "
+                        "where the task has one (docs/pkb_compat.md)")
     add_placement(p)
     add_judging(p)
 
@@ -54,7 +58,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", default=None, help="comma-separated task names (default: all; with --agent files:DIR, "
                                                  "the tasks DIR has files for)")
     p.add_argument("--agent", default="reference", help="reference (the task's own reference: the speedup-1 "
-                                                        "baseline) | files:DIR (DIR holds one <task>.py per task)")
+                                                        "baseline) | files:DIR (DIR holds one <task>.py per task) | "
+                                                        "pkb:DIR (DIR holds PKB-format files, <N>_<problem>_<backend>"
+                                                        ".py, judged as with eval --pkb)")
     p.add_argument("--samples", type=int, default=1, help="samples per task (default 1)")
     p.add_argument("--k", default="1", help="comma-separated k of pass@k, each <= --samples (default 1)")
     p.add_argument("--out", type=Path, default=Path("pkb-eval"), help="output folder (default ./pkb-eval)")
