@@ -1,5 +1,13 @@
 """What several tasks' PKB declarations share (contract/pkb.py, docs/pkb_compat.md): how pkb-env's function departs
-from PKB's where a family departs alike."""
+from PKB's where a family departs alike, and the variants stating PKB's problem where pkb-env's function differs
+from PKB's on ties only (`without_ties`)."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Mapping
+
+from pkb_env.contract import Distribution, Fixed, TaskSpec, Tolerance
+from pkb_env.contract.pkb import PKB_TOLERANCE_TEXT
 
 MOE_ROUTER = ("PKB's router is part of the function: a gate (its weight and bias) scores the tokens, then softmax and "
               "top-k pick the experts; pkb-env draws the routing jointly over the ranks and passes it (topk_idx, "
@@ -10,3 +18,33 @@ MOE_UNMAPPED = "PKB's gate weights cannot be made from a routing drawn before th
 TOP_P = ("PKB's reference filters top-k and top-p in the logits' dtype with torch's sort, so ties at the cut and "
          "bfloat16 rounding decide which tokens survive; pkb-env filters in float32 and states the tie rule (the "
          "lower vocabulary index first), with tied logits drawn")
+
+PKB_VARIANT = ("PKB's problem as PKB states it, judged with pkb-env's checks: inputs from secret per-call seeds with "
+               "PKB's distributions (not PKB's 42 + rank + trial), every timed call checked, PKB's tolerance")
+
+
+def pkb_rule(dtypes) -> Fixed:
+    """PKB's tolerance at every dtype: torch.allclose(got.float(), expected.float(), atol=1e-2, rtol=1e-2)."""
+    return Fixed({d: Tolerance(1e-2, 1e-2, PKB_TOLERANCE_TEXT) for d in dtypes})
+
+
+def without_ties(spec: TaskSpec, *, draws: Mapping[str, Distribution], why: str) -> TaskSpec:
+    """The variant stating PKB's problem where pkb-env's function differs from PKB's only on ties: the same reference
+    and golden (equal to PKB's function wherever nothing ties), with the inputs drawn as PKB draws them (`draws`:
+    continuous, so that nothing ties), none of pkb-env's tie edge cases, PKB's tolerance on every float output, in
+    float32 only (16-bit values tie often, and PKB's statement defines no order for ties: torch.topk's or sort's
+    order is whatever the kernel gives). `why` says what pkb-env states about ties that PKB does not."""
+    inputs = tuple(replace(d, dist=draws[d.name]) if d.name in draws else d for d in spec.inputs)
+    missing = set(draws) - {d.name for d in spec.inputs}
+    if missing:
+        raise ValueError(f"{spec.name}: no input named {sorted(missing)} to draw as PKB does")
+    outputs = tuple(replace(o, tolerance=None, ties="") for o in spec.outputs)
+    presets = {name: replace(p, dtype="float32", note=f"{p.note} (float32: the module docstring)")
+               for name, p in spec.presets.items()}
+    return replace(spec, name=f"pkb_env.tasks.{spec.name}.pkb", title=f"PKB {spec.pkb_id} as PKB states it: {spec.title}",
+                   inputs=inputs, outputs=outputs, edges=(), presets=presets, dtypes=("float32",),
+                   tolerance_rule=pkb_rule(("float32",)),
+                   departures=(PKB_VARIANT, f"inputs that never tie, as PKB draws them: {why}",
+                               "float32 only: 16-bit values tie, and PKB's statement leaves the order of ties to "
+                               "the kernel (torch.topk's or sort's)"),
+                   reference_path=None, pkb=None)

@@ -100,4 +100,4 @@ from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
 
 PKB = Pkb("dinov2_distributed_knn",
           differs="pkb-env states the tie rule of the top-k (the lower global train index first) and draws "
-                  "features that tie, compared exactly; PKB takes torch.topk's order and checks labels at 1%")
+                  "features that tie, compared exactly; PKB takes torch.topk's order and checks labels at 1%", variant="pkb")

@@ -84,4 +84,4 @@ from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's
 PKB = Pkb("gnn_negative_scoring", params=(Arg("local_pos_scores", "pos_score"), Arg("local_neg_scores", "neg_score"),
                                           Arg("group")),
           differs="pkb-env states the tie rule of a rank (ties count against the positive score) and draws scores "
-                  "that tie, compared exactly; PKB's ties follow its reference's comparison, checked at 1%")
+                  "that tie, compared exactly; PKB's ties follow its reference's comparison, checked at 1%", variant="pkb")

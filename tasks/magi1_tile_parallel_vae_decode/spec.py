@@ -134,11 +134,14 @@ SPEC = TaskSpec(
 )
 
 # -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
-from pkb_env.contract import Arg, Harness, Pkb  # noqa: E402  (kept apart from the task's own)
+from pkb_env.contract import Arg, Harness, Pkb, Ret  # noqa: E402  (kept apart from the task's own)
 
 PKB = Pkb("magi1_tile_parallel_vae_decode",
           params=(Arg("z"), Arg("tile_latent_min_length"), Arg("tile_latent_min_height"), Arg("tile_latent_min_width"),
                   Arg("spatial_tile_overlap_factor"), Arg("temporal_tile_overlap_factor"), Arg("spatial_upsample"),
                   Arg("temporal_upsample"), Harness("sr_ratio", 1), Harness("first_frame_as_image", False),
                   Arg("group")),
-          differs="pkb-env blends the tiles in float32 (docs/tasks.md); PKB fades in bfloat16 column by column")
+          returns=(Ret("video", fn=lambda video, call: video.to(call.values["z"].dtype),
+                       text="in z's dtype (PKB returns bfloat16 whatever z's)"),),
+          differs="pkb-env blends the tiles in float32 (docs/tasks.md); PKB casts to bfloat16 and fades in it, "
+                  "column by column")

@@ -87,4 +87,7 @@ SPEC = TaskSpec(
 from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's own)
 
 PKB = Pkb("ulysses_attention_e2e", params=(Arg("hidden_states", "h"), Arg("w_qkv"), Arg("w_o"), Arg("group"),
-                                            Arg("num_heads"), Arg("causal")))
+                                            Arg("num_heads"), Arg("causal")),
+          differs="PKB's reference hands its local attention (B, S, H/W, E) without moving the heads before the "
+                  "sequence, so each position attends over this rank's H/W heads rather than over the sequence; "
+                  "pkb-env's is attention over the sequence, per head")

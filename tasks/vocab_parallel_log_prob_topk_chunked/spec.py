@@ -28,4 +28,4 @@ SPEC = vocab.task(
 from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
 from pkb_env.tasks._pkb import TOP_P  # noqa: E402
 
-PKB = Pkb('vocab_parallel_log_prob_topk_chunked', differs=TOP_P)
+PKB = Pkb('vocab_parallel_log_prob_topk_chunked', differs=TOP_P, variant="pkb")
