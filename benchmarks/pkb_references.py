@@ -47,7 +47,7 @@ def main() -> int:
             if f.task is None:
                 rows.append([f.number, f.path.stem, "-", "-", "no task", f.why])
                 continue
-            source = checkout.read(args.rev, f"reference/{f.path.name}")
+            source = checkout.read(args.rev, str(f.path))
             started = time.perf_counter()
             record = client.submit(f.task, source).result()
             seconds = time.perf_counter() - started

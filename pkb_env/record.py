@@ -263,7 +263,8 @@ class PkbJudgement:
 
     pkb_id: int | None
     problem: str                          # PKB's name of the problem ("allgather_gemm_AT")
-    statement: str                        # "pkb-env": the task's own, through its mapping | "pkb": PKB's (variant)
+    statement: str                        # "pkb-env": the task's own, through its mapping | "pkb": PKB's (variant) |
+                                          # "none": no statement judges PKB files of this problem (unjudged)
     judged_on: str                        # the task (or variant) whose statement gave the verdict
     differs: str = ""                     # how pkb-env's function departs from PKB's, where it does on purpose
     pkb_rule: bool | None = None          # whether PKB's own check passes on the trials (compat/rule.py)

@@ -160,6 +160,15 @@ class JudgeService:
         self.executor.discard_reference()
         self._judge.reference.forget(None)
 
+    def prebuild(self, request: dict) -> str | None:
+        """Build one extension or kernel ahead of the steps that will ask for it (`request`: what
+        pkb_env.runtime sends, e.g. runtime.kernels.extension_request plus "kind"), through the compile service
+        and its cache, as a step's rank would: None when built (or cached), else the refusal or the compiler's
+        messages. For batch runs (benchmarks/pkb_corpus.py); several services over one cache_dir build in
+        parallel, each one at a time."""
+        header, _ = self._judge.kernels.handle({"event": "request", **request})
+        return None if header.get("ok") else header.get("error", "failed")
+
     @property
     def compile_requests(self) -> int:
         """Compile requests the ranks of this service's steps made (cache hits included)."""

@@ -227,12 +227,38 @@ def test_a_wrong_pkb_file_where_pkb_env_departs_on_purpose_is_told_how(pkb_clien
     code = """
         import torch
 
-        def solution(gate_logits, num_experts, top_k=2, attention_mask=None):
-            return torch.zeros((), dtype=torch.float32)
+        def solution(hidden_states, w_qkv, w_o, group=None, num_heads=8, causal=False):
+            return torch.zeros_like(hidden_states)
     """
-    record = judged(pkb_client, "load_balancing_loss", code)
-    assert record.verdict is Verdict.WRONG
-    assert "PKB's semantics differ here: pkb-env states the tie rule" in record.feedback
+    record = judged(pkb_client, "ulysses_attention", code)
+    assert record.verdict is Verdict.WRONG and record.pkb.statement == "pkb-env"
+    assert "PKB's semantics differ here: PKB's reference hands its local attention" in record.feedback
+
+
+PKB_LOAD_BALANCING = """
+    import torch
+    import torch.distributed as dist
+
+    def solution(gate_logits, num_experts, top_k=2, attention_mask=None):
+        logits = gate_logits.float()
+        probs = logits.softmax(dim=-1)
+        chosen = torch.topk(logits, top_k, dim=-1).indices          # PKB's: no order among ties
+        routed = torch.bincount(chosen.flatten(), minlength=num_experts).float() / logits.shape[0]
+        loss = num_experts * (routed * probs.mean(dim=0)).sum()
+        dist.all_reduce(loss)
+        return loss / dist.get_world_size()
+"""
+
+
+def test_a_pkb_file_is_judged_on_pkbs_statement_with_pkb_envs_verdict_beside_it(pkb_client):
+    record = judged(pkb_client, "load_balancing_loss", PKB_LOAD_BALANCING)
+    assert record.task == "load_balancing_loss"
+    assert (record.pkb.statement, record.pkb.judged_on) == ("pkb", "pkb_env.tasks.load_balancing_loss.pkb")
+    assert record.verdict is Verdict.CORRECT, record.feedback
+    assert record.pkb.pkb_env_verdict is not None   # both statements apply: pkb-env's verdict is beside it
+    if record.pkb.pkb_env_verdict != "correct":     # torch.topk broke a drawn tie as pkb-env's rule does not
+        assert record.pkb.note.startswith("correct by PKB's statement, wrong by pkb-env's")
+        assert "tie rule" in record.feedback
 
 
 def test_pkbs_helpers_exist_only_for_pkb_files():
@@ -242,3 +268,27 @@ def test_pkbs_helpers_exist_only_for_pkb_files():
         code = "from utils.cuda_helpers import compile_cuda_extension\n" + textwrap.dedent(PKB_REDUCE)
         record = client.submit("all_reduce", code.replace("dst=0", "")).result()
     assert record.verdict is Verdict.BUILD_ERROR and "No module named 'utils'" in record.error
+
+
+def test_a_problem_no_statement_judges_is_unjudged_with_the_reason_and_nothing_runs(pkb_client):
+    code = """
+        import torch.distributed as dist
+
+        def solution(x_local, W1, W2):
+            raise SystemExit("never run")
+    """
+    record = judged(pkb_client, "sequence_parallel_mlp", code)
+    assert record.verdict is Verdict.JUDGE_ERROR and record.pkb.statement == "none"
+    assert "no statement of PKB problem 15" in record.error and "PKB's semantics differ here" in record.error
+    assert record.build is None and "the file was not run" in record.feedback
+    multicast = code.replace('raise SystemExit("never run")', 'return "multimem.ld_reduce.global.add.f32"')
+    assert judged(pkb_client, "sequence_parallel_mlp", multicast).verdict is Verdict.FLAGGED   # the file's own
+
+
+def test_a_build_asked_for_ahead_of_a_step_is_checked_as_a_steps_would_be():
+    from pkb_env.runtime.kernels import extension_request
+    from pkb_env.service import JudgeService
+
+    with JudgeService(FAST.replace(executor="cpu", world_size=1)) as service:
+        refused = service.prebuild({"kind": "load_inline", **extension_request("not an identifier", "", "x")})
+    assert "must be a Python identifier" in refused

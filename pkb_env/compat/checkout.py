@@ -58,8 +58,8 @@ class Checkout:
         return proc.stdout
 
     def files(self, rev: str, folder: str) -> list[str]:
-        """The paths of the files in `folder` at `rev`."""
-        return [line for line in self._run("ls-tree", "--name-only", f"{rev}:{folder}").splitlines()
+        """The paths (from the repository's root) of the Python files in `folder` at `rev`."""
+        return [f"{folder}/{line}" for line in self._run("ls-tree", "--name-only", f"{rev}:{folder}").splitlines()
                 if line.endswith(".py")]
 
     def read(self, rev: str, path: str) -> str:

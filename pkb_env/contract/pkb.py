@@ -173,8 +173,11 @@ class Pkb:
         if len(set(names)) != len(names):
             raise ValueError(f"{where}: PKB's parameter names must be unique")
 
-    def parameters(self, task_parameters: Sequence[str]) -> list[str]:
-        """PKB's positional parameter names (what the screen holds a PKB file's `solution` to)."""
+    def parameters(self, task_parameters: Sequence[str]) -> list[str] | None:
+        """PKB's positional parameter names (what the screen holds a PKB file's `solution` to); None where the task
+        maps no PKB call (`unmapped`: PKB's signature is not declared, so none is checked)."""
+        if self.unmapped and self.params is None:
+            return None
         return list(task_parameters) if self.params is None else [p.name for p in self.params]
 
     def check(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any], where: str) -> None:
@@ -192,7 +195,7 @@ class Pkb:
 
     def describe(self, task_parameters: Sequence[str]) -> list[str]:
         """The mapping in words, one line per part (docs, `pkb-env show --pkb`)."""
-        lines = [f"PKB's call: solution({', '.join(self.parameters(task_parameters))})"]
+        lines = [f"PKB's call: solution({', '.join(self.parameters(task_parameters) or ['...'])})"]
         if self.params is not None:
             lines.append("  from this task's inputs: " + "; ".join(p.describe() for p in self.params))
         if self.returns is not None:

@@ -139,8 +139,8 @@ class Judge:
         if record.parse.error:
             return False
         parameters = _parameters(task.name)
-        if pkb and task.pkb is not None:
-            parameters = task.pkb.parameters(parameters)
+        if pkb and task.pkb is not None:   # PKB's signature; where none is declared, the file's own (not checked)
+            parameters = task.pkb.parameters(parameters) or _own_parameters(record.parse.code)
         with _stage(record, Stage.SCREEN):
             record.screen = screen_source(record.parse.code, parameters, task.collectives_allowed)
         return not (record.screen.error or any(f.severity is Severity.EXPLOIT for f in record.screen.flags))
@@ -233,6 +233,13 @@ def _stopped(record: EvaluationRecord, result: object) -> bool:
         record.failure = result
         return True
     return False
+
+
+def _own_parameters(code: str) -> list[str]:
+    try:
+        return reference_parameters(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []   # the screen reports what is wrong with the module
 
 
 @lru_cache(maxsize=None)

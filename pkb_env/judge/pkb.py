@@ -7,7 +7,9 @@ and called through the task's adapter (contract/pkb.py, compat/adapter.py). Whic
   this size; and beside it, where the task also maps PKB's call onto its own statement, the task itself, so
   that the record holds pkb-env's verdict too ("correct by PKB's statement, wrong by pkb-env's: why");
 - elsewhere the task's own statement, through the mapping; a wrong verdict where pkb-env computes another
-  function on purpose names the difference ("PKB's semantics differ here: ...").
+  function on purpose names the difference ("PKB's semantics differ here: ...");
+- where the task maps no PKB call (`unmapped`: PKB's arguments are of another function) and has no variant,
+  nothing: the record is unjudged (Verdict.JUDGE_ERROR: pkb-env's gap, not the file's), with the reason.
 The record keeps the task asked for (`record.task`); `record.pkb` says which statement gave the verdict.
 """
 from __future__ import annotations
@@ -39,6 +41,8 @@ def statement_of(judge, task: TaskSpec, preset: str, dtype: str) -> tuple[TaskSp
 def evaluate(judge, task: TaskSpec, action: object, preset: str, dtype: str) -> EvaluationRecord:
     """Judge a PKB-format file of `task` (the module docstring)."""
     chosen, vdtype, why = statement_of(judge, task, preset, dtype)
+    if chosen is task and task.pkb is not None and task.pkb.unmapped:
+        return no_statement(judge, task, action, preset, dtype, why)
     record = judge.statement(chosen, action, preset, vdtype, pkb=True)
     own = None
     if chosen is not task and record.verdict in RAN and (task.pkb is None or not task.pkb.unmapped):
@@ -49,8 +53,30 @@ def evaluate(judge, task: TaskSpec, action: object, preset: str, dtype: str) -> 
 def screen(judge, task: TaskSpec, action: object, preset: str, dtype: str) -> EvaluationRecord | None:
     """Parse and screen a PKB-format file against the signature of the statement that would judge it."""
     chosen, vdtype, why = statement_of(judge, task, preset, dtype)
+    if chosen is task and task.pkb is not None and task.pkb.unmapped:
+        return no_statement(judge, task, action, preset, dtype, why)
     record = judge.screened(chosen, action, preset, vdtype, pkb=True)
     return None if record is None else finish(record, task, chosen, None, why)
+
+
+def no_statement(judge, task: TaskSpec, action: object, preset: str, dtype: str, why: str) -> EvaluationRecord:
+    """A PKB file of a task that maps no PKB call onto its own statement and has no variant (PKB's function is
+    another one): nothing can judge it, which is pkb-env's gap, not the file's, and nothing of it runs (it would
+    meet the arguments of another function and fail with a message about them). It is parsed and screened first:
+    what the screen refuses (NVLink multicast, an exploit, a module that does not parse) is the file's."""
+    screened = judge.screened(task, action, preset, dtype, pkb=True)
+    if screened is not None:
+        return finish(screened, task, task, None, why)
+    pkb = task.pkb
+    error = (f"pkb-env has no statement of PKB problem {task.pkb_id} ({pkb.name}) that can judge a PKB-format file: "
+             f"{pkb.unmapped}; PKB's semantics differ here: {pkb.differs}" + (f" ({why})" if why else ""))
+    info = judge.executor.info
+    record = EvaluationRecord.unjudged(task.name, judge.executor.world_size, preset, dtype, info.name, info.hardware,
+                                       error)
+    record.pkb = PkbJudgement(pkb_id=task.pkb_id, problem=pkb.name, statement="none", judged_on="",
+                              differs=pkb.differs)
+    record.feedback = f"NOT JUDGED: {error}. It earns no reward; the file was not run."
+    return record
 
 
 def finish(record: EvaluationRecord, task: TaskSpec, chosen: TaskSpec, own: EvaluationRecord | None,

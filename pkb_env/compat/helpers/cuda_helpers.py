@@ -22,5 +22,9 @@ def compile_cuda_extension(name: str, cuda_src: str, extra_cuda_cflags: list[str
     if extra_ldflags:
         raise CompileError(f"compile_cuda_extension({name!r}): extra_ldflags {list(extra_ldflags)} are not available "
                            f"in pkb-env (an extension links torch and the CUDA runtime only)")
-    return load_inline(name, cpp_sources="", cuda_sources=cuda_src,
-                       extra_cuda_cflags=["-O3", *(extra_cuda_cflags or [])])
+    return load_inline(name, cpp_sources="", cuda_sources=cuda_src, extra_cuda_cflags=cflags(extra_cuda_cflags))
+
+
+def cflags(extra_cuda_cflags: list[str] | None) -> list[str]:
+    """PKB's flags: -O3, then the file's own."""
+    return ["-O3", *(extra_cuda_cflags or [])]
