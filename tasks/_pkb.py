@@ -48,3 +48,7 @@ def without_ties(spec: TaskSpec, *, draws: Mapping[str, Distribution], why: str)
                                "float32 only: 16-bit values tie, and PKB's statement leaves the order of ties to "
                                "the kernel (torch.topk's or sort's)"),
                    reference_path=None, pkb=None)
+
+RELU = ("PKB's MLP is relu(X W1^T + b1) W2^T + b2; pkb-env's uses SiLU (ReLU's kink makes the gradient jump where a "
+        "pre-activation is within rounding of 0, so two correct orders of the same sum disagree by a whole gradient "
+        "there: tasks/_mlp_step.py)")

@@ -292,3 +292,15 @@ def test_a_build_asked_for_ahead_of_a_step_is_checked_as_a_steps_would_be():
     with JudgeService(FAST.replace(executor="cpu", world_size=1)) as service:
         refused = service.prebuild({"kind": "load_inline", **extension_request("not an identifier", "", "x")})
     assert "must be a Python identifier" in refused
+
+
+def test_a_folder_of_pkb_files_is_an_agent_whose_tasks_are_the_files_problems(tmp_path):
+    from pkb_env.evaluation import agent_from_spec, resolve_tasks
+
+    for name in ("12_allgather_gemm_cuda.py", "34_ulysses_all_to_all_tensor_primitive_triton.py",
+                 "12_allgather_gemm_triton.py", "47_fsdp_adamw_sharded_cuda.py"):
+        (tmp_path / name).write_text(f"# {name}\n")
+    agent = agent_from_spec(f"pkb:{tmp_path}")
+    assert resolve_tasks(None, agent) == ["allgather_gemm", "ulysses_all_to_all"]
+    assert agent.act({"task_id": "allgather_gemm"}) == "# 12_allgather_gemm_cuda.py\n"   # the first in name order
+    assert sorted(p.name for p, _ in agent.skipped) == ["12_allgather_gemm_triton.py", "47_fsdp_adamw_sharded_cuda.py"]

@@ -106,6 +106,7 @@ SPEC = TaskSpec(
 
 # -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
 from pkb_env.contract import Arg, Computed, Pkb, Ret  # noqa: E402  (kept apart from the task's own)
+from pkb_env.tasks._pkb import RELU  # noqa: E402
 
 
 def _pkb_param_shapes(call):
@@ -119,4 +120,4 @@ PKB = Pkb("fsdp_step_e2e",
                   Computed("param_shapes", _pkb_param_shapes, "((H, D), (H,), (O, H), (O,))"), Arg("exp_avg_shard"),
                   Arg("exp_avg_sq_shard"), Arg("lr"), Arg("beta1"), Arg("beta2"), Arg("eps"), Arg("weight_decay"),
                   Arg("step")),
-          returns=(Ret("flat_param_shard"), Ret("exp_avg_shard"), Ret("exp_avg_sq_shard")))
+          returns=(Ret("flat_param_shard"), Ret("exp_avg_shard"), Ret("exp_avg_sq_shard")), differs=RELU)
