@@ -304,3 +304,11 @@ def test_a_folder_of_pkb_files_is_an_agent_whose_tasks_are_the_files_problems(tm
     assert resolve_tasks(None, agent) == ["allgather_gemm", "ulysses_all_to_all"]
     assert agent.act({"task_id": "allgather_gemm"}) == "# 12_allgather_gemm_cuda.py\n"   # the first in name order
     assert sorted(p.name for p, _ in agent.skipped) == ["12_allgather_gemm_triton.py", "47_fsdp_adamw_sharded_cuda.py"]
+
+
+def test_splits_pkb_returned_as_python_lists_become_the_tasks_int64_tensors():
+    def pkb_preprocess(expert_mask, num_experts, group=None):   # PKB's older 26 (its published corpus's)
+        return [1, 2], [3, 4], torch.zeros(2, 2, dtype=torch.int64), torch.zeros(2, dtype=torch.int64)
+
+    out = adapted("moe_token_preprocess", pkb_preprocess)(None, 4, None)
+    assert out[0].dtype == torch.int64 and out[0].tolist() == [1, 2] and out[1].tolist() == [3, 4]

@@ -82,6 +82,8 @@ def convert(value: Any, to: str | None, name: str) -> Any:
         return torch.Size(int(v) for v in value.tolist())
     if to == "item":
         return value.item()
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (int, float, bool)) for v in value):
+        return torch.tensor(value, dtype=DTYPES[to])   # PKB's older 26 returned its splits as Python lists
     if not isinstance(value, torch.Tensor):
         raise PkbResultError(f"{name}: expected a tensor, got {type(value).__name__}")
     return value.to(DTYPES[to])
@@ -137,8 +139,10 @@ def _fields(value: Any, decl) -> dict[str, Any]:
     out = {}
     for i, field in enumerate(decl.fields):
         element = value[i].clone()
-        out[field.name] = element.item() if field.kind == "scalar" else element.to(
-            DTYPES["float32" if field.dtype == "task" else field.dtype])
+        if field.kind == "scalar":
+            out[field.name] = element.item()
+        else:
+            out[field.name] = element if field.dtype == "task" else element.to(DTYPES[field.dtype])
     return out
 
 

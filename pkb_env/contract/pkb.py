@@ -32,7 +32,8 @@ rank): no declaration needed.
 Where pkb-env computes a different function on purpose, `differs` says how, and a wrong verdict names it
 ("PKB's semantics differ here: ..."); `variant` names the sibling spec that states PKB's problem as PKB states
 it (tasks/<name>/pkb/), which `--pkb` judges such a file on; `unmapped` says why no mapping onto this task's
-own statement exists (only the variant can judge a PKB file then).
+own statement exists (only the variant can judge a PKB file then; without one, no statement does, and the judge
+says so instead of running the file: judge/pkb.py).
 """
 from __future__ import annotations
 
