@@ -41,7 +41,8 @@ def without_ties(spec: TaskSpec, *, draws: Mapping[str, Distribution], why: str)
     outputs = tuple(replace(o, tolerance=None, ties="") for o in spec.outputs)
     presets = {name: replace(p, dtype="float32", note=f"{p.note} (float32: the module docstring)")
                for name, p in spec.presets.items()}
-    return replace(spec, name=f"pkb_env.tasks.{spec.name}.pkb", title=f"PKB {spec.pkb_id} as PKB states it: {spec.title}",
+    return replace(spec, name=f"pkb_env.tasks.{spec.name}.pkb",
+                   title=f"PKB {spec.pkb_id} as PKB states it: {spec.title}",
                    inputs=inputs, outputs=outputs, edges=(), presets=presets, dtypes=("float32",),
                    tolerance_rule=pkb_rule(("float32",)),
                    departures=(PKB_VARIANT, f"inputs that never tie, as PKB draws them: {why}",

@@ -46,8 +46,8 @@ class Checkout:
         elif (path / "HEAD").is_file() and (path / "objects").is_dir():
             self.git = ["git", "--git-dir", str(path)]
         else:
-            raise CheckoutError(f"{path} is neither a git checkout nor a git directory: clone ParallelKernelBench "
-                                f"(git clone https://github.com/togethercomputer/ParallelKernelBench) and pass its path")
+            raise CheckoutError(f"{path} is neither a git checkout nor a git directory: clone ParallelKernelBench (git "
+                                f"clone https://github.com/togethercomputer/ParallelKernelBench) and pass its path")
         self.path = path
 
     def _run(self, *args: str) -> str:

@@ -108,4 +108,4 @@ PKB = Pkb("ddp", params=(Arg("X_local", "X"), Arg("y_local", "y"), *(Arg(n) for 
           returns=tuple(Ret(n) for n in ("W1", "b1", "W2", "b2", "exp_avg_W1", "exp_avg_b1", "exp_avg_W2",
                                          "exp_avg_b2", "exp_avg_sq_W1", "exp_avg_sq_b1", "exp_avg_sq_W2",
                                          "exp_avg_sq_b2")),
-          differs=RELU)
+          differs=RELU, variant="pkb")

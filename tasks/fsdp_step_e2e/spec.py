@@ -120,4 +120,5 @@ PKB = Pkb("fsdp_step_e2e",
                   Computed("param_shapes", _pkb_param_shapes, "((H, D), (H,), (O, H), (O,))"), Arg("exp_avg_shard"),
                   Arg("exp_avg_sq_shard"), Arg("lr"), Arg("beta1"), Arg("beta2"), Arg("eps"), Arg("weight_decay"),
                   Arg("step")),
-          returns=(Ret("flat_param_shard"), Ret("exp_avg_shard"), Ret("exp_avg_sq_shard")), differs=RELU)
+          returns=(Ret("flat_param_shard"), Ret("exp_avg_shard"), Ret("exp_avg_sq_shard")), differs=RELU,
+          variant="pkb")

@@ -113,4 +113,4 @@ PKB = Pkb('zero2_optimizer_shard_grad', params=(Arg("X_local", "X"), Arg("y_loca
               "W1", "b1", "W2", "b2", "exp_avg_part", "exp_avg_sq_part", "lr", "beta1", "beta2", "eps", "step"))),
           differs=RELU + "; and pkb-env also returns the flat gradient the step used (grad_part) "
                   "and updates the parameters and moments in place; PKB returns the six updated tensors",
-          unmapped="PKB's solution does not return the flat gradient this task checks")
+          unmapped="PKB's solution does not return the flat gradient this task checks", variant="pkb")

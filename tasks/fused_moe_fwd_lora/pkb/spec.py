@@ -9,7 +9,8 @@ from pkb_env.contract import Preset, WorldSizes
 from pkb_env.tasks._pkb_moe import pkb_call, variant
 
 SPEC = variant(task="fused_moe_fwd_lora", pkb_id=32, experts="E", k="K", ep="min(E, W)", mesh_dp="W / ep",
-               world_sizes=WorldSizes(splits=("E",), reason="PKB spreads its 8 experts evenly over the ranks"), lora=True,
+               world_sizes=WorldSizes(splits=("E",), reason="PKB spreads its 8 experts evenly over the ranks"),
+               lora=True,
                presets={
     "tiny": Preset({"M": 16, "N": 32, "I": 16, "R": 4, "E": 8, "K": 2}, "float32", "CPU ranks, milliseconds"),
     "bench": Preset({"M": 1024, "N": 1024, "I": 128, "R": 8, "E": 8, "K": 2}, "float32",
