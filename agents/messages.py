@@ -1,4 +1,4 @@
-"""Observation -> chat messages -> prompt text, shared by the model-backed agents.
+"""Observation -> chat messages -> prompt text, shared by the model-backed agents; a completion -> its text.
 
 The env's `prompt` already holds everything for the turn (task, reference, hardware, rules, and the
 judge's feedback on the previous attempt), so the user message is that text verbatim; the system message
@@ -8,7 +8,7 @@ No import of transformers here: `render_prompt` takes any tokenizer-like object.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 SYSTEM_PROMPT = ("You are an expert in GPU programming, CUDA and torch.distributed. Your job: write a faster "
                  "multi-GPU implementation of the reference the user gives you, correct on every rank. "
@@ -61,3 +61,24 @@ def _fold_system(messages: list[Message]) -> list[Message]:
             m["content"] = f"{system}\n\n{m['content']}"
             break
     return rest
+
+
+def completion_text(completion: Any) -> str:
+    """The text of a TRL completion: a str, or a conversational list of messages (assistant content joined)."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, Mapping):
+        completion = [completion]
+    if isinstance(completion, Sequence):
+        parts = []
+        for message in completion:
+            if not isinstance(message, Mapping) or "content" not in message:
+                raise TypeError(f"a conversational completion must be a list of {{'role', 'content'}} dicts, got "
+                                f"{type(message).__name__}: pass strings or TRL's message lists")
+            if message.get("role", "assistant") == "assistant":
+                content = message["content"]
+                if isinstance(content, list):  # multimodal-style content blocks
+                    content = "".join(block.get("text", "") for block in content if isinstance(block, Mapping))
+                parts.append(content or "")
+        return "\n".join(parts)
+    raise TypeError(f"completion must be a str or a list of messages, got {type(completion).__name__}")

@@ -1,5 +1,5 @@
 """Which torch.distributed operations a plain gloo group performs on CUDA tensors (why emulated ranks stage them
-through host memory: pkb_env/ranks/host_staged.py, docs/multi_gpu.md "Emulated ranks").
+through host memory: pkb_env/ranks/host_staged.py, docs/multi_gpu.md "Point-to-point on emulated ranks").
 
     python benchmarks/gloo_cuda_ops.py            # needs one CUDA GPU; two ranks share cuda:0
 

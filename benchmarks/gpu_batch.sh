@@ -15,6 +15,11 @@
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh estimate   # one GPU: pseudo-median vs median, a longer budget
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh suite      # one GPU: every reference, 4 emulated ranks and W=1
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh experts1   # one GPU: the experts of issues 26-27
+#     OUT=/path/to/out bash benchmarks/gpu_batch.sh review     # one GPU: answer key, containment, timing, pairs,
+#                                                              # faults; every task's reference against itself
+#     OUT=/path/to/out bash benchmarks/gpu_batch.sh corpus gpt # one GPU: PKB's published corpus (docs/pkb_corpus.md)
+#                                                              # from .corpus/ (pkb_corpus.py --extract), the models
+#                                                              # named (gpt opus gemini triton ...); call again to go on
 #
 # Part limits are what the parts took on two H200s, with room: repeatability (5 fresh processes, the first
 # with a calibration, then 20 self-steps) needs about 4 minutes there, a soak step at `large` about 11 s,
@@ -54,6 +59,35 @@ if [ "${1:-timing}" = one ]; then
                  tests/gpu/test_gpu_faults.py
     part 150 python benchmarks/step_latency.py --executor cuda --world-size 1 --preset bench --steps 8 --operations \
                  --candidates reference solutions/experts/all_reduce.py --json "$OUT/step_latency.json"
+    echo "== done $(date +%T)" >> "$LOG"
+    exit 0
+fi
+if [ "${1:-timing}" = review ]; then   # issues 42, 43, 46 on one GPU: the answer-key search from GPU ranks (editable
+    # and wheel), the containment, timing, pairs and fault tests through the client, then the reference against
+    # itself over every task that takes world size 1, as far as the time allows (the JSON is written per task)
+    part 300 python -m pytest -q -rfE -p no:cacheprovider tests/gpu/test_answer_key_gpu.py \
+                 tests/gpu/test_gpu_containment.py tests/gpu/test_timing_gpu.py tests/gpu/test_pairs_gpu.py \
+                 tests/gpu/test_gpu_faults.py
+    part 300 python benchmarks/self_speedup.py --executor cuda --world-size 1 --preset bench --tasks all --steps 3 \
+                 --time-limit ${SELF_LIMIT:-200} --json "$OUT/self_speedup_all.json"
+    echo "== done $(date +%T)" >> "$LOG"
+    exit 0
+fi
+if [ "${1:-timing}" = corpus ]; then   # issue 44 on one GPU: PKB's published corpus from .corpus/ (the five
+    # solutions_* folders written by `pkb_corpus.py CLONE --extract .corpus`, carried as an ignored folder): builds
+    # on every core, correctness on 4 emulated ranks, speed at W=1, the models named after `corpus`. State stays
+    # in /tmp/pkb-corpus on the device between calls (the judge's build cache, the results, the dataset), so a
+    # call continues where the last one stopped (--resume) while the machine stays warm; each call ends by its
+    # own time limit, the table printed, the dataset closed; $OUT gets the results so far.
+    shift
+    STATE=${CORPUS_STATE:-/tmp/pkb-corpus}
+    mkdir -p "$STATE/cache"
+    export PKB_ENV_CACHE="$STATE/cache"
+    MODELS=$(IFS=,; echo "${*:-gpt}")
+    part ${CORPUS_LIMIT:-560} python benchmarks/pkb_corpus.py .corpus --models "$MODELS" --resume \
+                 --json "$STATE/corpus_${MODELS//,/_}.jsonl" --dataset "$STATE/dataset" --time-limit ${CORPUS_RUN:-520} \
+                 --prebuild-workers ${CORPUS_BUILDERS:-8}
+    cp -r "$STATE"/corpus_*.jsonl "$STATE/dataset" "$OUT/" 2>/dev/null
     echo "== done $(date +%T)" >> "$LOG"
     exit 0
 fi

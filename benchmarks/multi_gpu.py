@@ -1,7 +1,7 @@
 """Multi-GPU validation: every task's reference and expert on every GPU, per size; the calibration beside a
 direct NCCL measurement; repeatability of the times a policy is rewarded on.
 
-    python benchmarks/multi_gpu.py --presets bench large --steps 3 --markdown docs/multi_gpu.md
+    python benchmarks/multi_gpu.py --presets bench large --steps 3 --markdown docs/measurements/DATE-multi-gpu-h200.md
 
 For each preset and task (tasks without that preset are skipped): one step of the reference (unless
 `--skip-reference-step`), then `--steps` steps of the expert (solutions/experts/<task>.py), each in a fresh

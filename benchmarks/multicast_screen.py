@@ -46,7 +46,7 @@ from pathlib import Path
 
 from pkb_env.contract.signature import reference_parameters
 from pkb_env.judge.compile_checks import CompileRefused, check_sources
-from pkb_env.judge.multicast import MULTICAST_TEXT
+from pkb_env.sources import MULTICAST_TEXT
 from pkb_env.judge.screen import screen_source
 from pkb_env.record import Severity
 

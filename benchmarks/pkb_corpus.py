@@ -31,7 +31,7 @@ import sys
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from pkb_env import JudgeConfig
@@ -40,8 +40,10 @@ from pkb_env.compat.checkout import CORPUS, PUBLISHED, Checkout, Folder
 from pkb_env.compat.files import PkbFile, classify
 from pkb_env.compat.helpers.cuda_helpers import cflags
 from pkb_env.record import Severity, Verdict
-from pkb_env.runtime.kernels import extension_request
+from pkb_env.runtime.kernels import CompileError, extension_request
+from pkb_env.wire.services import LoadInline
 from pkb_env.tables import table
+from pkb_env.task import load_task, pkb_variant
 
 
 @dataclass
@@ -58,7 +60,63 @@ class Entry:
     pkb_rule: bool | None = None  # PKB's own allclose on the trials
     failure: str = ""             # "timeout" where a rank hung
     speedup: float | None = None
-    builds: list[dict] = field(default_factory=list)
+    seconds: float | None = None  # the correctness step's wall time
+    restored: bool = False        # read back from an earlier run's --json (--resume)
+    timed: bool = False           # the speed step ran (or was not possible at its size)
+
+    @property
+    def key(self) -> str:
+        return f"{self.file.path.parent.name}/{self.file.path.name}"
+
+    @property
+    def judged(self) -> bool:
+        return bool(self.screen) or self.verdict is not None
+
+    def row(self) -> dict:
+        return {"key": self.key, "model": self.folder.model, "backend": self.folder.backend,
+                "file": self.file.path.name, "task": self.file.task, "how": self.file.how, "screen": self.screen,
+                "why": self.why, "verdict": self.verdict, "pkb_verdict": self.pkb_verdict, "pkb_rule": self.pkb_rule,
+                "failure": self.failure, "seconds": self.seconds, "timed": self.timed, "speedup": self.speedup}
+
+    def restore(self, row: dict) -> None:
+        for name in ("screen", "why", "verdict", "pkb_verdict", "pkb_rule", "failure", "seconds", "timed",
+                     "speedup"):
+            setattr(self, name, row.get(name, getattr(self, name)))
+        self.restored = True
+
+
+class Results:
+    """The --json file, one line per file and step as each ends (a run stopped by its time limit, or killed, keeps
+    what it decided); with --resume the lines already there are read back and those files are not judged again."""
+
+    def __init__(self, path: Path | None, resume: bool):
+        self.path, self.rows = path, {}
+        if path is not None and resume and path.exists():
+            for line in path.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:   # a line cut by a kill
+                    continue
+                self.rows[row.get("key")] = row
+        self.out = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.out = path.open("a" if resume else "w")
+
+    def restore(self, entries: list[Entry]) -> int:
+        found = [e for e in entries if e.key in self.rows]
+        for e in found:
+            e.restore(self.rows[e.key])
+        return len(found)
+
+    def write(self, e: Entry) -> None:
+        if self.out is not None:
+            self.out.write(json.dumps(e.row()) + "\n")
+            self.out.flush()
+
+    def close(self) -> None:
+        if self.out is not None:
+            self.out.close()
 
 
 class ByModel:
@@ -91,6 +149,8 @@ def screen_all(entries: list[Entry], world_size: int, recorder) -> None:
     config = JudgeConfig(executor="cpu", world_size=world_size, preset="tiny", pkb=True)
     with LocalClient(config, recorder=recorder) as client:
         for e in entries:
+            if e.restored:   # decided in an earlier run (--resume)
+                continue
             if recorder is not None:
                 recorder.agent = f"{e.folder.model} ({e.folder.backend})"
             if e.file.task is None:
@@ -115,7 +175,7 @@ def screen_all(entries: list[Entry], world_size: int, recorder) -> None:
 
 
 # -- building ahead (a GPU) ----------------------------------------------------------------------------------------
-def build_requests(source: str) -> list[dict]:
+def build_requests(source: str) -> list[LoadInline]:
     """The extensions a file asks for with `compile_cuda_extension("name", SOURCE[, flags])`, where SOURCE is a
     string literal or a module-level name bound to one (anything built at run time is built during its step)."""
     try:
@@ -143,70 +203,95 @@ def build_requests(source: str) -> list[dict]:
         flags = next((k.value for k in node.keywords if k.arg == "extra_cuda_cflags"), None)
         try:
             extra = ast.literal_eval(flags) if flags is not None else None
-        except ValueError:
+        except (ValueError, SyntaxError, TypeError):
             continue
         if isinstance(text, str):
-            found.append({"kind": "load_inline", **extension_request(ext.value, "", text,
-                                                                     extra_cuda_cflags=cflags(extra))})
+            try:
+                found.append(extension_request(ext.value, "", text, extra_cuda_cflags=cflags(extra)))
+            except CompileError:   # refused as asked: the step says so
+                continue
     return found
 
 
-def prebuild(entries: list[Entry], workers: int) -> tuple[int, int, float]:
-    """Every file's statically known extensions, built by `workers` judge services at once (each one build at a
-    time) into the judge's cache; (built, failed, seconds)."""
+def prebuild(entries: list[Entry], workers: int, until: float) -> tuple[int, int, int, float]:
+    """The statically known extensions of every file still to judge, built by `workers` judge services at once
+    (each one build at a time) into the judge's cache, none past `until` (time.monotonic(): a build in flight
+    gets what is left of it, then it is stopped; one not started by then is built by its step);
+    (built or cached, failed, not started, seconds)."""
     from pkb_env.service import JudgeService
 
-    requests = [r for e in entries if not e.screen for r in build_requests(e.source)]
-    unique = list({json.dumps(r, sort_keys=True): r for r in requests}.values())
+    requests = [r for e in entries if not e.judged for r in build_requests(e.source)]
+    unique = list(dict.fromkeys(requests))
     started = time.perf_counter()
 
-    def run(share: list[dict]) -> list[str | None]:
+    def run(share: list[LoadInline]) -> list[str | None]:
         with JudgeService(JudgeConfig(executor="cuda", world_size=1, pkb=True)) as service:
-            return [service.prebuild(r) for r in share]
+            return [service.prebuild(r, until) if time.monotonic() < until - 5 else "not started" for r in share]
 
     shares = [unique[i::workers] for i in range(workers)]
     with ThreadPoolExecutor(workers) as pool:
         results = [r for share in pool.map(run, [s for s in shares if s]) for r in share]
-    return sum(r is None for r in results), sum(r is not None for r in results), time.perf_counter() - started
+    return (sum(r is None for r in results), sum(r not in (None, "not started") for r in results),
+            sum(r == "not started" for r in results), time.perf_counter() - started)
 
 
 # -- judging (a GPU) -----------------------------------------------------------------------------------------------
-def judge_all(entries: list[Entry], args, recorder) -> None:
-    """Correctness on cuda-emulated ranks, every statement; then the speed of what is correct, at W = 1."""
+def judge_all(entries: list[Entry], args, recorder, results: Results, until: float) -> int:
+    """Correctness on cuda-emulated ranks, every statement, for each file not judged yet, starting none that
+    could end past `until` (each step's own budget is --step-budget; a PKB variant's file is judged twice, on
+    PKB's statement and on pkb-env's); the files left."""
     config = JudgeConfig(executor="cuda-emulated", world_size=args.world_size, preset=args.preset, dtype=args.dtype,
-                         pkb=True)
+                         pkb=True, step_budget_s=args.step_budget)
+    todo = [e for e in entries if not e.judged]
     with LocalClient(config, recorder=recorder) as client:
-        for e in entries:
-            if e.screen:
-                continue
+        for n, e in enumerate(todo):
+            steps = 2 if pkb_variant(load_task(e.file.task)) is not None else 1
+            if time.monotonic() + steps * args.step_budget + 10 > until:
+                return len(todo) - n
             if recorder is not None:
                 recorder.agent = f"{e.folder.model} ({e.folder.backend})"
             problem = client.problem(e.file.task, args.preset, args.dtype)
             if problem:
                 e.screen, e.why = "size", problem
+                results.write(e)
                 continue
+            started = time.perf_counter()
             record = client.submit(e.file.task, e.source).result()
+            e.seconds = round(time.perf_counter() - started, 1)
             e.why = record.error or ""
             e.pkb_rule = record.pkb.pkb_rule if record.pkb else None
             if record.pkb and record.pkb.statement == "pkb":
-                e.pkb_verdict, e.verdict = record.verdict.value, record.pkb.pkb_env_verdict
+                e.pkb_verdict, e.verdict = record.verdict.value, record.pkb.pkb_env_verdict or "-"
             else:
                 e.verdict = record.verdict.value
             if record.failure and any(f.kind == "timeout" for f in record.failure.failures):
                 e.failure = "timeout"
-            print(f"  {e.folder.model:16s} {e.file.path.name:60s} {record.verdict.value}", file=sys.stderr,
-                  flush=True)
-    fast = [e for e in entries if Verdict.CORRECT.value in (e.verdict, e.pkb_verdict)]
+            results.write(e)
+            print(f"  {e.folder.model:16s} {e.file.path.name:60s} {record.verdict.value:14s} {e.seconds:6.1f} s",
+                  file=sys.stderr, flush=True)
+    return 0
+
+
+def time_all(entries: list[Entry], args, recorder, results: Results, until: float) -> int:
+    """The speed of every file correct by some statement and not timed yet, at --timing-world-size on the cuda
+    executor, starting no step that could end past `until`; the files left."""
+    todo = [e for e in entries if Verdict.CORRECT.value in (e.verdict, e.pkb_verdict) and not e.timed]
+    if not todo:
+        return 0
     timing = JudgeConfig(executor="cuda", world_size=args.timing_world_size, preset=args.timing_preset,
-                         dtype=args.dtype, pkb=True)
+                         dtype=args.dtype, pkb=True, step_budget_s=args.step_budget)
     with LocalClient(timing, recorder=recorder) as client:
-        for e in fast:
+        for n, e in enumerate(todo):
+            if time.monotonic() + 2 * args.step_budget + 10 > until:
+                return len(todo) - n
             if recorder is not None:
                 recorder.agent = f"{e.folder.model} ({e.folder.backend})"
-            if client.problem(e.file.task, args.timing_preset, args.dtype):
-                continue
-            record = client.submit(e.file.task, e.source).result()
-            e.speedup = record.speedup
+            if not client.problem(e.file.task, args.timing_preset, args.dtype):
+                record = client.submit(e.file.task, e.source).result()
+                e.speedup = record.speedup
+            e.timed = True
+            results.write(e)
+    return 0
 
 
 # -- the table -----------------------------------------------------------------------------------------------------
@@ -246,11 +331,22 @@ def summary(entries: list[Entry], judged: bool) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("checkout", type=Path, help="a ParallelKernelBench clone with its history, or its git dir")
+    parser.add_argument("checkout", type=Path, help="a ParallelKernelBench clone with its history, its git dir, or a "
+                                                    "folder of the solutions_* folders written by --extract")
+    parser.add_argument("--extract", type=Path, default=None, metavar="DIR",
+                        help="write the five solutions_* folders, each at its revision, into DIR and stop (for a "
+                             "machine without PKB's history: pass DIR as the checkout there)")
     parser.add_argument("--models", default="", help="comma-separated parts of a model's or folder's name "
                                                      "(gpt, opus, gemini, triton, parallelkittens; default all)")
     parser.add_argument("--dataset", type=Path, default=None, help="record every step as a row of this dataset")
-    parser.add_argument("--json", type=Path, default=None, help="write one line per file here")
+    parser.add_argument("--json", type=Path, default=None, help="write one line per file and step here, as each ends")
+    parser.add_argument("--resume", action="store_true",
+                        help="read --json's lines back and judge only the files it does not hold (append to it)")
+    parser.add_argument("--time-limit", type=float, default=None,
+                        help="seconds for this run: builds stop and no step starts that could end past it; the "
+                             "table is printed and the dataset closed; --resume continues")
+    parser.add_argument("--step-budget", type=float, default=90.0,
+                        help="the hard budget of one judged step, compiles included (JudgeConfig.step_budget_s)")
     parser.add_argument("--world-size", type=int, default=4, help="ranks of the correctness run (default 4)")
     parser.add_argument("--preset", default="bench", help="the correctness run's preset (default bench: PKB's sizes)")
     parser.add_argument("--dtype", default="bfloat16", help="the files' dtype (default bfloat16, as PKB's)")
@@ -259,29 +355,52 @@ def main() -> int:
     parser.add_argument("--prebuild-workers", type=int, default=4,
                         help="judge services building extensions at once before judging (GPU runs)")
     args = parser.parse_args()
+    if args.resume and args.json is None:
+        parser.error("--resume reads the --json file of the runs before: name it")
 
-    entries = corpus(Checkout(args.checkout), [m for m in args.models.split(",") if m.strip()])
+    started = time.monotonic()
+    until = started + args.time_limit if args.time_limit else float("inf")
+    checkout = Checkout(args.checkout)
+    if args.extract is not None:
+        for name, count in checkout.extract(CORPUS, args.extract).items():
+            print(f"{count:3d} files  {args.extract / name}")
+        return 0
+    entries = corpus(checkout, [m for m in args.models.split(",") if m.strip()])
+    results = Results(args.json, args.resume)
+    restored = results.restore(entries)
+    if restored:
+        print(f"{restored} files read back from {args.json}", file=sys.stderr)
     recorder = None
     if args.dataset is not None:
         from pkb_env.data import EpisodeRecorder
 
         dataset = EpisodeRecorder(args.dataset, agent="pkb-corpus")
         recorder = ByModel(dataset)
-    started = time.perf_counter()
+    left = {}
     try:
         screen_all(entries, args.world_size, recorder)
-        print(f"mapped and screened {len(entries)} files in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+        for e in entries:
+            if e.screen and not e.restored:
+                results.write(e)
+        print(f"mapped and screened {len(entries)} files in {time.monotonic() - started:.1f} s", file=sys.stderr)
         judged = gpu_present()
         if judged:
-            built, failed, seconds = prebuild(entries, args.prebuild_workers)
-            print(f"built {built} extensions ahead ({failed} failed) in {seconds:.0f} s", file=sys.stderr)
-            judge_all(entries, args, recorder)
+            # Builds get at most half of what is left, so that this run judges what they built.
+            built, failed, late, seconds = prebuild(entries, args.prebuild_workers,
+                                                    time.monotonic() + (until - time.monotonic()) / 2)
+            print(f"built {built} extensions ahead ({failed} failed, {late} left to their steps) in {seconds:.0f} s",
+                  file=sys.stderr)
+            left["to judge"] = judge_all(entries, args, recorder, results, until)
+            left["to time"] = (time_all(entries, args, recorder, results, until) if not left["to judge"] else
+                               sum(1 for e in entries if Verdict.CORRECT.value in (e.verdict, e.pkb_verdict)
+                                   and not e.timed))
         else:
             waiting = sum(1 for e in entries if not e.screen)
             print(f"no GPU here: building, judging and timing the {waiting} files that pass the screen needs a GPU "
                   f"(cuda-emulated ranks for correctness, the cuda executor for speed); run this command where "
                   f"one is", file=sys.stderr)
     finally:
+        results.close()
         if recorder is not None:
             dataset.close()
     print(summary(entries, judged))
@@ -291,13 +410,10 @@ def main() -> int:
     for kind in ("flagged", "unparsable", "no statement", "no task", "size"):
         for e in (e for e in entries if e.screen == kind):
             print(f"{kind}: {e.folder.model} {e.folder.backend} {e.file.path.name}: {e.why[:200]}")
-    if args.json is not None:
-        with args.json.open("w") as out:
-            for e in entries:
-                out.write(json.dumps({"model": e.folder.model, "backend": e.folder.backend, "file": e.file.path.name,
-                                      "task": e.file.task, "how": e.file.how, "screen": e.screen, "why": e.why,
-                                      "verdict": e.verdict, "pkb_verdict": e.pkb_verdict, "pkb_rule": e.pkb_rule,
-                                      "failure": e.failure, "speedup": e.speedup}) + "\n")
+    if any(left.values()):
+        print(f"\nthe time limit ({args.time_limit:.0f} s) ended this run with files left "
+              f"({', '.join(f'{n} {what}' for what, n in left.items() if n)}): run the same command with --resume")
+    print(f"\n{time.monotonic() - started:.0f} s in all")
     return 0
 
 

@@ -4,6 +4,8 @@ reference time would give, per task, over several steps of one service.
     python benchmarks/self_speedup.py --executor cpu --world-size 4 --steps 3             # the eight primitives
     python benchmarks/self_speedup.py --executor cuda --world-size 1 --preset bench --tasks all_reduce --steps 20
     python benchmarks/self_speedup.py ... --protocol burst_s=0.004 budget_s=0.15   # the protocol's defaults changed
+    python benchmarks/self_speedup.py --executor cuda --world-size 1 --preset bench --tasks all --steps 3 \
+        --time-limit 300 --json self.json                  # every task that takes W=1, stopped between tasks at 300 s
 
 Both figures come from the same steps: `paired` is the record's speedup (the pseudo-median of the step's
 candidate-burst / reference-replay ratios, docs/timing.md "Paired speedup"), `median` the plain median of
@@ -26,7 +28,7 @@ from tqdm import tqdm
 from pkb_env import JudgeConfig, JudgeService
 from pkb_env.config import TimingProtocol
 from pkb_env.tables import table
-from pkb_env.task import load_task
+from pkb_env.task import load_task, runnable_tasks
 
 PRIMITIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "gather", "scatter")
 
@@ -36,18 +38,25 @@ def main() -> int:
     parser.add_argument("--executor", default="cpu")
     parser.add_argument("--world-size", type=int, default=4)
     parser.add_argument("--preset", default="tiny")
-    parser.add_argument("--tasks", nargs="+", default=list(PRIMITIVES))
+    parser.add_argument("--tasks", nargs="+", default=list(PRIMITIVES),
+                        help="task names, or 'all': every task that takes the world size and preset")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--protocol", nargs="*", default=[], metavar="FIELD=VALUE",
                         help="TimingProtocol fields changed from the clock's defaults, e.g. burst_s=0.004")
-    parser.add_argument("--json", default=None)
+    parser.add_argument("--json", default=None, help="written after every task, so a run cut short keeps its tasks")
+    parser.add_argument("--time-limit", type=float, default=None, metavar="S",
+                        help="start no task after S seconds (the table then says how many were left)")
     args = parser.parse_args()
+    if args.tasks == ["all"]:
+        args.tasks = runnable_tasks(args.world_size, args.preset)
 
     config = JudgeConfig(executor=args.executor, world_size=args.world_size, preset=args.preset,
                          protocol_changes=_changes(args.protocol))
-    rows, results = [], {}
-    with JudgeService(config) as judge, tqdm(total=len(args.tasks) * args.steps, unit="step") as bar:
+    rows, results, started = [], {}, time.monotonic()
+    with JudgeService(config) as judge, tqdm(total=len(args.tasks) * args.steps, unit="step", disable=not sys.stderr.isatty()) as bar:
         for task in args.tasks:
+            if args.time_limit is not None and time.monotonic() - started > args.time_limit:
+                break
             session, paired, cached, spreads, walls, pairs, medians = judge.open(task), [], [], [], [], [], []
             for _ in range(args.steps):
                 begun = time.monotonic()
@@ -71,17 +80,23 @@ def main() -> int:
                          f"{min(old):.3f}-{max(old):.3f}" if old else "-",
                          f"{statistics.median([s for s in spreads if s is not None]):.3f}" if good else "-",
                          f"{statistics.median(pairs):.0f}", f"{1e3 * statistics.median(walls[1:] or walls):.0f}"])
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump(results, f, indent=1)
     print(f"\nthe reference against itself, {args.executor} at world size {args.world_size}, {args.preset}, "
-          f"{args.steps} steps per task" + (f", protocol {' '.join(args.protocol)}" if args.protocol else ""))
+          f"{args.steps} steps per task" + (f", protocol {' '.join(args.protocol)}" if args.protocol else "")
+          + (f"; {len(args.tasks) - len(results)} tasks not reached in {args.time_limit:.0f} s"
+             if len(results) < len(args.tasks) else ""))
     print(table(["task", "steps", "paired range", "paired median", "median-of-ratios range", "cached range",
                  "pairs' spread", "pairs", "warm step ms"], rows))
-    every = [p for r in results.values() for p in r["paired"]]
-    old = [c for r in results.values() for c in r["cached"]]
-    print(f"all steps: paired {min(p for p in every if p is not None):.3f}-{max(p for p in every if p is not None):.3f}"
-          f" ({sum(p is None for p in every)} None), cached {min(old):.3f}-{max(old):.3f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+    every = [p for r in results.values() for p in r["paired"] if p is not None]
+    medians = [statistics.median(g) for g in ([p for p in r["paired"] if p is not None] for r in results.values()) if g]
+    missing = sum(len(r["paired"]) for r in results.values()) - len(every)
+    if every:
+        print(f"all steps: paired {min(every):.3f}-{max(every):.3f} ({missing} None); tasks whose median is within [0.97, 1.03]: "
+              f"{sum(0.97 <= m <= 1.03 for m in medians)} of {len(medians)}, within [0.9, 1.1]: "
+              f"{sum(0.9 <= m <= 1.1 for m in medians)}; steps within [0.95, 1.05]: "
+              f"{sum(0.95 <= p <= 1.05 for p in every)} of {len(every)}")
     return 0
 
 

@@ -1,6 +1,6 @@
 """Soak: many steps of mixed candidates on one env, watching for leaks in the judge and on the machine.
 
-    python benchmarks/soak.py --steps 200 --world-size 4 --out docs/soak.png
+    python benchmarks/soak.py --steps 200 --world-size 4 --out docs/measurements/DATE-soak-cpu.png
 
 Candidates cycle through: the reference, a ring all_reduce, a wrong answer, one that raises, one that
 exits in one rank, one that deadlocks one rank, an infinite loop, one that prints megabytes, one that

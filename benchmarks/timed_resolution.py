@@ -19,7 +19,7 @@ import torch
 
 from pkb_env.contract import Check, Tolerance
 from pkb_env.judge.fingerprints import compare_burst
-from pkb_env.ranks.fingerprints import sketch_calls
+from pkb_env.ranks.fingerprints import fingerprint_calls
 
 ROWS = 256   # a quarter of bench's 1024 rows: 64 blocks of 4096 values, as at bench, and a quarter of the time
 TOL = Tolerance(0.00390625, 0.015625, "all_reduce bench bf16")
@@ -28,8 +28,8 @@ TOL = Tolerance(0.00390625, 0.015625, "all_reduce bench bf16")
 def payload(outputs, seed, reference):
     rules = {"output": [TOL.atol, TOL.rtol, False]}
     inputs = [(torch.zeros(1),) for _ in outputs]
-    return {"outputs": sketch_calls(outputs, seed, rules, bound=reference),
-            "inputs": sketch_calls(inputs, seed + 1, None, root="argument"), "problems": [], "samples": {}}
+    return {"outputs": fingerprint_calls(outputs, seed, rules, bound=reference),
+            "inputs": fingerprint_calls(inputs, seed + 1, None, root="argument"), "problems": [], "samples": {}}
 
 
 def verdict(expected, got, seed) -> tuple[bool, bool]:

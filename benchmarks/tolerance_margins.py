@@ -116,7 +116,7 @@ def margins(tasks: list[str], preset: str, world: int, dtypes: list[str], trials
 
 def error_over_allowed(spec, checks, expected, got) -> dict:
     """{output path: max |got - expected| / allowed} for one rank, each path at its own tolerance in `checks`;
-    both sides {"output": the returned value, "updated": {input name: its final value}}. tests/test_tasks_golden.py
+    both sides {"output": the returned value, "updated": {input name: its final value}}. tests/tasks/test_golden.py
     asserts it below 0.5 at every task's tiny dtype."""
     return {path: _ratio(e, g, checks[path].tolerance) for path, (e, g) in _by_output(spec, expected, got).items()}
 

@@ -1,7 +1,7 @@
 """The suite's catalogue, generated from the specs: `docs/tasks.md` and the `pkb-env tasks` listing.
 
     python -m pkb_env.catalog --write    # regenerate docs/tasks.md
-    python -m pkb_env.catalog --check    # exit 1 if docs/tasks.md is stale (tests/test_catalog.py)
+    python -m pkb_env.catalog --check    # exit 1 if docs/tasks.md is stale (tests/tasks/test_catalog.py)
 
 The dominant cost term is the cost model's at the `bench` preset and the H200 board's datasheet peaks,
 at each GPU world size (2, 4, 8) the task takes.
@@ -75,7 +75,7 @@ def _ranges(values: list[int]) -> str:
 def markdown() -> str:
     lines = ["# Tasks", "",
              "Generated from the task specs by `python -m pkb_env.catalog --write`; "
-             "`tests/test_catalog.py` fails when this file is stale. The dominant term is the cost model's at "
+             "`tests/tasks/test_catalog.py` fails when this file is stale. The dominant term is the cost model's at "
              f"the `bench` preset and the datasheet peaks of `{BOARD}`; world sizes are those the `bench` "
              "shapes and mesh allow among 1-8. How to add a task: docs/task_contract.md.", ""]
     by_family: dict[str, list[Row]] = {}

@@ -20,12 +20,11 @@ the caller's process or in others:
 A failure of the judge itself (JudgeError: the reference died twice, required containment missing) becomes an
 unjudged record (Verdict.JUDGE_ERROR, scored 0 and marked unjudged) here, in one place, so one bad step does not
 end a training run: never the candidate's fault. Bad input (an unknown task, a size the task cannot take) raises
-TaskError at `submit`, naming the fix. `shared_client(config)` gives every caller of a process one client per
-config (the trainer adapters make envs and reward calls by the thousand).
+TaskError at `submit`, naming the fix. pkb_env/shared.py gives every caller of a process one client per config
+(the trainer adapters make envs and reward calls by the thousand).
 """
 from __future__ import annotations
 
-import atexit
 import concurrent.futures
 import queue
 import threading
@@ -269,35 +268,3 @@ class LocalClient:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-# -- one client per config for every caller of a process --------------------------------------------------
-_clients: dict[tuple, JudgeClient] = {}
-_guard = threading.Lock()
-
-
-def shared_client(config: JudgeConfig, address: str | None = None, actors: int | None = None) -> JudgeClient:
-    """This process's client for `config`, made at the first call: a LocalClient, or with a Ray `address` a
-    JudgePool there (`actors` of them: docs/scale_out.md). Closed at the interpreter's exit (or `close_shared`)."""
-    key = (config, address, actors)
-    with _guard:
-        if key not in _clients:
-            if address:
-                from pkb_env.pool import JudgePool
-
-                _clients[key] = JudgePool(config, address=address, actors=actors)
-            else:
-                _clients[key] = LocalClient(config)
-        return _clients[key]
-
-
-def close_shared() -> None:
-    """Close every client `shared_client` made (their rank processes and actors stop)."""
-    with _guard:
-        made = list(_clients.values())
-        _clients.clear()
-    for client in made:
-        client.close()
-
-
-atexit.register(close_shared)

@@ -68,11 +68,10 @@ class TimingProtocol:
     @classmethod
     def for_clock(cls, kind: str) -> "TimingProtocol":
         """GPU bursts are short (a millisecond-scale start skew does not exist behind a device gate), and
-        more of them fit the budget: with 2 ms bursts the reference against itself read 0.923-1.083 over 20
-        steps on one H200 (11 pairs a step), against 0.759-1.097 with 8 ms ones (5 pairs), and the step was
-        shorter (docs/timing.md, "Shorter bursts, more pairs"); calls too slow for 2 ms get `min_calls`
-        each. The scored budget buys pairs: 0.25 s (10-12 a step) read 0.894-1.111 over 60 steps of three
-        collectives, 0.35 s (16-20) 0.933-1.058, for about 100-150 ms more a step (docs/timing.md, "The
+        more of them fit the budget: shorter bursts gave more pairs a step, a narrower spread of the reference
+        against itself and a shorter step (docs/measurements/2026-12-03-timing-h200.md, "Shorter bursts, more
+        pairs"); calls too slow for 2 ms get `min_calls` each. The scored budget buys pairs: 0.35 s narrowed the
+        reference against itself over steps against 0.25 s for a little more time a step (the same page, "The
         pseudo-median, and a longer scored budget"). CPU ranks share cores, so their bursts are long enough to
         swamp scheduling and reporting delays."""
         if kind == "cuda":
@@ -145,7 +144,8 @@ class JudgeConfig:
     compile_timeout_s: float = 300.0
     """One NVRTC or nvcc build in a build cell."""
     extension_timeout_s: float = 480.0
-    """One torch extension build (load_inline: torch's headers make these slow, ~60 s on one H200)."""
+    """One torch extension build (load_inline: torch's headers make these slow, tens of seconds:
+    docs/measurements/2026-12-01-containment-cost-cpu.md)."""
     compile_budget_s: float = 480.0
     """The judge-side compile time one step's ranks may ask for in all (then every request is refused)."""
     failure_grace_s: float = 0.3
@@ -161,9 +161,10 @@ class JudgeConfig:
     """Between those tries."""
     pin_ranks: bool = True
     """On GPUs, rank r of every rank set (the reference's and each candidate's) runs on one core, the same for
-    all, once it serves a step: a core's speed is its process's (host-bound calls read up to 1.8x apart on
-    different cores of one H200 host), and a pair's ratio cancels it only where both halves ran on one core
-    (docs/timing.md, "Paired speedup"). Needs two cores per rank; off only to compare."""
+    all, once it serves a step: a core's speed is its process's (host-bound calls read far apart on different
+    cores of one host: docs/measurements/2026-12-03-timing-h200.md), and a pair's ratio cancels it only where
+    both halves ran on one core (docs/timing.md, "One core per rank"). Needs two cores per rank; off only to
+    compare."""
 
     # -- containment (defaults from the environment: the module docstring) --------------------------
     namespaces: bool = field(default_factory=lambda: _env_flag("PKB_ENV_NAMESPACES", True))

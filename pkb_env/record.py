@@ -158,6 +158,7 @@ class VerifyResult:
     mismatches: list[Mismatch] = field(default_factory=list)
     error: str | None = None
     pkb_rule: bool | None = None           # PKB-format files: whether PKB's own check passes (compat/rule.py)
+    cause: str | None = None               # timed calls: the data the failing calls held (judge/timed_causes.py)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""`JudgeService`: the one front door to the judge (docs/architecture.md, "The service").
+"""`JudgeService`: the judge's core (docs/architecture.md, "The service"); every door reaches it through one client.
 
     from pkb_env import JudgeConfig, JudgeService
     with JudgeService(JudgeConfig(executor="cpu", world_size=4)) as judge:
@@ -7,10 +7,11 @@
         judge.judge("all_gather", code)        # shorthand for one-off calls
 
 The service owns the executor and its processes, the reference's cached times, the compile cache and
-the calibration; everything else is a thin client of it: the Gymnasium env (episodes, turns, rewards),
-the TRL reward, `evaluate`, the CLI, the benchmarks, and what attaches later (a pool of judges, servers,
-trainer adapters). They use the methods below and nothing under them, as vLLM's front ends use its
-engine core. A record crosses processes as JSON (`record.to_dict()`, `EvaluationRecord.from_dict`).
+the calibration. The doors (pkb_env/entrypoints/: the Gymnasium env, the TRL reward, the trainer adapters, the
+OpenEnv server, the CLI) reach it through a client (pkb_env/client.py: a LocalClient holds one service on a
+thread of its own; a JudgePool one per Ray actor), which uses the methods below and nothing under them, as
+vLLM's engine clients use its engine core; the benchmarks use it directly. A record crosses processes as JSON
+(`record.to_dict()`, `EvaluationRecord.from_dict`).
 
 One service judges one step at a time; its timings are meant to be the only work on its GPUs (or cores).
 """
@@ -31,6 +32,7 @@ from pkb_env.signals import signals_held
 from pkb_env.task import TaskSpec, load_task, runnable_tasks, size_problem
 from pkb_env.tracing import Sink
 from pkb_env.topology import Calibration, calibration_path, load_calibration, load_topology, save_calibration
+from pkb_env.wire.services import BuildRequest
 
 
 class JudgeService:
@@ -160,13 +162,13 @@ class JudgeService:
         self.executor.discard_reference()
         self._judge.reference.forget(None)
 
-    def prebuild(self, request: dict) -> str | None:
-        """Build one extension or kernel ahead of the steps that will ask for it (`request`: what
-        pkb_env.runtime sends, e.g. runtime.kernels.extension_request plus "kind"), through the compile service
+    def prebuild(self, request: BuildRequest, until: float | None = None) -> str | None:
+        """Build one extension or kernel ahead of the steps that will ask for it (`request`: what pkb_env.runtime
+        sends, e.g. runtime.kernels.extension_request's), through the compile service
         and its cache, as a step's rank would: None when built (or cached), else the refusal or the compiler's
-        messages. For batch runs (benchmarks/pkb_corpus.py); several services over one cache_dir build in
-        parallel, each one at a time."""
-        header, _ = self._judge.kernels.handle({"event": "request", **request})
+        messages. `until` (time.monotonic()): the build is stopped then, as a step's are at its deadline. For batch
+        runs (benchmarks/pkb_corpus.py); several services over one cache_dir build in parallel, each one at a time."""
+        header, _ = self._judge.kernels.handle({"event": "request", **request.message()}, until)
         return None if header.get("ok") else header.get("error", "failed")
 
     @property
@@ -199,6 +201,10 @@ class JudgeService:
     def process_ids(self) -> list[int]:
         """Every live process of the service (for leak checks)."""
         return self.executor.process_ids()
+
+    def directory(self) -> str:
+        """The directory every file of the service's processes lies under, removed at close (for leak checks)."""
+        return self.executor.root
 
     def directory_bytes(self) -> int:
         """Bytes in the files the service's processes hold on disk now (for leak checks)."""

@@ -3,7 +3,9 @@
 `JudgeService(config, trace=sink)` calls `sink(name, seconds)` after each operation of a step: the
 requests to the ranks (load, trials, burst, fingerprints, replay), waiting for a candidate's ranks
 (candidate ranks), ending them (end, release), stopping the starting spares before a burst (settle, inside
-burst), letting them go on after a step's timing (spares),
+burst), asking a rank set for a burst until every rank waits at the gate (gate candidate, gate reference, inside
+burst and replay: the sink is called just before the release, so a test can look at what else runs then:
+tests/executors/test_timed_work.py), letting them go on after a step's timing (spares),
 and comparing fingerprints (compare). benchmarks/step_latency.py --operations tabulates them. Without a
 sink a span costs one attribute test.
 """

@@ -118,7 +118,8 @@ def split(flat: torch.Tensor, like: dict[str, torch.Tensor]) -> dict[str, torch.
 # The parameters move by lr * m_hat / (sqrt(v_hat) + eps), at most ~1e-2, after ~8 fp32 roundings however
 # the update is arranged, then the subtraction rounds once more (Relative(1): one fp32 step at the weight);
 # the gradient's own error (~1e-6 of G in fp32) moves the update by far less. A forgotten bias correction
-# moves it by a tenth or more of lr, ~1e-4: far outside. Margins measured: docs/benchmarks.md (PKB 40-42, 47, 48).
+# moves it by a tenth or more of lr, ~1e-4: far outside. Margins measured (PKB 40-42, 47, 48):
+# docs/measurements/2026-12-03-tolerance-margins-cpu.md.
 def param_tolerance():
     return (Sum(8, "0.01", "float32", what="the Adam update's fp32 roundings")
             + Relative(1, "float32", what="the weights minus the update, rounded once more"))

@@ -32,11 +32,12 @@ import torch
 
 from pkb_env.contract import (Comm, Compute, Const, Cost, Custom, Expr, Group, Mesh, Output, Preset, Propagated,
                               Rounded, Routed, Routing, Sharded, Sum, TaskSpec, Tensor)
+from pkb_env.tasks._moe_edges import routing_clauses, routing_edges
 
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 SKEW = 0.5
 """The std of the per-call popularity bias of the experts: the busiest expert takes ~1.5x the mean's pairs
-(docs/task_contract.md, "top-k routing drawn jointly"), as in a trained layer with a balancing loss."""
+(docs/task_contract.md, "Top-k routing drawn jointly over a group"), as in a trained layer with a balancing loss."""
 
 EXPERT_WEIGHTS = ("w_gate", "b_gate", "w_up", "b_up", "w_down", "b_down")
 LORA_WEIGHTS = ("lora_gate_A", "lora_gate_B", "lora_up_A", "lora_up_B", "lora_down_A", "lora_down_B")
@@ -155,7 +156,10 @@ def fused_moe_spec(*, name: str, title: str, pkb_id: int, experts: str, k: str, 
                    parallelism: str, presets: dict[str, Preset], departures: tuple[str, ...], lora: bool = False,
                    **extra) -> TaskSpec:
     """The spec of one of the five tasks: `experts`, `k` and `ep` are size expressions (the number of experts,
-    picks per token, and the EP group's width; dp = W / ep takes the rest of the ranks)."""
+    picks per token, and the EP group's width; dp = W / ep takes the rest of the ranks). Every step's trials
+    hold an expert no token picks and a rank whose experts no token picks (tasks/_moe_edges.py)."""
+    routing = Routing("route", tokens="M", experts=experts, k=k, group="ep", skew=SKEW,
+                      doc="hot experts change per call")
     inputs = (
         Tensor("hidden_states", ("M", "N"), doc="this rank's tokens"),
         Tensor("topk_idx", ("M", k), "int64", Routed("route", "topk_idx"),
@@ -177,8 +181,10 @@ def fused_moe_spec(*, name: str, title: str, pkb_id: int, experts: str, k: str, 
         origin="Megatron-LM MoE layer with the all-to-all token dispatcher (permute, count exchange, all-to-all "
                "dispatch, grouped SwiGLU experts, all-to-all combine, weighted unpermute)",
         mesh=Mesh(("dp", "W / ep"), ("ep", ep)),
-        routings=(Routing("route", tokens="M", experts=experts, k=k, group="ep", skew=SKEW,
-                          doc="hot experts change per call"),),
+        routings=(routing,),
+        edges=routing_edges(routing),
+        clauses=routing_clauses(routing, lambda args: args["topk_idx"], "each local expert's MLP runs on the pairs "
+                                "it receives, an expert"),
         inputs=inputs,
         outputs=(Output("out", ("M", "N"), doc="this rank's tokens after the MoE layer: the sum over each token's "
                                                "picks of gate weight times the expert's MLP"),),
@@ -193,6 +199,8 @@ def fused_moe_spec(*, name: str, title: str, pkb_id: int, experts: str, k: str, 
 
 
 COMMON_DEPARTURES: tuple[str, ...] = (
+    "edge cases, each in every step's trials: an expert that no token picks, and a rank whose experts no token "
+    "picks (random routings leave an expert empty in about 2% of calls)",
     "the router's decision is an input: each token's top-k experts and gate weights are drawn by the judge per "
     "call, jointly over each EP group (standard-normal logits plus a per-call popularity skew; weights the "
     "softmax over the k picked, Mixtral's and DeepSeek's normalisation), instead of being computed in the call "

@@ -28,6 +28,14 @@ def pkb_rule(dtypes) -> Fixed:
     return Fixed({d: Tolerance(1e-2, 1e-2, PKB_TOLERANCE_TEXT) for d in dtypes})
 
 
+def plain_clauses(spec: TaskSpec) -> tuple:
+    """The task's clauses a variant keeps: a variant draws PKB's inputs with none of pkb-env's edge cases, so a
+    clause an edge case draws goes (PKB's statement has no such corner), as does one that adds a trial in a 16-bit
+    dtype (pkb-env's rule of computing in float32 whatever the inputs' dtype: PKB judges a file in one dtype, the
+    one it is run at, and its reference computes in that dtype)."""
+    return tuple(c for c in spec.clauses if not c.edge and not c.dtypes)
+
+
 def without_ties(spec: TaskSpec, *, draws: Mapping[str, Distribution], why: str) -> TaskSpec:
     """The variant stating PKB's problem where pkb-env's function differs from PKB's only on ties: the same reference
     and golden (equal to PKB's function wherever nothing ties), with the inputs drawn as PKB draws them (`draws`:
@@ -43,7 +51,8 @@ def without_ties(spec: TaskSpec, *, draws: Mapping[str, Distribution], why: str)
                for name, p in spec.presets.items()}
     return replace(spec, name=f"pkb_env.tasks.{spec.name}.pkb",
                    title=f"PKB {spec.pkb_id} as PKB states it: {spec.title}",
-                   inputs=inputs, outputs=outputs, edges=(), presets=presets, dtypes=("float32",),
+                   inputs=inputs, outputs=outputs, edges=(), clauses=plain_clauses(spec),
+                   presets=presets, dtypes=("float32",),
                    tolerance_rule=pkb_rule(("float32",)),
                    departures=(PKB_VARIANT, f"inputs that never tie, as PKB draws them: {why}",
                                "float32 only: 16-bit values tie, and PKB's statement leaves the order of ties to "

@@ -17,7 +17,7 @@ from dataclasses import replace
 import torch
 
 from pkb_env.contract import Custom, Integers, Normal, Scalar, TaskSpec
-from pkb_env.tasks._pkb import PKB_VARIANT, pkb_rule
+from pkb_env.tasks._pkb import PKB_VARIANT, pkb_rule, plain_clauses
 
 
 def relu_gradient(params: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -69,7 +69,8 @@ def relu_variant(spec: TaskSpec, weights: tuple[str, ...], moments: tuple[str, .
     return replace(spec, name=f"pkb_env.tasks.{spec.name}.pkb",
                    title=f"PKB {spec.pkb_id} as PKB states it: {spec.title}",
                    description=spec.description.replace("silu(", "relu("), inputs=tuple(drawn(d) for d in spec.inputs),
-                   outputs=outputs, edges=(), golden=state_only(golden, spec.outputs) if state_only_outputs else golden,
+                   outputs=outputs, edges=(), clauses=plain_clauses(spec),
+                   golden=state_only(golden, spec.outputs) if state_only_outputs else golden,
                    tolerance_rule=pkb_rule(spec.dtypes),
                    departures=(PKB_VARIANT, "ReLU, as PKB's model (pkb-env's task uses SiLU)",
                                "the weights are the same replica on every rank (PKB draws them on rank 0 and "

@@ -14,7 +14,8 @@ from typing import Callable, Sequence
 import torch
 
 from pkb_env.contract import (Comm, Cost, CostContext, Exact, Input, Integers, Output, Preset, Rule, Scalar, Sum,
-                              TaskSpec, World)
+                              TaskSpec, Tensor, World)
+from pkb_env.tasks._clauses import own_blocks, root_edge, root_other_than_zero
 
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 """fp32 for CPU ranks, the two 16-bit types that GPU traffic uses."""
@@ -71,10 +72,15 @@ def primitive(*, name: str, title: str, description: str, origin: str, pkb_id: i
               outputs: tuple[Output, ...], golden: Callable[[list[dict], World], list], collective: str,
               size: str, tolerance: Rule, bench_note: str = "2 MiB", departures: tuple[str, ...] = ()) -> TaskSpec:
     """A primitive's TaskSpec: family, dtypes, presets and world sizes filled in (any W >= 1: at one rank
-    the collective is a copy or the identity)."""
+    the collective is a copy or the identity); its clauses: every rank's tensor its own, and a root other than
+    rank 0 in every step (an edge case) where the task has a root."""
+    roots = [d.name for d in inputs if isinstance(d, Scalar)]
+    tensor = next(d.name for d in inputs if isinstance(d, Tensor))
     return TaskSpec(
         name=name, title=title, description=description, family="collective", pkb_id=pkb_id, origin=origin,
         parallelism="collective primitive", inputs=inputs, outputs=outputs, golden=golden,
         cost=collective_cost(collective, size), tolerance_rule=tolerance, presets=presets(bench_note),
         dtypes=DTYPES, departures=(RANDOM_INPUTS, *departures),
+        edges=tuple(root_edge(r) for r in roots),
+        clauses=(own_blocks(tensor), *(root_other_than_zero(r) for r in roots)),
     )

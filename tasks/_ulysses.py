@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from pkb_env.contract import Cost, CostContext, Input, Length, Output, Preset, TaskSpec, World
+from pkb_env.contract import Clause, Cost, CostContext, Edge, Input, Length, Output, Preset, TaskSpec, Tensor, World
 from pkb_env.tasks._attention import PREDICTABLE_SEEDS
+from pkb_env.tasks._clauses import own_blocks
 from pkb_env.tasks._primitives import DTYPES, EXACT, collective_cost
 
 HEADS_LARGE = "a long sequence, 32 MiB per rank: bandwidth-bound on NVLink"
@@ -36,13 +37,17 @@ def ulysses_primitive(*, name: str, title: str, description: str, pkb_id: int, i
                       outputs: tuple[Output, ...], golden: Callable[[list[dict], World], list],
                       presets: dict[str, Preset], collective: str = "", size: str = "",
                       cost: Callable[[CostContext], Cost] | None = None, lengths: tuple[Length, ...] = (),
-                      departures: tuple[str, ...] = ()) -> TaskSpec:
+                      departures: tuple[str, ...] = (), edges: tuple[Edge, ...] = (),
+                      clauses: tuple[Clause, ...] = ()) -> TaskSpec:
     """A Ulysses primitive's TaskSpec: family, origin, dtypes and exact comparison; the cost is one
-    `collective` over every rank with S the bytes of the declared tensor `size`, unless `cost` is given."""
+    `collective` over every rank with S the bytes of the declared tensor `size`, unless `cost` is given; its
+    clauses: every rank's block its own, then `clauses`."""
+    tensor = next(d.name for d in inputs if isinstance(d, Tensor))
     return TaskSpec(
         name=name, title=title, description=description, family="sequence", pkb_id=pkb_id,
         origin="DeepSpeed-Ulysses sequence parallelism, as VeOmni and verl write it (ulysses utils)",
         parallelism="sequence parallel (Ulysses)", inputs=inputs, outputs=outputs, golden=golden,
         cost=cost or collective_cost(collective, size), tolerance_rule=EXACT, presets=presets, dtypes=DTYPES,
-        lengths=lengths, departures=(PREDICTABLE_SEEDS, *departures),
+        lengths=lengths, departures=(PREDICTABLE_SEEDS, *departures), edges=edges,
+        clauses=(own_blocks(tensor, what="the result holds every rank's block in its place"), *clauses),
     )

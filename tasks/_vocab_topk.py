@@ -20,8 +20,9 @@ import math
 
 import torch
 
-from pkb_env.contract import (Comm, Compute, Const, Cost, CostContext, Custom, Edge, Group, Integers, Normal, Output,
-                              Preset, Replicated, Sharded, Sum, TaskSpec, Tensor, WorldSizes)
+from pkb_env.contract import (Clause, Comm, Compute, Const, Cost, CostContext, Custom, Edge, Group, Integers, Normal,
+                              Output, Preset, Replicated, Sharded, Sum, TaskSpec, Tensor, WorldSizes)
+from pkb_env.tasks._clauses import sixteen_bit
 
 FILTER_RULE = ("the filter keeps the top_k largest logits of each row (ties at the k-th value all kept), then "
                "keeps a survivor when the softmax probability (over the survivors) of the survivors strictly "
@@ -55,6 +56,21 @@ def integer_logits(logits, draw):
 
 TIES = Edge("ties", "vocab_parallel_logits", integer_logits, "integer logits tied at the top-k boundary",
             everywhere=True)
+def lowered_target(logits, draw):
+    """The first token's target logit set to -30 on the rank whose block holds it: the filter removes it, and
+    its output is -inf (or its gradient row zero). Raised targets survive in most calls (a step's trials miss
+    the -inf in about half the steps at tiny)."""
+    target, width = int(draw.given["target"][0, 0]), logits.shape[-1]
+    start = draw.coords["world"] * width
+    if not start <= target < start + width:
+        return logits
+    logits = logits.clone()
+    logits[0, 0, target - start] = -30.0
+    return logits
+
+
+FILTERED = Edge("filtered_target", "vocab_parallel_logits", lowered_target, "a target logit of -30, which the "
+                "filter removes", everywhere=True)
 TARGET = Tensor("target", ("B", "S"), dtype="int64", dist=Integers(0, "V"), layout=Replicated(),
                 doc="the token id whose log-probability is wanted, over the whole vocabulary")
 GRAD_OUTPUT = Tensor("grad_output", ("B", "S"), dist=Normal(), layout=Replicated(),
@@ -161,6 +177,31 @@ DEPARTURES = (
     "ties by sort order, so which tokens survive depends on rounding and on the sort implementation)",
     "the process group is declared (the whole world) and passed in; PKB passes None",
     "a `large` preset (NeMo-RL's 32000-token vocabulary over 8192 tokens) where moving the logits dominates",
+    "edge cases, each in every step's trials: integer logits (ties at the k-th value) and a target the filter "
+    "removes; a step in float32 adds a trial in bfloat16 (the filter decided in float32 from 16-bit logits)",
+)
+
+
+def _tie_at_k(trial) -> bool:
+    """A row whose K-th largest logit (over the whole vocabulary) equals the next one."""
+    ranked = trial.world.assemble(trial.inputs, "vocab_parallel_logits").float().sort(dim=-1, descending=True)
+    k = trial.inputs[0]["top_k"]
+    return bool((ranked.values[..., k - 1] == ranked.values[..., k]).any())
+
+
+def _target_filtered(trial) -> bool:
+    """A target the filter removes (its output -inf, or a zero gradient row)."""
+    _, keep, target = filtered_float64(trial.inputs, trial.world)
+    return not bool(keep.gather(-1, target.unsqueeze(-1)).all())
+
+
+CLAUSES = (
+    Clause("ties_kept", "the top_k largest logits with ties at the k-th value all kept: a row whose k-th and "
+           "(k+1)-th largest logits are equal", _tie_at_k, "edge case ties (integer logits)", edge="ties"),
+    Clause("target_filtered", "-inf where the filter removes the target: a target outside the survivors",
+           _target_filtered, "edge case filtered_target (a target's logit set to -30)", edge="filtered_target"),
+    sixteen_bit("fp32_filter", "the filter decided in float32 or wider: a 16-bit input's softmax and cut not "
+                "taken in its own dtype"),
 )
 
 
@@ -171,4 +212,5 @@ def task(*, name: str, title: str, description: str, pkb_id: int, origin: str, p
     return TaskSpec(name=name, title=title, description=description, family="vocab", parallelism=parallelism,
                     pkb_id=pkb_id, origin=origin, inputs=inputs, outputs=outputs, golden=golden, cost=cost,
                     tolerance_rule=tolerance, presets=presets(), dtypes=("float32", "bfloat16", "float16"),
-                    world_sizes=SPLIT_TOKENS, edges=(TIES,), departures=DEPARTURES + departures)
+                    world_sizes=SPLIT_TOKENS, edges=(TIES, FILTERED), clauses=CLAUSES,
+                    departures=DEPARTURES + departures)

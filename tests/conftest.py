@@ -1,4 +1,12 @@
-"""Shared fixtures: one CPU environment per test module (rank processes are expensive to start)."""
+"""Shared fixtures: one CPU judge (or environment) per test module (rank processes are expensive to start).
+
+Tests of the core and the layers below it judge through a `JudgeService` (`judge2`, `judge4`, `cpu_judge`);
+tests of the Gymnasium env and the other doors go through them (`make_env`). Every folder below is a package
+(as tests/gpu and tests/adversarial), so tests/ is the one sys.path entry and `from conftest import ...` finds
+this file from any of them. tests/tasks, rewards, solutions and agents share their names with the checkout's
+own packages: pytest puts tests/ first, but a process that imports a test module with its own sys.path (the
+checkout's folder first) finds the checkout's (tasks/test_golden.py's fork server imports none of them).
+"""
 from __future__ import annotations
 
 import os
@@ -18,16 +26,20 @@ CACHE = tempfile.mkdtemp(prefix="pkb-test-cache-")
 os.environ["PKB_ENV_CACHE"] = CACHE
 
 import pkb_env  # noqa: E402,F401  (registers the env)
+from pkb_env import JudgeService  # noqa: E402
 from pkb_env.config import JudgeConfig  # noqa: E402
 from pkb_env.config import TimingProtocol  # noqa: E402
 
 # Short time limits so that hangs and deadlocks are cut quickly; shorter bursts and budgets than production for
-# speed (tests about timing itself use the production protocol, TimingProtocol.for_clock("host")).
+# speed (tests about timing itself use the production protocol, TimingProtocol.for_clock("host"): PRODUCTION).
 FAST = JudgeConfig(trials=2, trial_timeout_s=6.0, build_timeout_s=20.0, timing_timeout_s=30.0,
                    protocol=TimingProtocol.quick("host"))
+PRODUCTION = JudgeConfig(trials=2, trial_timeout_s=10.0, timing_timeout_s=30.0,
+                         protocol=TimingProtocol.for_clock("host"))
 
 
 TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent   # the checkout
 SUITE_SIZE = pytest.StashKey[int]()   # tests/test_docs.py: the README's quoted count against it
 
 
@@ -81,26 +93,33 @@ def variant(task: str, old: str, new: str) -> str:
     return source.replace(old, new)
 
 
+def cpu_judge(world_size: int, config: JudgeConfig = FAST, **kwargs) -> JudgeService:
+    """A JudgeService on `world_size` CPU ranks with `config`'s other settings; `kwargs` are JudgeService's
+    (progress, trace, recorder). Nothing starts until its first `open` (or `prestart`)."""
+    return JudgeService(config.replace(executor="cpu", world_size=world_size), **kwargs)
+
+
+@pytest.fixture(scope="module")
+def judge2():
+    """One judge on 2 CPU ranks for the module, its ranks started and the machine calibrated (open, as an env's
+    reset does), so that no test's first step pays for either."""
+    with cpu_judge(2) as judge:
+        judge.open("all_reduce")
+        yield judge
+
+
+@pytest.fixture(scope="module")
+def judge4():
+    """One judge on 4 CPU ranks for the module, its ranks started and the machine calibrated."""
+    with cpu_judge(4) as judge:
+        judge.open("all_reduce")
+        yield judge
+
+
 def make_env(task="all_reduce", world_size=4, **kwargs):
     kwargs.setdefault("config", FAST)
     kwargs.setdefault("max_turns", 1000)
     return gymnasium.make("pkb_env/ParallelKernel-v0", task=task, world_size=world_size, executor="cpu", **kwargs)
-
-
-@pytest.fixture(scope="module")
-def env2():
-    env = make_env(world_size=2)
-    env.reset(seed=0)
-    yield env
-    env.close()
-
-
-@pytest.fixture(scope="module")
-def env4():
-    env = make_env(world_size=4)
-    env.reset(seed=0)
-    yield env
-    env.close()
 
 
 def still_alive(pids: list[int], wait_s: float) -> list[int]:
@@ -117,9 +136,3 @@ def still_alive(pids: list[int], wait_s: float) -> list[int]:
         if not alive or time.monotonic() > deadline:
             return alive
         time.sleep(0.2)
-
-
-def judge_of(env):
-    """The JudgeService behind a Gymnasium env's local client, for what only a local judge has (its executor,
-    isolation, processes, reference facts)."""
-    return env.unwrapped.client.run(lambda service: service)

@@ -1,4 +1,4 @@
-"""The task contract (v2): everything a task declares, as data. docs/task_contract.md is the guide.
+"""The task contract: everything a task declares, as data. docs/task_contract.md is the guide.
 
 A task writer imports from here only:
 
@@ -28,7 +28,11 @@ A task writer imports from here only:
 .. versionchanged:: 0.5
    `Pkb` (a module-level `PKB` beside `SPEC`): PKB's call and outputs mapped onto the task's, so that a
    PKB-format file is judged unchanged (docs/pkb_compat.md).
+   `Clause` (a rule of the statement with a test of whether a trial's inputs exercise it; every step's trials
+   reach every declared one), edge cases that rewrite a `Routing`'s gate logits or several inputs at once
+   (`Edge(..., also=...)`), and rewrites that see the inputs their input reads (`EdgeDraw.given`).
 """
+from pkb_env.contract.clauses import Clause, Trial
 from pkb_env.contract.cost import COLLECTIVES, Comm, Compute, Cost, CostModel, Peaks
 from pkb_env.contract.distributions import (Bernoulli, Custom, Distribution, FromInputs, Given, Integers, Normal,
                                             OneHot, Permutation, Positive, Uniform, UnitRows)
@@ -47,6 +51,7 @@ from pkb_env.contract.tolerance import (EXACT, Check, Exact, Fft, Fixed, Propaga
                                         Tolerance, Ulps)
 
 __all__ = [
+    "Clause", "Trial",
     "COLLECTIVES", "Comm", "Compute", "Cost", "CostModel", "Peaks",
     "Bernoulli", "Custom", "Distribution", "FromInputs", "Given", "Integers", "Normal", "OneHot", "Permutation",
     "Positive", "Uniform", "UnitRows", "Edge", "EdgeDraw", "Expr", "ExprError", "FAMILIES", "InputContext",

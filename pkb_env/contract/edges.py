@@ -24,12 +24,15 @@ from pkb_env.contract.mesh import MeshLayout
 @dataclass(frozen=True)
 class EdgeDraw:
     """What an edge's rewrite knows: a generator every rank of the call shares (the same positions on every
-    rank), whether this rank holds the chosen rank's block of the input, and the sizes."""
+    rank), whether this rank holds the chosen rank's block of the input, and the sizes; `given`: this rank's
+    values of the inputs the rewritten input reads (a Custom's or FromInputs' `reads`), so that a rewrite can
+    place a value relative to them (a Gaussian just outside the field of view of this rank's camera)."""
 
     gen: torch.Generator
     here: bool
     env: Mapping[str, float]
     coords: Mapping[str, int] = field(default_factory=dict)  # this rank's mesh coordinates ({"world": rank})
+    given: Mapping[str, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -38,11 +41,17 @@ class Edge:
 
     `apply(value, draw) -> value` returns the input's new value (same shape and dtype; the judge checks).
     `input` may also name a `Length`: `apply(size, draw) -> int >= 0` rewrites the call's drawn size before any
-    input is made (the ranks with no data at all: `0 if draw.coords["world"] % 2 else size`).
+    input is made (the ranks with no data at all: `0 if draw.coords["world"] % 2 else size`), or a `Scalar`:
+    `apply(value, draw)` returns the call's value (a root rank other than 0).
     Inputs that read `input` (FromInputs, Custom with reads) are made after it, so they see the edge case.
     `everywhere`: the rewrite applies on every rank (ties in every rank's logits); otherwise only the
     holder's block (and its replicas) is rewritten and `draw.here` says whether this rank holds it.
+    `input` may also name a `Routing`: `apply(logits, draw) -> logits` rewrites each member's gate logits (T, E)
+    before its top-k, on every rank of every group alike (an expert no token picks: that column lowered below
+    every other logit); `draw.coords` then holds the member's index in its group ({"member": m}).
     `text` names the case in the feedback: "an all-zero block"; the judge adds where ("in rank 1's x").
+    `also`: further (input, apply) rewrites of the same call, for a case that needs two inputs to agree (three
+    objects in a chain need three objects: the count raised, then the masks drawn), each applied as `input`'s.
     """
 
     name: str
@@ -50,6 +59,12 @@ class Edge:
     apply: Callable[[torch.Tensor, EdgeDraw], torch.Tensor]
     text: str
     everywhere: bool = False
+    also: tuple[tuple[str, Callable[[torch.Tensor, EdgeDraw], torch.Tensor]], ...] = ()
+
+    @property
+    def rewrites(self) -> dict[str, Callable[[torch.Tensor, EdgeDraw], torch.Tensor]]:
+        """Input (or length, or routing) name -> its rewrite in this case."""
+        return {self.input: self.apply, **dict(self.also)}
 
 
 def edge_of(shared_seed: int, edges: Sequence[Edge]) -> Edge | None:

@@ -86,30 +86,24 @@ def make_inputs(declared: Sequence[Input], ctx: InputContext, lengths: Sequence[
     inputs that read others after the rest (each input has its own stream: the order changes no value).
     Where the call's shared seed picks one of the task's `edges`, its input is rewritten as it is drawn.
     A routing's inputs (`Routed`) are this rank's part of its group's routing for the call (routing.py)."""
-    env = dict(ctx.env)
+    env = call_env(ctx, lengths, edges)
     edge = edge_of(ctx.seeds[SHARED], edges) if edges else None
-    for length in lengths:
-        env[length.name] = length.dist.scalar(ctx.generator(length.layout.scope(ctx.layout), length.name), env)
-        if edge is not None and edge.input == length.name:
-            value = edge.apply(env[length.name], _edge_draw(length, ctx, env, edge))
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"length {length.name}: edge case {edge.name!r} made {value!r}, not an int >= 0")
-            env[length.name] = value
+    rewrites = edge.rewrites if edge is not None else {}
     calls = {}
     for routing in routings:
         fields = {d.dist.field for d in declared if isinstance(getattr(d, "dist", None), Routed)
                   and d.dist.routing == routing.name}
         if fields:
-            calls[routing.name] = _routed_call(routing, ctx, env, every=bool(fields & RECEIVING))
+            calls[routing.name] = _routed_call(routing, ctx, env, every=bool(fields & RECEIVING),
+                                               edge=edge if routing.name in rewrites else None)
     made: dict[str, Any] = {}
     for decl in sorted(declared, key=lambda d: bool(reads(d))):
         if isinstance(decl, Tensor) and isinstance(decl.dist, Routed):
             made[decl.name] = _routed(decl, ctx, env, calls[decl.dist.routing], routings)
         elif isinstance(decl, Tensor):
-            made[decl.name] = _tensor(decl, ctx, env, made, edge if edge is not None and edge.input == decl.name
-                                      else None)
+            made[decl.name] = _tensor(decl, ctx, env, made, edge if decl.name in rewrites else None)
         elif isinstance(decl, Scalar):
-            made[decl.name] = decl.dist.scalar(ctx.generator(decl.layout.scope(ctx.layout), decl.name), env)
+            made[decl.name] = draw_scalar(decl, ctx, env, edge)
         elif isinstance(decl, Const):
             made[decl.name] = decl.resolve(env, ctx.dtype)
         elif isinstance(decl, Group):
@@ -117,6 +111,31 @@ def make_inputs(declared: Sequence[Input], ctx: InputContext, lengths: Sequence[
         else:
             raise TypeError(f"unknown input declaration {decl!r}")
     return tuple(made[d.name].to(ctx.device) if isinstance(d, Tensor) else made[d.name] for d in declared)
+
+
+def call_env(ctx: InputContext, lengths: Sequence[Length] = (), edges: Sequence[Edge] = ()) -> dict[str, float]:
+    """The sizes of one call on this rank: the preset's dims, W, the mesh, and the call's lengths as drawn (an
+    edge case's rewrite included). Also what the judge redraws of a failing timed call (judge/timed_causes.py)."""
+    env = dict(ctx.env)
+    edge = edge_of(ctx.seeds[SHARED], edges) if edges else None
+    rewrites = edge.rewrites if edge is not None else {}
+    for length in lengths:
+        env[length.name] = length.dist.scalar(ctx.generator(length.layout.scope(ctx.layout), length.name), env)
+        if length.name in rewrites:
+            value = rewrites[length.name](env[length.name], _edge_draw(length, ctx, env, edge))
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"length {length.name}: edge case {edge.name!r} made {value!r}, not an int >= 0")
+            env[length.name] = value
+    return env
+
+
+def draw_scalar(decl: Scalar, ctx: InputContext, env: Mapping[str, float], edge: Edge | None = None) -> int | float:
+    """A Scalar input's value in one call on this rank (from its own stream), as the call's edge case (where it
+    rewrites this scalar: a root other than 0) leaves it."""
+    value = decl.dist.scalar(ctx.generator(decl.layout.scope(ctx.layout), decl.name), env)
+    if edge is not None and decl.name in edge.rewrites:
+        value = edge.rewrites[decl.name](value, _edge_draw(decl, ctx, env, edge))
+    return value
 
 
 def _tensor(decl: Tensor, ctx: InputContext, env: Mapping[str, float], made: Mapping[str, Any],
@@ -137,7 +156,7 @@ def _tensor(decl: Tensor, ctx: InputContext, env: Mapping[str, float], made: Map
     else:
         value = decl.dist.draw(ctx.generator(decl.layout.scope(ctx.layout), decl.name), shape, dtype, env)
     if edge is not None and isinstance(value, torch.Tensor):
-        value = edge.apply(value, _edge_draw(decl, ctx, env, edge))
+        value = edge.rewrites[decl.name](value, _edge_draw(decl, ctx, env, edge, read))
     layout = torch.strided if decl.sparse is None else decl.sparse.layout
     if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape or value.dtype != dtype \
             or value.layout != layout:
@@ -148,13 +167,16 @@ def _tensor(decl: Tensor, ctx: InputContext, env: Mapping[str, float], made: Map
     return value
 
 
-def _routed_call(routing: Routing, ctx: InputContext, env: Mapping[str, float], every: bool) -> RoutedCall:
+def _routed_call(routing: Routing, ctx: InputContext, env: Mapping[str, float], every: bool,
+                 edge: Edge | None = None) -> RoutedCall:
     """The call's routing of this rank's group, from the seed the group shares: every member's picks where
-    a receive count is asked for (`every`), else only this rank's. Drawn on the CPU whatever the draw device,
-    so that the judge, which redraws it for the cost model, sees the same counts."""
+    a receive count is asked for (`every`), else only this rank's; `edge`: the call's edge case, which rewrites
+    the gate logits. Drawn on the CPU whatever the draw device, so that the judge, which redraws it for the
+    cost model, sees the same counts."""
     scope = routing.scope(ctx.layout)
     members = None if every else [ctx.layout.group_of(routing.group, ctx.rank).index(ctx.rank)]
-    return draw_call(routing, group_seed(ctx.seeds, scope, ctx.layout, ctx.rank), env, ctx.layout, members)
+    return draw_call(routing, group_seed(ctx.seeds, scope, ctx.layout, ctx.rank), env, ctx.layout, members,
+                     edge, ctx.seeds[SHARED])
 
 
 def _routed(decl: Tensor, ctx: InputContext, env: Mapping[str, float], call: RoutedCall,
@@ -175,14 +197,15 @@ def _sparse(layout: torch.layout) -> str:
     return "" if layout == torch.strided else f" {layout}"
 
 
-def _edge_draw(decl: Tensor | Length, ctx: InputContext, env: Mapping[str, float], edge: Edge) -> EdgeDraw:
+def _edge_draw(decl: Tensor | Length | Scalar, ctx: InputContext, env: Mapping[str, float], edge: Edge,
+               given: Mapping[str, torch.Tensor] | None = None) -> EdgeDraw:
     """The edge's shared generator, and whether this rank holds the block (or the length) of the rank it
-    lands on."""
+    lands on; `given`: the values of the inputs `decl` reads."""
     shared = ctx.seeds[SHARED]
     scope = decl.layout.scope(ctx.layout)
     chosen = holder(shared, ctx.world_size)
     here = edge.everywhere or ctx.layout.scope_key(scope, ctx.rank) == ctx.layout.scope_key(scope, chosen)
-    return EdgeDraw(edge_generator(shared, ctx.rng_device), here, env, ctx.layout.coords(ctx.rank))
+    return EdgeDraw(edge_generator(shared, ctx.rng_device), here, env, ctx.layout.coords(ctx.rank), given or {})
 
 
 def _offsets(decl: Tensor, shape: tuple[int, ...], ctx: InputContext) -> tuple[int, ...]:

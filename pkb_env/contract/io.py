@@ -304,7 +304,7 @@ class OnRanks:
 
 @dataclass(frozen=True)
 class Output:
-    """An output (docs/task_contract.md, "Outputs" and "Contract v3: outputs").
+    """An output (docs/task_contract.md, "Outputs").
 
     kind: "tensor" (default); "scalar" (a Python number: float for floating dtypes, int for integer ones,
     bool for bool; a 0-dim tensor is a tensor of shape ()); "none" (always None: a slot of a tuple that

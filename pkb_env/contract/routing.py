@@ -21,6 +21,10 @@ Mixtral's `one_hot(topk_idx, E).permute(2, 1, 0)`, contiguous: what Megatron's a
 read; 1 where token t's k-th pick is expert e). The tokens themselves (hidden states) stay ordinary per-rank inputs, secret
 from peers; the routing is drawn fresh per call from the step's secret, and a rank holds only its group's.
 
+An edge case may rewrite a routing's gate logits (`Edge(name, "route", apply, ...)`, contract/edges.py): every
+member's logits alike, before the top-k, on the call whose shared seed picks it (an expert no token picks: its
+column lowered below every other logit), in the ranks' input maker and in the judge's redraw for the cost model.
+
 The cost model sees the realised imbalance: `c.routing("route")` gives the busiest rank's pairs to or from
 other ranks and received in all, averaged over the calls the judge timed (judge/context.py), and where no call
 exists (the prompt, the catalogue, the world-size checks) the balanced figures, T K (G-1)/G and T K, which
@@ -34,8 +38,9 @@ from typing import Mapping, Sequence
 import torch
 
 from pkb_env.contract.distributions import Distribution
+from pkb_env.contract.edges import Edge, EdgeDraw, edge_generator, edge_of
 from pkb_env.contract.expr import Size, as_expr, show
-from pkb_env.contract.mesh import GroupDims, MeshLayout, group_name
+from pkb_env.contract.mesh import SHARED, GroupDims, MeshLayout, group_name
 from pkb_env.contract.seeding import derive_seed
 
 FIELDS = ("logits", "topk_idx", "topk_weights", "send_counts", "recv_counts", "expert_counts",
@@ -152,10 +157,12 @@ class RoutedCall:
 
 
 def draw_call(routing: Routing, seed: int, env: Mapping[str, float], layout: MeshLayout,
-              members: Sequence[int] | None = None) -> RoutedCall:
+              members: Sequence[int] | None = None, edge: Edge | None = None, shared: int = 0) -> RoutedCall:
     """The routing of one group for the call whose group seed is `seed` (every member computes the same):
     the picks of `members` (default: every member), each from its own stream, so a rank that needs only its
-    own picks draws only its own logits. On the CPU: the judge redraws it for the cost model."""
+    own picks draws only its own logits. `edge`: the call's edge case where it rewrites this routing's gate
+    logits (every member's alike, from the generator of the call's `shared` seed). On the CPU: the judge
+    redraws it for the cost model."""
     tokens, experts, k, ranks = routing.sizes(env, layout)
     bias = None
     if routing.skew:
@@ -169,6 +176,9 @@ def draw_call(routing: Routing, seed: int, env: Mapping[str, float], layout: Mes
         logits[member] = torch.randn((tokens, experts), generator=gen)
         if bias is not None:
             logits[member] += bias
+        if edge is not None:
+            draw = EdgeDraw(edge_generator(shared, torch.device("cpu")), True, env, {"member": member})
+            logits[member] = edge.rewrites[routing.name](logits[member], draw)
         top = logits[member].topk(k, dim=-1)
         idx[member], weights[member] = top.indices, torch.softmax(top.values, dim=-1)
     return RoutedCall(ranks, experts, logits, idx, weights)
@@ -196,15 +206,20 @@ def balanced_load(routing: Routing, env: Mapping[str, float], layout: MeshLayout
 
 
 def realised_load(routing: Routing, calls: Sequence[Sequence[Mapping[str, int]]], env: Mapping[str, float],
-                  layout: MeshLayout) -> RoutedLoad:
+                  layout: MeshLayout, edges: Sequence[Edge] = ()) -> RoutedLoad:
     """The busiest rank's figures averaged over `calls` (each: every rank's seeds for that call, as handed to
-    the ranks), computed by whoever holds every rank's seeds (the judge)."""
+    the ranks), computed by whoever holds every rank's seeds (the judge); `edges`: the task's edge cases,
+    which rewrite the routing of the calls they fall on as the ranks' input maker does."""
     scope = routing.scope(layout)
     offrank = received = 0.0
     for seeds in calls:
         worst_off = worst_in = 0
+        shared = seeds[0][SHARED]
+        edge = edge_of(shared, edges)
+        edge = edge if edge is not None and routing.name in edge.rewrites else None
         for ranks in layout.groups(layout.group_key(routing.group)):
-            call = draw_call(routing, group_seed(seeds[ranks[0]], scope, layout, ranks[0]), env, layout)
+            call = draw_call(routing, group_seed(seeds[ranks[0]], scope, layout, ranks[0]), env, layout, None,
+                             edge, shared)
             send = torch.stack([call.send_counts(m) for m in range(call.ranks)])   # (G, G): from i to j
             own = send.diagonal()
             worst_off = max(worst_off, int((send.sum(1) - own).max()), int((send.sum(0) - own).max()))

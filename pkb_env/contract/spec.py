@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from pkb_env.contract import results
+from pkb_env.contract.clauses import Clause, extra_dtypes
 from pkb_env.contract.cost import Cost, CostModel
 from pkb_env.contract.expr import ExprError, Size, as_expr
 from pkb_env.contract.edges import Edge
@@ -115,6 +116,7 @@ class TaskSpec:
     mesh: Mesh = FLAT
     lengths: tuple[Length, ...] = ()  # sizes drawn per call that input shapes may name (ragged dims)
     edges: tuple[Edge, ...] = ()      # edge cases the statement defines, drawn into one call in two (edges.py)
+    clauses: tuple[Clause, ...] = ()  # the statement's rules and how every step's trials reach them (clauses.py)
     routings: tuple[Routing, ...] = ()  # top-k routings drawn jointly over a group, per call (routing.py)
     world_sizes: WorldSizes = field(default_factory=WorldSizes)
     departures: tuple[str, ...] = ()  # how and why this task departs from PKB's problem
@@ -174,13 +176,32 @@ class TaskSpec:
                                     f"{', '.join(self.mesh.names)}")
         self._check_reads(where)
         self._check_routings(where)
-        tensors = {d.name for d in self.inputs if isinstance(d, Tensor)} | {n.name for n in self.lengths}
+        tensors = ({d.name for d in self.inputs if isinstance(d, Scalar)
+                    or isinstance(d, Tensor) and not isinstance(d.dist, Routed)}
+                   | {n.name for n in self.lengths} | {r.name for r in self.routings})
         if len({e.name for e in self.edges}) != len(self.edges):
             raise TaskError(f"{where}: edge case names must be unique")
         for edge in self.edges:
-            if edge.input not in tensors:
-                raise TaskError(f"{where}: edge case {edge.name!r} rewrites {edge.input!r}, which is not a tensor "
-                                f"input or a length")
+            for name in edge.rewrites:
+                if name not in tensors:
+                    raise TaskError(f"{where}: edge case {edge.name!r} rewrites {name!r}, which is not a tensor or "
+                                    f"scalar input, a length or a routing (a routing's fields follow from its "
+                                    f"logits: rewrite the routing)")
+        self._check_clauses(where)
+
+    def _check_clauses(self, where: str) -> None:
+        """Clause names unique; each names an edge case the task declares and dtypes it takes."""
+        if len({c.name for c in self.clauses}) != len(self.clauses):
+            raise TaskError(f"{where}: clause names must be unique")
+        edges = {e.name for e in self.edges}
+        for clause in self.clauses:
+            if clause.edge and clause.edge not in edges:
+                raise TaskError(f"{where}: clause {clause.name!r} is drawn by edge case {clause.edge!r}, which the "
+                                f"task does not declare (edges: {sorted(edges)})")
+            outside = [d for d in clause.dtypes if d not in self.dtypes]
+            if outside:
+                raise TaskError(f"{where}: clause {clause.name!r} needs dtypes {outside} the task does not take "
+                                f"({list(self.dtypes)})")
 
     def _check_reads(self, where: str) -> None:
         """An input that reads others (FromInputs, Custom with reads) reads tensor inputs that read nothing
@@ -360,6 +381,11 @@ class TaskSpec:
     def make_inputs(self, ctx: InputContext) -> tuple:
         return make_inputs(self.inputs, ctx, self.lengths, self.edges, self.routings)
 
+    def trial_dtypes(self, dtype: str) -> tuple[str, ...]:
+        """The dtypes of the trials a step in `dtype` adds for its clauses (a rule only a 16-bit dtype
+        exercises gets a trial in that dtype; none where the step's dtype already does)."""
+        return extra_dtypes(self.clauses, dtype)
+
     # -- outputs and tolerances -----------------------------------------------------------------------
     def tolerance(self, dtype: str, dims: Mapping[str, int], world_size: int,
                   output: str | Output | None = None) -> Tolerance:
@@ -447,7 +473,8 @@ class TaskSpec:
                      calls: Sequence[Sequence[Mapping[str, int]]] = ()) -> CostContext:
         """What the task's `cost` function reads at this size (contract/sized.py); `calls` as for cost_model."""
         sized, layout = self._sized(dims, world_size), self.layout(world_size, dims)
-        loads = {r.name: realised_load(r, calls, sized[2], layout) for r in self.routings} if calls else {}
+        loads = {r.name: realised_load(r, calls, sized[2], layout, self.edges) for r in self.routings} if calls \
+            else {}
         return CostContext(*sized, dtype, layout, self.routings, loads)
 
     def world(self, dims: Mapping[str, int], world_size: int, dtype: str) -> World:

@@ -105,5 +105,5 @@ DEDUPE_KEY = ("task", "preset", "dtype", "code_hash", "config_hash")
 
 
 def schema_table() -> str:
-    """The docstring's table (docs/data.md holds the same; tests/test_data.py keeps the three in step)."""
+    """The docstring's table (docs/data.md holds the same; tests/doors/test_data.py keeps the three in step)."""
     return __doc__.split("\n\n")[1]

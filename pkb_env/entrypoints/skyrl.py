@@ -20,7 +20,7 @@ The task is the row's `task` column (extras["task"]), else its extra_info.task.
 env_config: any JudgeConfig setting (executor, world_size, preset, dtype, deadlines, ...), max_turns
 (default 4; skyrl-train's generator puts its generator.max_turns in extras, which then wins), target_speedup
 (1.0), reward ("default"). Every env of a process with the same judge settings
-shares one judge client (pkb_env/client.py's shared_client), one step at a time.
+shares one judge client (pkb_env/shared.py), one step at a time.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from skyrl_gym.envs import register  # noqa: E402
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType  # noqa: E402
 from skyrl_gym.envs.registration import registry  # noqa: E402
 
-from pkb_env.client import shared_client  # noqa: E402
+from pkb_env.shared import shared_client  # noqa: E402
 from pkb_env.episode import Episode  # noqa: E402
 from pkb_env.settings import plain, read_settings, reward_function  # noqa: E402
 

@@ -31,28 +31,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from pkb_env.agents.messages import completion_text
 from pkb_env.config import JudgeConfig
-
-
-def completion_text(completion: Any) -> str:
-    """The text of a TRL completion: a str, or a conversational list of messages (assistant content joined)."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Mapping):
-        completion = [completion]
-    if isinstance(completion, Sequence):
-        parts = []
-        for message in completion:
-            if not isinstance(message, Mapping) or "content" not in message:
-                raise TypeError(f"a conversational completion must be a list of {{'role', 'content'}} dicts, got "
-                                f"{type(message).__name__}: pass strings or TRL's message lists")
-            if message.get("role", "assistant") == "assistant":
-                content = message["content"]
-                if isinstance(content, list):  # multimodal-style content blocks
-                    content = "".join(block.get("text", "") for block in content if isinstance(block, Mapping))
-                parts.append(content or "")
-        return "\n".join(parts)
-    raise TypeError(f"completion must be a str or a list of messages, got {type(completion).__name__}")
 
 
 class PkbReward:

@@ -19,7 +19,7 @@ the hub). Here:
 
 The judge settings are the task config's (`--env.taskset.task.*`): executor, world_size, preset, dtype,
 judge_settings (any other JudgeConfig field), max_turns, target_speedup, reward. Every rollout of a process
-with the same settings shares one judge client (pkb_env/client.py's shared_client), one step at a time.
+with the same settings shares one judge client (pkb_env/shared.py), one step at a time.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from pkb_env.extras import require
 
 vf = require("verifiers.v1", "verifiers", "pkb_env.entrypoints.verifiers (the verifiers environment)")
 
-from pkb_env.client import shared_client  # noqa: E402
+from pkb_env.shared import shared_client  # noqa: E402
 from pkb_env.config import JudgeConfig  # noqa: E402
 from pkb_env.episode import Episode  # noqa: E402
 from pkb_env.record import EvaluationRecord  # noqa: E402

@@ -34,7 +34,7 @@ import asyncio
 import json
 from typing import Any, Mapping
 
-from pkb_env.client import shared_client
+from pkb_env.shared import shared_client
 from pkb_env.record import EvaluationRecord
 from pkb_env.rewards import RewardFunction
 from pkb_env.settings import plain, read_settings, reward_function

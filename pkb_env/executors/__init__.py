@@ -1,12 +1,12 @@
 """Executors: where candidate and reference code runs. `make_executor` is the one way to get one.
 
-| name          | ranks                          | backend (reference) | clock       | times mean something |
-|---------------|--------------------------------|---------------------|-------------|----------------------|
-| cpu           | processes on the CPU           | gloo                | host        | yes                  |
-| cuda          | one process per GPU            | nccl                | CUDA events | yes                  |
-| cuda-emulated | several processes per GPU      | host_staged (gloo,  | CUDA events | no (time-sliced GPU) |
-|               |                                | CUDA via host; ref. |             |                      |
-|               |                                | on CPU over gloo)   |             |                      |
+| name          | ranks                     | backend: candidates / reference   | clock       | times mean anything |
+|---------------|---------------------------|-----------------------------------|-------------|---------------------|
+| cpu           | processes on the CPU      | host_staged (gloo, NCCL's forms)  | host        | yes                 |
+|               |                           | / gloo                            |             |                     |
+| cuda          | one process per GPU       | nccl / nccl                       | CUDA events | yes                 |
+| cuda-emulated | several processes per GPU | host_staged (gloo, CUDA via host) | CUDA events | no (time-sliced GPU)|
+|               |                           | / gloo on CPU ranks               |             |                     |
 
 Everything that differs between them is data in the `Placement` (devices, backend, clock, calibration
 sizes, limits) and the `ExecutorInfo` (whether times mean anything, hardware fingerprint, topology):
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import platform
+from dataclasses import replace
 
 from pkb_env.config import EXECUTORS, JudgeConfig
 from pkb_env.errors import ExecutorError
@@ -83,7 +84,12 @@ def make_executor(config: JudgeConfig) -> ProcessExecutor:
     world_size = config.world_size
     name = check_world_size(config.executor, world_size)
     if name == "cpu":
-        return ProcessExecutor(ExecutorInfo("cpu", cpu_fingerprint(), True, "cpu"), cpu_placement(world_size), config)
+        # Candidates get gloo with NCCL's forms of the collectives (ranks/host_staged.py; nothing is staged on
+        # CPU ranks): plain gloo refuses forms NCCL takes, e.g. a stacked all_gather_into_tensor output. The
+        # trusted reference keeps plain gloo.
+        reference = cpu_placement(world_size)
+        return ProcessExecutor(ExecutorInfo("cpu", cpu_fingerprint(), True, "cpu"),
+                               replace(reference, backend=HOST_STAGED), config, reference_placement=reference)
     gpus = gpu_count()
     from pkb_env.hardware import detect
 

@@ -21,6 +21,7 @@ from pkb_env.sandbox.containment import Containment
 from pkb_env.sandbox.limits import ResourceLimits, describe_status
 from pkb_env.sandbox.zygote import Zygote
 from pkb_env.wire import channel
+from pkb_env.wire.services import BuildRequest
 
 BUILD_SIGNALS = {"SIGXCPU": "its CPU-time limit", "SIGKILL": "out of memory or a limit",
                  "SIGXFSZ": "a file over its size limit", "SIGSEGV": "a crash of the compiler or of the build's code"}
@@ -51,7 +52,7 @@ class BuildCell:
     sweep: Callable[[], None]      # after an uncontained build: kill what it left behind
 
 
-def build(where: BuildCell, job: dict, timeout: float) -> BuildOutcome:
+def build(where: BuildCell, job: BuildRequest, timeout: float) -> BuildOutcome:
     """Run one build job (sandbox/builder.py) in a fresh build cell, `timeout` seconds at most."""
     config = where.config
     limits = ResourceLimits(file_size_bytes=config.build_file_bytes, open_files=1024,
@@ -71,7 +72,7 @@ def build(where: BuildCell, job: dict, timeout: float) -> BuildOutcome:
         theirs.close()
         conn = Connection(os.dup(ours.fileno()))
         try:
-            channel.send(conn, job)
+            channel.send(conn, job.message())
             header, payload = channel.recv(conn, time.monotonic() + timeout, config.max_build_bytes)
         except channel.ChannelTimeout:
             return BuildOutcome(False, None, f"the build took longer than {timeout:.0f} s and was stopped",

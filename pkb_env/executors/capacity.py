@@ -6,7 +6,7 @@ GPU). The over-subscription factors are stated, not guessed per call:
 
 | executor      | limit                                   | why                                                   |
 |---------------|-----------------------------------------|-------------------------------------------------------|
-| cpu           | cores x CPU_RANKS_PER_CORE (32)         | 64 ranks on 2 cores judge one all_reduce in ~33 s     |
+| cpu           | cores x CPU_RANKS_PER_CORE (32)         | slow but judged at the limit; past it a step crawls   |
 | cuda          | GPUs                                    | one process per GPU; NCCL refuses two ranks on one    |
 | cuda-emulated | GPUs x EMULATED_RANKS_PER_GPU (8), and  | every rank holds a CUDA context of its own on a       |
 |               | the cpu limit (its reference runs there)| shared GPU; the reference runs on CPU ranks           |

@@ -7,7 +7,7 @@ arguments are typed (wire/requests.py: workloads, seeds, rules); their answers a
 decoded from frames that the rank set has already held to their schemas (wire/messages.py).
 
 Everything about processes stays behind this line: which rank set serves a step, spares and their
-phases (nothing starts beside a timed burst: a session's `burst` waits for any start still running),
+phases (nothing starts beside a timed burst: a spare still starting is stopped for the burst and resumed after),
 retries of a reference whose ranks died, transport errors. A session raises `RankSetFailed` when ranks
 failed or said something no honest rank says (the judge turns each RankFailure into a verdict), and
 `JudgeError` (pkb_env/errors.py) when the judge's own machinery failed: never the candidate's fault.
@@ -22,6 +22,7 @@ from pkb_env.executors.builds import BuildOutcome
 from pkb_env.executors.placement import ExecutorInfo, Placement
 from pkb_env.tracing import Tracer
 from pkb_env.wire.requests import Rules, Seeds, Workload
+from pkb_env.wire.services import BuildRequest
 
 T = TypeVar("T")
 # Answers a rank's compile request before a deadline (judge/compiler.py): (header, time.monotonic() deadline).
@@ -78,9 +79,9 @@ class TimedSession(Protocol):
         """Per rank: fingerprints of the last burst's outputs and inputs, its problems, the sampled outputs."""
 
     def ask_fingerprints(self, burst: int, seed: int, rules: Rules, sample: list[int]) -> None:
-        """`fingerprints` asked for without waiting; `sketches` reads them."""
+        """`fingerprints` asked for without waiting; `read_fingerprints` reads them."""
 
-    def sketches(self) -> list[dict]:
+    def read_fingerprints(self) -> list[dict]:
         """The answer to the last `ask_fingerprints`."""
 
 
@@ -91,8 +92,10 @@ class CandidateSession(TimedSession, Protocol):
         """Load `task` (its process groups are built first), then execute the candidate's module on every
         rank; the slowest rank's seconds. `pkb`: a PKB-format module, called through the task's PKB adapter."""
 
-    def trials(self, workload: Workload, seeds: list[list[Seeds]]) -> list[TrialOutputs]:
-        """One call per seed set; seeds[r][k] are rank r's seeds for call k."""
+    def trials(self, workload: Workload, seeds: list[list[Seeds]], dtypes: tuple[str, ...] = ()
+               ) -> list[TrialOutputs]:
+        """One call per seed set; seeds[r][k] are rank r's seeds for call k; `dtypes`: call k's dtype, where
+        one differs from the workload's (wire/requests.Trials)."""
 
     def quiet(self, label: str) -> None:
         """No rank said anything nobody asked for (a late forged report), else RankSetFailed."""
@@ -101,8 +104,10 @@ class CandidateSession(TimedSession, Protocol):
         """Every process of the candidate stopped for the block (sandbox/freezer.py), so that the reference
         can be timed beside it; RankSetFailed when they cannot all be stopped (they keep forking)."""
 
-    def end(self) -> None:
-        """Kill the candidate's ranks now, without waiting; the session's close confirms they are gone."""
+    def end_timing(self) -> None:
+        """Nothing more is timed in this step: the candidate's ranks are killed now, without waiting (the
+        session's close confirms they are gone), and what starts between timings (the executor's spare rank
+        sets) moves on. A session closed without it moves them on once its ranks are gone."""
 
     @property
     def contained(self) -> bool:
@@ -111,7 +116,8 @@ class CandidateSession(TimedSession, Protocol):
 
 
 class ReferenceSession(TimedSession, Protocol):
-    def trials(self, workload: Workload, seeds: list[list[Seeds]]) -> list[TrialOutputs]:
+    def trials(self, workload: Workload, seeds: list[list[Seeds]], dtypes: tuple[str, ...] = ()
+               ) -> list[TrialOutputs]:
         """As the candidate's."""
 
     def replay(self, workload: Workload, seeds: list[Seeds], calls: int, marks_every: int) -> BurstRecord:
@@ -140,14 +146,11 @@ class Executor(Protocol):
         JudgeError. Only while no candidate process exists or runs (a candidate session's `frozen`), or the
         candidate is `contained`."""
 
-    def build(self, job: dict, timeout: float) -> "BuildOutcome":
+    def build(self, job: BuildRequest, timeout: float) -> "BuildOutcome":
         """One build of a candidate's kernels in a build cell of its own (executors/builds.py)."""
 
     def prestart(self) -> None:
         """Start what the next step needs now (the reference ranks, spare candidate ranks)."""
-
-    def timings_done(self) -> None:
-        """A step's timed work is over: what starts between timings (spare rank sets) may move on."""
 
     def discard_reference(self) -> None:
         """End the reference ranks; the next request starts fresh ones."""

@@ -13,11 +13,12 @@ class Placement:
     """devices: one device string per rank; backend: the process-group backend; clock: "host" (CPU ranks)
     or "cuda" (CUDA events behind a device gate); calibration_sizes: all_reduce sizes (bytes) whose best
     bus bandwidth is the calibrated B (GPUs need large messages to saturate a link); spares: candidate
-    rank sets kept pre-started where cells have namespaces (executors/process.py, `_fill_spares`): a GPU
-    rank starts in four phases of 0.1-0.5 s each (wire/messages.START_PHASES), CPU ranks in a fraction of
-    that; cpus: per rank, the one core rank r of every rank set runs on once it serves a step (the reference's
-    and each candidate's alike: sandbox/cores.py), None where the scheduler decides; symmetric: every rank
-    sets torch's symmetric memory up as it starts (ranks/server.py, `symmetric`), where candidates may use it.
+    rank sets kept pre-started where cells have namespaces (executors/spares.py): a GPU rank starts in four
+    phases of a fraction of a second each (wire/messages.START_PHASES; docs/measurements/2026-12-01-timing-h200.md),
+    CPU ranks in a fraction of that; cpus: per rank, the one core rank r of every rank set runs on once it serves
+    a step (the reference's and each candidate's alike: sandbox/cores.py), None where the scheduler decides;
+    symmetric: every rank sets torch's symmetric memory up as it starts (ranks/server.py, `symmetric`), where
+    candidates may use it.
     """
 
     devices: tuple[str, ...]

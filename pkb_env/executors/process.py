@@ -6,10 +6,11 @@ interface (interface.py) and owns:
   * the zygote (torch imported once; each rank set is a forked cell with its own namespaces, whose ranks
     are forks of it),
   * the trusted reference rank set, reused across steps (it never runs candidate code),
-  * candidate rank sets, one per step, pre-started (spares) so that a step rarely waits for one, starting
+  * candidate rank sets, one per step, pre-started (spares.py) so that a step rarely waits for one, starting
     in phases while nothing is timed and stopped while something is (docs/timing.md),
   * build cells, one per build of a candidate's kernels (builds.py; the compile service is judge/compiler.py).
-The choreography of spares, retries and sweeps is all here: a caller asks for a session and gets one.
+The choreography of spares (spares.py), retries and sweeps stays behind it: a caller asks for a session and
+gets one.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from pkb_env.executors.interface import Services
 from pkb_env.executors.placement import ExecutorInfo, Placement
 from pkb_env.executors.rank_set import RankSet, RankSetFailed
 from pkb_env.executors.sessions import CandidateRanks, ReferenceRanks
+from pkb_env.executors.spares import Spares
 from pkb_env.record import RankFailure
 from pkb_env.sandbox import cores, freezer
 from pkb_env.sandbox.containment import Containment
@@ -39,11 +41,9 @@ from pkb_env.sandbox.privileges import remove_files_of, unprivileged_uid
 from pkb_env.sandbox.variables import rank_environment
 from pkb_env.sandbox.zygote import Zygote
 from pkb_env.tracing import Tracer
+from pkb_env.wire.services import BuildRequest
 
 T = TypeVar("T")
-# What a start that failed raises: the rank set's own account, a cell or a fork the host refused (EAGAIN),
-# a zygote gone mid-request, containment that cannot be had. A spare's failure is the next step's to see.
-START_FAILURES = (RankSetFailed, OSError, EOFError, TimeoutError, JudgeError)
 
 
 class ProcessExecutor:
@@ -71,21 +71,19 @@ class ProcessExecutor:
         self._warned = False  # about running without namespaces: once per executor
         self._zygote: Zygote | None = None
         self._reference: RankSet | None = None
-        # Pre-started candidate rank sets, oldest first (see _fill_spares).
-        self._spares: list[RankSet] = []
         self._ending: list[RankSet] = []  # contained candidate rank sets told to end, not yet confirmed gone
-        self._held: set[int] | None = None  # the starting spares' processes stopped for timed work (_hold_spares)
         depth = config.spares or placement.spares
-        self.spare_depth = depth if self.namespaces_missing is None else 1
+        self.spares = Spares(lambda hold: self._start("candidate", hold=hold),
+                             depth if self.namespaces_missing is None else 1, config.freeze_timeout_s)
 
     @property
     def world_size(self) -> int:
         return self.placement.world_size
 
     @property
-    def spares(self) -> tuple[RankSet, ...]:
-        """The pre-started candidate rank sets, oldest first (for tests and diagnostics)."""
-        return tuple(self._spares)
+    def ending(self) -> tuple[RankSet, ...]:
+        """The contained candidate rank sets told to end and not yet confirmed gone (for tests and diagnostics)."""
+        return tuple(self._ending)
 
     @property
     def zygote(self) -> Zygote:
@@ -102,12 +100,18 @@ class ProcessExecutor:
         with self.tracer.span("candidate ranks"):
             ranks = self._candidate_ranks()
         ranks.services, ranks.hard_deadline = services, deadline
+        session = None
         try:
-            yield CandidateRanks(ranks, self._hold_spares, self._free_spares, self.tracer, self._retire, self._frozen,
-                                 self._protection(ranks))
+            session = CandidateRanks(ranks, self._before_timing, self.spares.free, self.tracer, self._end_timing,
+                                     self._frozen, self._protection(ranks))
+            yield session
         finally:
-            with self.tracer.span("release"):
-                self._release(ranks)
+            try:
+                with self.tracer.span("release"):
+                    self._release(ranks)
+            finally:
+                if session is not None and not session.timing_ended:   # nothing timed, or its timing failed
+                    self._spares_go_on()
 
     def reference(self, task: str | None, work: Callable[[ReferenceRanks], T], retry: bool = True) -> T:
         """`work` on the reference ranks with `task` loaded; once more on fresh ranks if they died (`retry`:
@@ -120,7 +124,7 @@ class ProcessExecutor:
         """
         attempts = 2 if retry else 1
         for attempt in range(1, attempts + 1):
-            session = ReferenceRanks(self._reference_ranks(), self._hold_spares, self._free_spares, self.tracer)
+            session = ReferenceRanks(self._reference_ranks(), self._before_timing, self.spares.free, self.tracer)
             try:
                 session.ranks.wait_ready()
                 session.load(task)
@@ -133,23 +137,15 @@ class ProcessExecutor:
 
     def _candidate_ranks(self) -> RankSet:
         """A fresh rank set for one candidate, started and ready to load it: the oldest spare that finishes
-        its start, else a new one.
+        its start (Spares.take), else a new one.
 
-        No candidate code has run in it yet, so a start that fails is never the candidate's: a spare that
-        died before it was used (killed, or out of memory; `alive` cannot see a death that is still on its
-        way, and its `ready` may have been sent before: `ping`) is closed and the next one tried, and a new
-        rank set is started up to `fresh_starts` times (a host briefly out of processes or threads answers
-        EAGAIN). After that, JudgeError: the judge's to report.
+        No candidate code has run in it yet, so a start that fails is never the candidate's: a new rank set
+        is started up to `fresh_starts` times (a host briefly out of processes or threads answers EAGAIN).
+        After that, JudgeError: the judge's to report.
         """
-        self._free_spares()
-        self._drop_dead_spares()
-        while self._spares:
-            ranks = self._spares.pop(0)
-            try:
-                ranks.ping()
-                return ranks
-            except RankSetFailed:
-                ranks.close()
+        spare = self.spares.take()
+        if spare is not None:
+            return spare
         failure: Exception | None = None
         for attempt in range(self.config.fresh_starts):
             if attempt:
@@ -167,75 +163,14 @@ class ProcessExecutor:
                 failure = exc
         raise JudgeError(f"the candidate's ranks failed to start: {failure}") from failure
 
-    # -- spares ------------------------------------------------------------------------------------
-    def _drop_dead_spares(self) -> None:
-        """Close spares that died (whoever ran before may have killed one, or its start failed)."""
-        for ranks in [r for r in self._spares if not r.alive()]:
-            ranks.close()
-            self._spares.remove(ranks)
-
-    def _fill_spares(self) -> None:
-        """Let the spares run, move each one whose phase is over to its next, and start new ones up to
-        `spare_depth` (once a step's timing is over: a spare was used).
-
-        A starting rank makes its CUDA context or communicator or loads kernels, GPU and host work that must
-        not run beside a burst: `_hold_spares` stops every spare in the middle of a phase before anything is
-        timed, and `_free_spares` lets them go on at the untimed work between bursts (the fingerprints of a
-        pair) and once the step's timing is over. So a phase runs in the untimed parts of one step or
-        several, and no step waits for one. With one spare per phase and a ready one (GPU placements: five),
-        phases of different spares run side by side (on one H200 the context took 0.42-0.57 s, the process
-        group 0.40-0.52 s; docs/timing.md). With one (CPU ranks, whose start is short, or cells without
-        namespaces, where a spare beside a running candidate could be reached by it: same uid) the spare
-        is started whole once the candidate's timing is over (and, without namespaces, once the candidate is
-        gone). A start that fails (START_FAILURES) is not the calling step's: its result stands, and the
-        next step starts its own rank set or says why it cannot.
-        """
-        self._drop_dead_spares()
-        self._free_spares()
-        try:
-            while len(self._spares) < self.spare_depth:
-                self._spares.append(self._start("candidate", hold=self.spare_depth > 1))
-        except START_FAILURES:
-            pass
-
-    def _hold_spares(self) -> None:
-        """Before anything is timed (a reference, a calibration, a candidate's burst): every spare in the middle
-        of a phase of its start is stopped (SIGSTOP on its ranks and whatever they forked, each thread seen
-        stopped: sandbox/freezer.py) until `_free_spares`; a spare whose phase is over waits idle for its
-        next. Before that, the candidate rank sets told to end must be gone (their contexts coming down would
-        compete with the ranks being timed). A spare that failed to start, or cannot be stopped, is dropped;
-        the next step starts another."""
-        def hold(ranks: RankSet) -> None:
-            if not ranks.phase_over():
-                self._held |= freezer.stop(lambda: freezer.descendants([ranks.cell.pid]),
-                                           self.config.freeze_timeout_s)
-
+    # -- timed work ----------------------------------------------------------------------------------
+    def _before_timing(self) -> None:
+        """Before anything is timed (a reference, a calibration, a candidate's burst): the candidate rank sets
+        told to end are gone (their contexts coming down would compete with the ranks being timed), and every
+        spare in a phase of its start is stopped (Spares.hold) until the next untimed work (Spares.free)."""
         with self.tracer.span("settle"):
             self._confirm_ended()
-            if self._held is not None:   # held since the last timed work; no phase has begun since
-                return
-            self._held = set()
-            self._each_spare(hold)
-
-    def _free_spares(self) -> None:
-        """Untimed work begins: the held spares go on, and each one whose phase is over begins its next."""
-        self._resume_held()
-        self._each_spare(lambda ranks: ranks.advance() if ranks.phase_over() else None)
-
-    def _resume_held(self) -> None:
-        if self._held:
-            freezer.resume(self._held)
-        self._held = None
-
-    def _each_spare(self, step: Callable[[RankSet], None]) -> None:
-        """`step` on every spare; one whose start failed meanwhile, or that cannot be stopped, is closed and
-        dropped."""
-        for ranks in list(self._spares):
-            try:
-                step(ranks)
-            except (RankSetFailed, freezer.FreezeFailed):
-                ranks.close()
-                self._spares.remove(ranks)
+            self.spares.hold()
 
     @contextmanager
     def _frozen(self, ranks: RankSet) -> Iterator[None]:
@@ -280,29 +215,17 @@ class ProcessExecutor:
             return set()
         import psutil
 
-        live = {r.cell.pid for r in (self._reference, *self._spares, candidate) if r is not None and not r.closed}
+        live = {r.cell.pid for r in (self._reference, *self.spares, candidate) if r is not None and not r.closed}
         try:
             return {c.pid for c in psutil.Process(self._zygote.pid).children() if c.pid not in live}
         except psutil.Error:
             return set()
 
-    def _retire(self, ranks: RankSet) -> None:
-        """Kill a candidate rank set now; `_release` confirms the end later.
-
-        A contained rank set is told to end and not waited for: the kernel kills its processes with its
-        namespace, and their CUDA contexts (0.14-0.16 s on one H200, docs/timing.md) come down meanwhile.
-        An uncontained one is ended and swept at once.
-        """
-        if ranks.cell.contained and not ranks.closed:
-            self._kill_contained(ranks)
-        else:
-            self._end(ranks)
-
     def _kill_contained(self, ranks: RankSet) -> None:
         """Kill a contained rank set with its namespace, not waiting, once (a set retired after its timing is
         released at the step's end). First off the ranks' cores (`placement.cpus`): its processes' end runs
         where they are, and the next step's rank r, already pinned to rank r's core, would share it with the
-        teardown of this set's CUDA contexts (0.1-0.16 s on one H200, docs/timing.md)."""
+        teardown of this set's CUDA contexts (docs/measurements/2026-12-03-timing-h200.md)."""
         if ranks.cell.ending:
             return
         if self.placement.cpus:
@@ -317,7 +240,8 @@ class ProcessExecutor:
         A contained one is told to end and confirmed gone later (`_confirm_ended`: before anything is timed
         next, and when the executor is asked what runs or closes): the kernel kills every process of its
         namespace whatever they do, so none runs candidate code again, and the step need not wait while their
-        CUDA contexts come down (0.1-0.14 s on one H200, docs/timing.md). An uncontained one is ended and
+        CUDA contexts come down (docs/measurements/2026-12-02-symmetric-memory-and-throughput-h200.md, "Where a
+        failing step's time goes"). An uncontained one is ended and
         swept now."""
         if ranks.cell.contained and not ranks.closed:
             self._kill_contained(ranks)
@@ -330,13 +254,27 @@ class ProcessExecutor:
         while self._ending:
             self._ending.pop(0).close()
 
-    def timings_done(self) -> None:
+    def _end_timing(self, ranks: RankSet) -> None:
+        """A candidate's timed work is over (its last pair): its ranks are killed now (`_release` confirms the
+        end later), then the spares move on.
+
+        A contained rank set is told to end and not waited for: the kernel kills its processes with its
+        namespace, and their CUDA contexts (a tenth of a second or more: docs/measurements/2026-12-01-timing-h200.md)
+        come down meanwhile.
+        An uncontained one is ended and swept at once. So nothing of it can reach a spare that starts now.
+        """
+        with self.tracer.span("end"):
+            if ranks.cell.contained and not ranks.closed:
+                self._kill_contained(ranks)
+            else:
+                self._end(ranks)
+        self._spares_go_on()
+
+    def _spares_go_on(self) -> None:
         """The step's last timed work is over (the candidate's last pair, or a step that timed nothing): the
-        spares go on with their starts and new ones begin (`_fill_spares`). After a timed candidate its ranks
-        are told to end already (`_retire`): gone where uncontained, and a contained one's namespace is dead,
-        so nothing of it can reach a spare that starts now."""
+        spares go on with their starts and new ones begin (Spares.fill)."""
         with self.tracer.span("spares"):
-            self._fill_spares()
+            self.spares.fill()
 
     def _end(self, ranks: RankSet) -> None:
         ranks.close()
@@ -372,7 +310,7 @@ class ProcessExecutor:
             remove_files_of(self.candidate_uid, ("/tmp", "/dev/shm", "/var/tmp"))
 
     # -- builds, start, reference --------------------------------------------------------------------
-    def build(self, job: dict, timeout: float) -> builds.BuildOutcome:
+    def build(self, job: BuildRequest, timeout: float) -> builds.BuildOutcome:
         """One build of a candidate's kernels in a build cell of its own (builds.py)."""
         cell = builds.BuildCell(lambda: self.zygote, self.containment, self.root, self.candidate_uid, self.env,
                                 self.config, self._warn_if_uncontained, self.sweep)
@@ -382,9 +320,8 @@ class ProcessExecutor:
         """Start the zygote, the reference rank set and the spare candidate rank sets now (their ranks make
         their CUDA contexts and communicators in parallel), so the first step need not wait for them."""
         self._reference_ranks()
-        if not self._spares:  # the first step's, started whole (a failure here is the caller's to see)
-            self._spares.append(self._start("candidate", hold=False))
-        self._fill_spares()
+        self.spares.first()
+        self.spares.fill()
 
     def reference_facts(self) -> list[dict]:
         """What the reference ranks said of themselves at their start (context, group and warm-up times, the
@@ -433,9 +370,9 @@ class ProcessExecutor:
         Keys: pid, network, filesystem (in words), visible (the host paths a rank can see, where there is an
         allowlisted root), user (where a user namespace was needed), privileges.
         """
-        if not any(not r.closed for r in self._spares):
+        if not any(not r.closed for r in self.spares):
             self.prestart()
-        return {**next(r for r in self._spares if not r.closed).cell.isolation, "privileges": self.privileges}
+        return {**next(r for r in self.spares if not r.closed).cell.isolation, "privileges": self.privileges}
 
     def _protection(self, ranks: RankSet) -> dict[str, str]:
         """What protects the judge while `ranks` run: their cell's isolation and the privileges (for the record)."""
@@ -472,11 +409,10 @@ class ProcessExecutor:
 
     def close(self) -> None:
         self._confirm_ended()
-        self._resume_held()
-        for ranks in (*self._spares, self._reference):
-            if ranks is not None:
-                ranks.close()
-        self._spares, self._reference = [], None
+        self.spares.close()
+        if self._reference is not None:
+            self._reference.close()
+        self._reference = None
         if self._zygote is not None:
             self._zygote.close()
             self._zygote = None

@@ -24,7 +24,7 @@ from pkb_env.wire.requests import Burst, Copies, Fingerprints, Load, Replay, Rul
 class Session:
     """Operations common to candidate and reference ranks. `before_timing` runs before every burst and
     `untimed` when the judge asks for the untimed work between bursts, their fingerprints (the executor's
-    `_hold_spares` and `_free_spares`: no rank set may run a phase of its start beside a burst)."""
+    spares held and freed: executors/spares.py; no rank set may run a phase of its start beside a burst)."""
 
     def __init__(self, ranks: RankSet, before_timing: Callable[[], None], untimed: Callable[[], None],
                  tracer: Tracer):
@@ -32,6 +32,7 @@ class Session:
         self._before_timing = before_timing
         self._untimed = untimed
         self.tracer = tracer
+        self._gate = f"gate {ranks.role}"   # the trace's name for a burst asked of these ranks (pkb_env/tracing.py)
         self.config = ranks.config
 
     @property
@@ -44,10 +45,11 @@ class Session:
         return (min((f.get("memory_bytes") or 0) for f in self.ranks.facts)
                 or self.ranks.placement.limits.address_space_bytes or (2 << 30))
 
-    def trials(self, workload: Workload, seeds: list[list[Seeds]]) -> list[TrialOutputs]:
+    def trials(self, workload: Workload, seeds: list[list[Seeds]], dtypes: tuple[str, ...] = ()
+               ) -> list[TrialOutputs]:
         count = len(seeds[0])
         with self.tracer.span("trials"):
-            self.ranks.ask([Trials(workload, tuple(s)) for s in seeds])
+            self.ranks.ask([Trials(workload, tuple(s), dtypes) for s in seeds])
             got = self.ranks.collect("trial", count, self._deadline(self.config.trial_timeout_s), Trials.label,
                                      limit=self._limit("trial_timeout_s"))
         results = []
@@ -76,8 +78,9 @@ class Session:
         self._before_timing()
         deadline = self._deadline(self.config.timing_timeout_s)
         epoch = self.ranks.page.next_epoch()
-        self.ranks.ask(requests(epoch))
-        self.ranks.collect("gated", 1, deadline, label, limit=self._limit("timing_timeout_s"))
+        with self.tracer.span(self._gate):   # ends with every rank at the gate: a sink sees the judge just before
+            self.ranks.ask(requests(epoch))  # the release, the moment nothing but the burst may be about to run
+            self.ranks.collect("gated", 1, deadline, label, limit=self._limit("timing_timeout_s"))
         released = self.ranks.release(epoch)
         got = self.ranks.collect("burst", 1, deadline, label, limit=self._limit("timing_timeout_s"))
         ranks = []
@@ -89,19 +92,19 @@ class Session:
 
     def fingerprints(self, burst: int, seed: int, rules: Rules, sample: list[int]) -> list[dict]:
         self.ask_fingerprints(burst, seed, rules, sample)
-        return self.sketches()
+        return self.read_fingerprints()
 
     def ask_fingerprints(self, burst: int, seed: int, rules: Rules, sample: list[int]) -> None:
-        """Ask for the last burst's fingerprints without waiting (`sketches` reads them), so that two rank sets
+        """Ask for the last burst's fingerprints without waiting (`read_fingerprints` reads them), so that two rank sets
         fingerprint their halves of a pair at once."""
         self._untimed()
         self.ranks.ask(Fingerprints(burst, seed, rules, tuple(sample)))
 
-    def sketches(self) -> list[dict]:
+    def read_fingerprints(self) -> list[dict]:
         """Per rank, the fingerprints asked for last."""
         with self.tracer.span("fingerprints"):
-            got = self.ranks.collect("sketches", 1, self._deadline(self.config.timing_timeout_s), Fingerprints.label,
-                                     limit=self._limit("timing_timeout_s"))
+            got = self.ranks.collect("fingerprints", 1, self._deadline(self.config.timing_timeout_s),
+                                     Fingerprints.label, limit=self._limit("timing_timeout_s"))
             return [self._unpack(d[0], r, Fingerprints.label) for r, d in enumerate(got)]
 
     def _deadline(self, seconds: float) -> float:
@@ -130,12 +133,13 @@ class CandidateRanks(Session):
     """A candidate's fresh ranks for one step (executors/interface.py, CandidateSession)."""
 
     def __init__(self, ranks: RankSet, before_timing: Callable[[], None], untimed: Callable[[], None],
-                 tracer: Tracer, end: Callable[[RankSet], None],
+                 tracer: Tracer, end_timing: Callable[[RankSet], None],
                  freeze: Callable[[RankSet], AbstractContextManager[None]], containment: dict[str, str]):
         super().__init__(ranks, before_timing, untimed, tracer)
-        self._end = end
+        self._end_timing = end_timing
         self._freeze = freeze
         self.containment = containment
+        self.timing_ended = False   # else the executor's spares move on once the session is closed
 
     def load(self, task: str, source: str, pkb: bool = False) -> float:
         with self.tracer.span("load"):
@@ -154,9 +158,9 @@ class CandidateRanks(Session):
     def contained(self) -> bool:
         return self.ranks.cell.contained
 
-    def end(self) -> None:
-        with self.tracer.span("end"):
-            self._end(self.ranks)
+    def end_timing(self) -> None:
+        self.timing_ended = True
+        self._end_timing(self.ranks)
 
 
 class ReferenceRanks(Session):

@@ -37,7 +37,7 @@ def run_trials(ctx: StepContext, ranks: CandidateSession) -> tuple[RunResult, li
     """The untimed trials, on the same secret seeds as the reference's; their outputs for the verify stage."""
     start = time.perf_counter()
     try:
-        got = ranks.trials(ctx.workload, ctx.trial_seeds())
+        got = ranks.trials(ctx.workload, ctx.trial_seeds(), ctx.other_dtypes)
     except RankSetFailed as exc:
         return failure(Stage.RUN, exc)
     return RunResult(trials=ctx.trials, seconds=time.perf_counter() - start), got
@@ -119,11 +119,11 @@ def _walsh_averages(values: np.ndarray) -> np.ndarray:
 
 
 def pseudo_median(values: np.ndarray) -> float:
-    """The Hodges-Lehmann estimate: the median of the Walsh averages. A pair's ratio spreads 0.3 ((p90 - p10) /
-    median) on one H200 at world size 1, and a step has 8-14 pairs: this estimate's spread over steps is 3-12%
-    below the plain median's where the log-ratios are normal or heavier-tailed (as efficient as the mean at
-    normal noise, 95%, against the median's 64%), and it stays robust: nearly 3 in 10 pairs may be wild before
-    it moves without bound (docs/timing.md, "Paired speedup")."""
+    """The Hodges-Lehmann estimate: the median of the Walsh averages. With a step's pairs as few and as spread
+    as they are (docs/measurements/2026-12-03-timing-h200.md), this estimate's spread over steps is below the
+    plain median's where the log-ratios are normal or heavier-tailed (as efficient as the mean at normal noise,
+    95%, against the median's 64%), and it stays robust: nearly 3 in 10 pairs may be wild before it moves
+    without bound (docs/timing.md, "The estimate and its interval")."""
     return float(np.median(_walsh_averages(np.asarray(values, dtype=np.float64))))
 
 

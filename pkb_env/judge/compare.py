@@ -232,8 +232,9 @@ def _sorted_rows(t: torch.Tensor) -> torch.Tensor:
 def _all_close(e: torch.Tensor, g: torch.Tensor, tol: Tolerance) -> bool:
     """Whether every element of `g` is within the tolerance of a finite `e`, in float64 chunks, stopping at the
     first chunk where one is not. The answer of a correct candidate that rounds otherwise than the reference
-    costs three fused passes a chunk instead of the full account's (64 -> 25 ms for a 1M-element bf16 output
-    on the idle 2-core machine: `python benchmarks/compare_cost.py`); a wrong one pays one chunk more. Non-finite
+    costs three fused passes a chunk instead of the full account's (`python benchmarks/compare_cost.py`:
+    docs/measurements/2026-12-02-symmetric-memory-and-throughput-h200.md, "The cost of comparing one output");
+    a wrong one pays one chunk more. Non-finite
     expected values never pass here (their bound is capped below an infinite difference, and a NaN compares
     false): they take the full account, which has the NaN/Inf policy."""
     for start in range(0, e.numel(), _CHUNK):

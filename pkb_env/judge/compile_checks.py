@@ -13,7 +13,7 @@ wall (a file that is not there cannot be read); these checks are what make a ref
 * sources: `#include`, `#include_next`, `#import`, `#embed` and `__has_include` only of literal header
   names, never absolute and never with "..": the toolkit's headers by name, and the candidate's own;
   no `.incbin` (an assembler directive that reads a file into the binary); nothing that asks for NVLink
-  multicast (judge/multicast.py: multimem PTX, cuMulticast*, multicast pointers, NVLS switches, driver symbol
+  multicast (pkb_env/sources.py: multimem PTX, cuMulticast*, multicast pointers, NVLS switches, driver symbol
   lookups), whoever assembled the source: this is the line behind the static screen for text built at run time;
 * diagnostics: blocks of compiler output located in a file other than the candidate's own sources, and
   lines naming a path outside them, are dropped; what remains is capped to the first errors.
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from pkb_env.judge.multicast import MULTICAST_FIX, multicast_use
+from pkb_env.sources import MULTICAST_FIX, multicast_use, without_comments
 
 MAX_LOG_CHARS = 3000
 MAX_LOG_LINES = 30
@@ -146,51 +146,6 @@ def _check_header(operand: str, directive: str, label: str, line: str) -> None:
     if name.startswith("/") or "\\" in name or ".." in name.split("/"):
         raise CompileRefused(f"{label}: `{line.strip()}` refused: headers are the toolkit's, by name "
                              f"(#include <cuda_fp16.h>), or your own sources; absolute paths and '..' are not allowed")
-
-
-RAW_STRING = re.compile(r'(?:u8|[uUL])?R"([^()\\\s]{0,16})\(')   # R"delim( and its encoding prefixes
-# Where something other than plain code may begin: a comment, a string or character literal, a raw string.
-_LEXEME = re.compile(r'//|/\*|["\']|(?:u8|[uUL])?R"')
-
-
-def without_comments(source: str) -> str:
-    """`source` with comments blanked (newlines kept), strings and raw strings left as they are.
-
-    Plain code between two lexemes is copied in one slice (a scan character by character took 10-12 ms for
-    a 13 KB kernel source, on every compile request, cached or not: docs/timing.md)."""
-    out, i, n = [], 0, len(source)
-    while i < n:
-        found = _LEXEME.search(source, i)
-        if found is None:
-            out.append(source[i:])
-            break
-        at, token = found.start(), found.group()
-        out.append(source[i:at])
-        if token == "//":
-            end = source.find("\n", at)
-            i = n if end < 0 else end
-        elif token == "/*":
-            end = source.find("*/", at + 2)
-            end = n if end < 0 else end + 2
-            out.append("\n" * source.count("\n", at, end) or " ")
-            i = end
-        elif token[-1] == '"' and len(token) > 1:   # R" with its prefix: a raw string where it starts a token
-            raw = RAW_STRING.match(source, at)
-            if raw and (at == 0 or not (source[at - 1].isalnum() or source[at - 1] == "_")):
-                end = source.find(")" + raw.group(1) + '"', raw.end())
-                end = n if end < 0 else end + len(raw.group(1)) + 2
-                out.append(source[at:end])
-                i = end
-            else:                                    # part of a name: the quote starts an ordinary string
-                out.append(token[:-1])
-                i = found.end() - 1
-        else:                                        # a string or character literal, to its end or the line's
-            j = at + 1
-            while j < n and source[j] not in (token, "\n"):
-                j += 2 if source[j] == "\\" else 1
-            out.append(source[at:j + 1])
-            i = j + 1
-    return "".join(out)
 
 
 def diagnostics(log: str, own: set[str], workdir: str) -> str:

@@ -3,8 +3,10 @@
 A candidate's kernels are candidate code too (docs/containment.md): nothing of a build runs in the
 judge's process or as the judge's user, and a built module is imported only in a cell. For each request
 (`KernelService.handle`, called while the judge waits on a step's ranks):
-  1. the request is checked as data (compile_checks.py): options against an allowlist per compiler,
-     includes (no absolute paths, no ".."), no `.incbin`; a refusal names the option and what is allowed;
+  1. the request is read back as the typed request it claims to be (wire/services.py: a frame out of schema
+     is answered with an error), then checked as data (compile_checks.py): options against an allowlist per
+     compiler, includes (no absolute paths, no ".."), no `.incbin`; a refusal names the option and what is
+     allowed;
   2. the cache (keyed by a hash of the sources, options, architecture and compiler) answers, or the
      executor runs the build in a build cell (executors/builds.py, sandbox/builder.py: namespaces, the allowlisted root with
      the toolchain, an unprivileged uid, CPU, memory, process and file-size limits, a wall-clock deadline);
@@ -19,6 +21,7 @@ import hashlib
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from pkb_env.config import JudgeConfig
@@ -27,6 +30,7 @@ from pkb_env.judge.compile_checks import (CompileRefused, check_cuda_options, ch
                                           diagnostics)
 from pkb_env.redaction import Redactor
 from pkb_env.runtime.toolchain import SOURCE_NAME, nvcc_path
+from pkb_env.wire.services import BuildRequest, Compile, LoadInline, ServiceRefused, parse_service
 
 def _key(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:40]
@@ -54,6 +58,7 @@ class KernelService:
         self.compile_timeout_s, self.extension_timeout_s = config.compile_timeout_s, config.extension_timeout_s
         self.seconds = 0.0
         self.requests = 0
+        self.jobs = {Compile: self._compile_job, LoadInline: self._extension_job}
 
     def handle(self, header: dict, deadline: float | None = None) -> tuple[dict, bytes | None]:
         """Answer one request; a build gets its own timeout or what is left before `deadline` (the step's
@@ -61,13 +66,8 @@ class KernelService:
         start = time.perf_counter()
         self.requests += 1
         try:
-            kind = header.get("kind")
-            if kind == "compile":
-                job, path, own, timeout = self._compile_job(header)
-            elif kind == "load_inline":
-                job, path, own, timeout = self._extension_job(header)
-            else:
-                return _error(f"unknown request {kind!r}")
+            request = parse_service(header)
+            job, path, own, timeout = self.jobs[type(request)](request)
             if path.is_file():
                 return {"op": "reply", "ok": True}, path.read_bytes()
             if deadline is not None:
@@ -80,46 +80,37 @@ class KernelService:
                                                    diagnostics(outcome.log, own, outcome.workdir)))
             _store(path, outcome.payload)
             return {"op": "reply", "ok": True}, outcome.payload
-        except CompileRefused as exc:
+        except (CompileRefused, ServiceRefused) as exc:
             return _error(self.redactor.redact(str(exc)))
         except (KeyError, TypeError, ValueError) as exc:
             return _error(f"bad request: {type(exc).__name__}: {exc}")
         finally:
             self.seconds += time.perf_counter() - start
 
-    def _compile_job(self, header: dict) -> tuple[dict, Path, set[str], float]:
-        backend, arch, source = header.get("backend", "nvrtc"), str(header["arch"]), header["source"]
-        if backend not in ("nvrtc", "nvcc"):
-            raise CompileRefused(f"unknown compiler backend {backend!r}; use 'nvrtc' or 'nvcc'")
-        if not arch.isdigit():
-            raise CompileRefused(f"bad architecture {arch!r}: digits such as '90'")
-        options = check_cuda_options(list(header.get("options", [])), backend, arch)
-        check_sources([("the CUDA source", source)])
-        key = _key(source, options, backend, arch, compiler_version(backend))
-        job = {"kind": backend, "source": source, "options": options, "arch": arch}
+    def _compile_job(self, request: Compile) -> tuple[Compile, Path, set[str], float]:
+        options = check_cuda_options(list(request.options), request.backend, request.arch)
+        check_sources([("the CUDA source", request.source)])
+        key = _key(request.source, options, request.backend, request.arch, compiler_version(request.backend))
+        job = replace(request, options=tuple(options))
         return job, self.cache / "kernels" / f"{key}.cubin", {SOURCE_NAME}, self.compile_timeout_s
 
-    def _extension_job(self, header: dict) -> tuple[dict, Path, set[str], float]:
-        name = header["name"]
-        if not isinstance(name, str) or not name.isidentifier() or len(name) > 64:
-            raise CompileRefused(f"extension name {name!r} must be a Python identifier of at most 64 characters")
-        functions = header.get("functions")
-        if functions is not None and not all(isinstance(f, str) and f.isidentifier() for f in functions):
-            raise CompileRefused(f"functions must be a list of C++ identifiers, got {functions!r}")
-        cpp, cuda = list(header["cpp_sources"]), list(header["cuda_sources"])
+    def _extension_job(self, request: LoadInline) -> tuple[LoadInline, Path, set[str], float]:
+        name, cpp, cuda = request.name, list(request.cpp_sources), list(request.cuda_sources)
         check_sources([(f"cpp_sources[{i}]", s) for i, s in enumerate(cpp)] +
                       [(f"cuda_sources[{i}]", s) for i, s in enumerate(cuda)])
-        cflags = check_host_options(list(header.get("extra_cflags", [])))
-        cuda_cflags = check_cuda_options(list(header.get("extra_cuda_cflags", [])), "nvcc", None)
+        cflags = check_host_options(list(request.extra_cflags))
+        cuda_cflags = check_cuda_options(list(request.extra_cuda_cflags), "nvcc", None)
+        functions = list(request.functions) if request.functions is not None else None
         key = _key(name, cpp, cuda, functions, cuda_cflags, cflags)
-        job = {"kind": "extension", "name": name, "cpp_sources": cpp, "cuda_sources": cuda, "functions": functions,
-               "extra_cflags": cflags, "extra_cuda_cflags": cuda_cflags}
+        job = replace(request, extra_cflags=tuple(cflags), extra_cuda_cflags=tuple(cuda_cflags))
         own = {f"{name}/main.cpp", f"{name}/cuda.cu", "main.cpp", "cuda.cu"}
         return job, self.cache / "extensions" / key / f"{name}.so", own, self.extension_timeout_s
 
 
-def _label(job: dict) -> str:
-    return {"nvrtc": "NVRTC", "nvcc": "nvcc"}.get(job["kind"], f"building extension {job.get('name')!r}")
+def _label(job: BuildRequest) -> str:
+    if isinstance(job, Compile):
+        return {"nvrtc": "NVRTC", "nvcc": "nvcc"}[job.backend]
+    return f"building extension {job.name!r}"
 
 
 def _error(message: str) -> tuple[dict, None]:

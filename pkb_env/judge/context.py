@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pkb_env.contract import Check, CostModel, derive_seed
 from pkb_env.contract.spec import TaskSpec
 from pkb_env.judge.replicas import replica_groups
-from pkb_env.judge.seeds import SeedPlan
+from pkb_env.judge.seeds import SeedPlan, trial_count
 from pkb_env.judge.timing import BurstLog
 from pkb_env.wire.requests import Rules, Seeds, TaskWorkload
 
@@ -31,23 +31,28 @@ class StepContext:
     rules: Rules                 # the same checks as the ranks fingerprint with them
     replicas: dict[str, list[list[int]]]  # identical outputs: the ranks that must return the same bits
     cost: CostModel              # the task's cost model at this size, world size and dtype
-    trials: int
+    trial_dtypes: tuple[str, ...]  # per trial: the step's dtype, then any a task's clause adds (judge/seeds.py)
+    other_checks: dict[str, dict[str, Check]]  # the checks of the trials in another dtype, by dtype
     deadline: float              # the step's hard end (time.monotonic()): JudgeConfig.step_budget_s
 
     @classmethod
     def make(cls, task: TaskSpec, preset: str, dtype: str, world_size: int, rng: str, trials: int,
              budget_s: float) -> "StepContext":
-        """`rng`: where inputs are drawn ("device" where the reference's ranks are on GPUs too, else "cpu")."""
+        """`rng`: where inputs are drawn ("device" where the reference's ranks are on GPUs too, else "cpu");
+        `trials`: the configured number, raised to reach every edge case (seeds.trial_count), to which the
+        task's clauses may add trials in another dtype."""
         dims = task.preset(preset).dims
         checks = task.output_checks(dtype, dims, world_size)
+        extra = task.trial_dtypes(dtype)
+        trial_dtypes = (dtype,) * trial_count(trials, task.edges) + extra
         rules = {path: (c.tolerance.atol, c.tolerance.rtol, c.order) for path, c in checks.items()
                  if path.startswith("output")}
         for argument, path in task.inplace_arguments().items():  # the ranks fingerprint them as arguments
             rules[argument] = (checks[path].tolerance.atol, checks[path].tolerance.rtol, False)
         return cls(task, preset, dtype, world_size, TaskWorkload(task.name, preset, dtype, rng),
                    SeedPlan(task.layout(world_size, dims)), checks, rules, replica_groups(task, world_size, dims),
-                   task.cost_model(dims, world_size, dtype),
-                   trials, time.monotonic() + budget_s)
+                   task.cost_model(dims, world_size, dtype), trial_dtypes,
+                   {d: task.output_checks(d, dims, world_size) for d in extra}, time.monotonic() + budget_s)
 
     def timed_cost(self, log: BurstLog) -> CostModel:
         """The cost model of the calls a timing log holds: where the task routes tokens (contract v3), the
@@ -63,12 +68,32 @@ class StepContext:
         step = max(1, -(-len(calls) // ROUTED_CALLS))
         return self.task.cost_model(self.task.preset(self.preset).dims, self.world_size, self.dtype, calls[::step])
 
+    @property
+    def trials(self) -> int:
+        return len(self.trial_dtypes)
+
+    @property
+    def other_dtypes(self) -> tuple[str, ...]:
+        """What a Trials request carries: every trial's dtype where one differs from the step's, else ()."""
+        return self.trial_dtypes if set(self.trial_dtypes) != {self.dtype} else ()
+
     def trial_seeds(self) -> list[list[Seeds]]:
         """seeds[rank][k]: rank's seeds for trial k (the reference's and the candidate's are the same); the
         trials reach every edge case the task declares (judge/seeds.py)."""
-        return self.seeds.trials(self.trials, self.task.edges)[0]
+        return self._plan()[0]
 
     @property
     def trial_labels(self) -> list[str]:
-        """Per trial, what the feedback calls it: "trial 2", or "trial 2 (an all-zero block in rank 1's x)"."""
-        return self.seeds.trials(self.trials, self.task.edges)[1]
+        """Per trial, what the feedback calls it: "trial 2", "trial 2 (an all-zero block in rank 1's x)", or
+        "trial 3 (in bfloat16)"."""
+        return [label if dtype == self.dtype else f"{label} (in {dtype})"
+                for label, dtype in zip(self._plan()[1], self.trial_dtypes)]
+
+    def trial_checks(self, k: int) -> dict[str, Check]:
+        """How trial k's outputs are compared: at its own dtype's tolerance."""
+        dtype = self.trial_dtypes[k]
+        return self.checks if dtype == self.dtype else self.other_checks[dtype]
+
+    def _plan(self) -> tuple[list[list[Seeds]], list[str]]:
+        plain = sum(d != self.dtype for d in self.trial_dtypes)
+        return self.seeds.trials(self.trials, self.task.edges, plain)

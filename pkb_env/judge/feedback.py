@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pkb_env.judge.compare import summarize_mismatches
-from pkb_env.record import EvaluationRecord, Severity, Verdict
+from pkb_env.record import EvaluationRecord, Severity, Stage, Verdict
 
 MAX_LOG_CHARS = 1200
 HEADLINES = {
@@ -17,8 +17,8 @@ HEADLINES = {
 
 def write_feedback(record: EvaluationRecord) -> str:
     lines = [HEADLINES.get(record.verdict, "NOT JUDGED: the judge stopped before a verdict.")]
-    if record.error and record.verdict is not Verdict.WRONG:
-        lines.append(record.error)
+    if record.error and (record.verdict is not Verdict.WRONG or record.stage is Stage.TIME):
+        lines.append(record.error)  # a wrong trial's is its count of mismatches; timed calls' say what set them apart
     for check in (record.verify, record.timed_check):
         if check and check.mismatches:
             lines.append(summarize_mismatches(check.mismatches))

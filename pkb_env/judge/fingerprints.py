@@ -53,7 +53,15 @@ def bound(t2: np.ndarray, a_expected: np.ndarray, a_got: np.ndarray, block: int)
 
 def compare_burst(expected: dict, got: dict, checks: dict[str, Check], burst: int, rank: int,
                   arguments: dict[str, str] | None = None) -> list[Mismatch]:
-    """Every difference between rank `rank`'s fingerprints of burst `burst` and the reference's.
+    """Every difference between rank `rank`'s fingerprints of burst `burst` and the reference's, as reported
+    (`differences`, then `reported`)."""
+    return reported(differences(expected, got, checks, burst, rank, arguments), burst, rank)
+
+
+def differences(expected: dict, got: dict, checks: dict[str, Check], burst: int, rank: int,
+                arguments: dict[str, str] | None = None) -> list[tuple[int, Mismatch]]:
+    """(call, difference) for every difference between rank `rank`'s fingerprints of burst `burst` and the
+    reference's: which calls failed, for the judge (judge/timed_causes.py), and what, for the agent.
 
     `arguments`: the arguments updated in place (argument path -> the path of its result, `updated['x']`,
     TaskSpec.inplace_arguments): their final values are compared by their result's check and named by it;
@@ -61,22 +69,30 @@ def compare_burst(expected: dict, got: dict, checks: dict[str, Check], burst: in
     calls = len(expected["outputs"]["form"])
     _check_form(got, calls)
     arguments = arguments or {}
-    out: list[Mismatch] = []
+    out: list[tuple[int, Mismatch]] = []
     for call, message in got["problems"]:
-        out.append(Mismatch(_label(burst, call), rank, "output", message))
+        out.append((call, Mismatch(timed_label(burst, call), rank, "output", message)))
     out += _compare_part(expected["outputs"], got["outputs"], checks, burst, rank, "output", calls)
     inplace = {argument: checks[result] for argument, result in arguments.items()}
-    for m in _compare_part(expected["inputs"], got["inputs"], inplace, burst, rank, "argument", calls):
+    for call, m in _compare_part(expected["inputs"], got["inputs"], inplace, burst, rank, "argument", calls):
         result = next((r for a, r in arguments.items() if m.path == a or m.path.startswith(a + "[")), None)
         if result is not None:
             m.path, m.message = result, f"{m.message} (the state updated in place)"
         else:
             m.message = f"the call modified {m.path} (inputs must be left unchanged; copy before working in place)"
-        out.append(m)
+        out.append((call, m))
     for key, exp_value in expected["samples"].items():
         if key not in got["samples"]:
             raise ChannelError(f"the sampled output of call {key} is missing")
-        out += compare_outputs(exp_value, got["samples"][key], checks, _label(burst, int(key)), rank)
+        call = int(key)
+        out += [(call, m) for m in compare_outputs(exp_value, got["samples"][key], checks, timed_label(burst, call),
+                                                   rank)]
+    return out
+
+
+def reported(found: list[tuple[int, Mismatch]], burst: int, rank: int) -> list[Mismatch]:
+    """The differences of one burst and rank as the record carries them: the first MAX_REPORTED, then a count."""
+    out = [m for _, m in found]
     if len(out) > MAX_REPORTED:
         rest = len(out) - MAX_REPORTED
         out = out[:MAX_REPORTED] + [Mismatch(f"burst {burst}", rank, "output", f"... and {rest} more differences "
@@ -84,12 +100,13 @@ def compare_burst(expected: dict, got: dict, checks: dict[str, Check], burst: in
     return out
 
 
-def _label(burst: int, call: int) -> str:
+def timed_label(burst: int, call: int) -> str:
+    """What the feedback calls a timed call."""
     return f"timed call {call} of burst {burst}"
 
 
 def _compare_part(expected: dict, got: dict, checks: dict[str, Check], burst: int, rank: int, root: str,
-                  calls: int) -> list[Mismatch]:
+                  calls: int) -> list[tuple[int, Mismatch]]:
     """The structure of every call (once per distinct pair of forms), then every tensor's fingerprints,
     over all the calls a (reference group, candidate group) pair holds at once; in call order."""
     found: list[tuple[int, int, Mismatch]] = []  # (call, the path's place in the call, the difference)
@@ -102,7 +119,7 @@ def _compare_part(expected: dict, got: dict, checks: dict[str, Check], burst: in
             except (TypeError, KeyError, IndexError, AttributeError, ValueError):
                 raise ChannelError("a fingerprint payload that is not of the judge's form") from None
         problems = structures[pair]
-        found += [(call, place, Mismatch(_label(burst, call), rank, path, text))
+        found += [(call, place, Mismatch(timed_label(burst, call), rank, path, text))
                   for place, (path, text) in enumerate(problems)]
         if not problems:
             matched.setdefault(pair[0], []).append(call)
@@ -121,9 +138,9 @@ def _compare_part(expected: dict, got: dict, checks: dict[str, Check], burst: in
                                  _tolerance(path, checks))
                 for call, text in zip(rows[pick].tolist(), texts):
                     if text:
-                        found.append((call, place, Mismatch(_label(burst, call), rank, path, text)))
+                        found.append((call, place, Mismatch(timed_label(burst, call), rank, path, text)))
     found.sort(key=lambda item: item[:2])
-    return [m for _, _, m in found]
+    return [(call, m) for call, _, m in found]
 
 
 def _locations(groups: list[dict], calls: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -150,8 +167,8 @@ def _differs(exp: dict, e: np.ndarray, got: dict, g: np.ndarray, tol: Tolerance)
     `tol`: the output's tolerance, for the values at the secret positions (compared as trials are).
 
     In NumPy: these arrays are small (calls x blocks). The same operations in torch took milliseconds
-    each inside a GPU step (38-58 ms per burst compared, against 2 ms in a quiet process; the cause was
-    not pinned down), where NumPy's take tens of microseconds."""
+    each inside a GPU step, far more than in a quiet process (the cause was not pinned down), where NumPy's
+    take microseconds (docs/measurements/2026-12-01-timing-h200.md, "What a warm step's time went to")."""
     if exp["kind"] != got["kind"] or exp["n"] != got["n"]:
         raise ChannelError("a fingerprint of another kind than the reference's")
     codes_differ = ~(exp["e"].numpy()[e] == got["e"].numpy()[g]).all(-1)
@@ -171,15 +188,14 @@ def _differs(exp: dict, e: np.ndarray, got: dict, g: np.ndarray, tol: Tolerance)
     for codes, value, n_bad, where in zip(codes_differ.tolist(), worst.tolist(), bad.tolist(), first):
         if codes:
             texts.append(NON_FINITE_DIFFERS)
-        elif n_bad:
+        elif n_bad:  # why some calls differ (data, or caching) is the verdict's to say: judge/timed_causes.py
             texts.append(f"{n_bad} of {exp['x'].shape[1]} elements at secret positions differ from the reference's "
                          f"beyond the tolerance (atol {tol.atol:g} + rtol {tol.rtol:g}; one: expected "
-                         f"{where[0]:.6g}, got {where[1]:.6g}; every timed call is sampled so: is work deferred, "
-                         f"batched, cached or skipped in some calls?)")
+                         f"{where[0]:.6g}, got {where[1]:.6g}; every timed call is sampled so)")
         elif not value <= 1.0:
             texts.append(f"values differ from the reference's beyond the tolerance: a random projection of the "
                          f"difference is {value:.3g}x the most a right answer reaches (every timed call is "
-                         f"fingerprinted; is work deferred, batched, cached or skipped in some calls?)")
+                         f"fingerprinted)")
         else:
             texts.append(None)
     return texts

@@ -29,6 +29,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from functools import lru_cache
+from typing import Iterator
 
 from pkb_env.config import JudgeConfig
 from pkb_env.contract import Peaks
@@ -43,6 +44,7 @@ from pkb_env.config import TimingProtocol
 from pkb_env.judge.reference import Reference, ReferenceTiming, physical_floor
 from pkb_env.judge.roofline import roofline
 from pkb_env.judge.screen import screen_source
+from pkb_env.judge.stopwatch import Stopwatch
 from pkb_env.judge.verdict import decide
 from pkb_env.judge.verify import pkb_rule_holds, verify_timed, verify_trials
 from pkb_env.record import EvaluationRecord, ReferenceWork, Severity, Stage, StageFailure
@@ -160,21 +162,11 @@ class Judge:
             start = time.perf_counter()
             reference = self.reference_timing(ctx, expected)
             work.timing_s = time.perf_counter() - start
-        ran = moved = False
-        try:
-            with self.executor.candidate(self.kernels.handle, ctx.deadline) as ranks:
-                ran = True
-                record.containment = ranks.containment
-                timed = self._candidate(ctx, record, ranks, expected, reference, pkb)
-                if timed is not None:
-                    # Nothing more is timed in this step, and the candidate's ranks are told to end: the spares
-                    # move on a phase while they come down and the timed calls are checked.
-                    moved = True
-                    self.executor.timings_done()
-                    self._timed_check(ctx, record, timed)
-        finally:
-            if ran and not moved:   # a rank set was used up: the spares move on, now that nothing is timed
-                self.executor.timings_done()
+        with self.executor.candidate(self.kernels.handle, ctx.deadline) as ranks:
+            record.containment = ranks.containment
+            timed = self._candidate(ctx, record, ranks, expected, reference, pkb)
+            if timed is not None:   # checked while the candidate's ranks come down and the spares move on
+                self._timed_check(ctx, record, timed)
 
     def _candidate(self, ctx: StepContext, record: EvaluationRecord, ranks: CandidateSession,
                    expected: list[TrialOutputs], reference: ReferenceTiming | None,
@@ -199,24 +191,23 @@ class Judge:
         if not record.verify.correct or reference is None:
             return None
         reuses = any(shares for trial in got for shares in trial.shares)
-        pairs = self.reference.pairing(ctx, ranks)
-        with _stage(record, Stage.TIME):
+        with _stage(record, Stage.TIME) as clock:
+            pairs = self.reference.pairing(ctx, ranks, clock)   # its half of the pairs runs on its own watch
             timed = candidate.time_candidate(ctx, ranks, self.protocol, reference, pairs, reuses,
                                              self.executor.placement.clock,
                                              physical_floor(ctx.cost, self.topology.datasheet_peaks()))
-        record.reference.replay_s = pairs.seconds   # the reference's half of the pairs is billed to it
-        record.stage_seconds[Stage.TIME.value] -= pairs.seconds
+        record.reference.replay_s = pairs.seconds
         if _stopped(record, timed):
             return None
         record.timing = timed.result
-        ranks.end()   # told to end now; the session's close confirms it is gone
+        ranks.end_timing()   # the ranks told to end (the session's close confirms it), the spares move on
         return timed
 
     def _timed_check(self, ctx: StepContext, record: EvaluationRecord, timed: candidate.Timed) -> None:
         """The reference's replay of every timed call (made in the pairs): their check, the paired speedup,
         then the roofline."""
         with _stage(record, Stage.VERIFY), self.executor.tracer.span("compare"):
-            checked = verify_timed(ctx, timed.log, timed.pairs.sketches)
+            checked = verify_timed(ctx, timed.log, timed.pairs.log.fingerprints)
         if _stopped(record, checked):
             return
         record.timed_check = checked
@@ -248,9 +239,11 @@ def _parameters(task_name: str) -> list[str]:
 
 
 @contextmanager
-def _stage(record: EvaluationRecord, stage: Stage):
-    start = time.perf_counter()
+def _stage(record: EvaluationRecord, stage: Stage) -> Iterator[Stopwatch]:
+    """The block's seconds billed to `stage`, less what its watch hands to the reference (judge/stopwatch.py)."""
+    watch = Stopwatch()
     try:
-        yield
+        with watch.running():
+            yield watch
     finally:
-        record.stage_seconds[stage.value] = record.stage_seconds.get(stage.value, 0.0) + time.perf_counter() - start
+        record.stage_seconds[stage.value] = record.stage_seconds.get(stage.value, 0.0) + watch.seconds

@@ -9,7 +9,6 @@ protocol and in the same placement as candidates, and cached in this object (`ti
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -21,6 +20,7 @@ from pkb_env.executors.interface import BurstRecord, CandidateSession, Executor,
 from pkb_env.judge.context import StepContext
 from pkb_env.config import TimingProtocol
 from pkb_env.judge.roofline import roofline
+from pkb_env.judge.stopwatch import Stopwatch
 from pkb_env.judge.timing import (BurstLog, CallLimits, PairedBurst, TimedWork, overheads, run_bursts, summarize,
                                   suspect_reason)
 from pkb_env.record import TimingResult
@@ -47,7 +47,8 @@ class Reference:
     def outputs(self, ctx: StepContext) -> list[TrialOutputs]:
         """The expected outputs of the step's trials (the same secret seeds the candidate's trials get)."""
         seeds = ctx.trial_seeds()
-        return self.executor.reference(ctx.task.name, lambda ranks: ranks.trials(ctx.workload, seeds))
+        return self.executor.reference(ctx.task.name,
+                                       lambda ranks: ranks.trials(ctx.workload, seeds, ctx.other_dtypes))
 
     def cached(self, ctx: StepContext, hardware: str) -> ReferenceTiming | None:
         return self._times.get(self._key(ctx, hardware))
@@ -75,8 +76,8 @@ class Reference:
             self._times[key] = ReferenceTiming(result, overheads(log), sizes)
         return self._times[key]
 
-    def pairing(self, ctx: StepContext, candidate: CandidateSession) -> "Pairing":
-        return Pairing(self, ctx, candidate, self.protocol.statistic)
+    def pairing(self, ctx: StepContext, candidate: CandidateSession, stage: Stopwatch) -> "Pairing":
+        return Pairing(self, ctx, candidate, self.protocol.statistic, stage)
 
     def replay(self, ctx: StepContext, paired: PairedBurst) -> BurstRecord:
         """A candidate's burst on the reference, same inputs, timed alike: the other half of the pair. Its
@@ -88,17 +89,17 @@ class Reference:
         """Per rank, the last replay's fingerprints with the candidate's seed and sample (and the bound terms).
         Not retried: fresh ranks would not hold the replay."""
         return self.executor.reference(ctx.task.name, lambda ranks: ranks.fingerprints(
-            paired.burst, paired.sketch_seed, ctx.rules, paired.sample), retry=False)
+            paired.burst, paired.fingerprint_seed, ctx.rules, paired.sample), retry=False)
 
     def ask_fingerprints(self, ctx: StepContext, paired: PairedBurst) -> None:
         """The last replay's fingerprints, with the candidate's seed and sample (and the bound terms), asked for
-        without waiting; `sketches` reads them. Not retried: fresh ranks would not hold the replay."""
+        without waiting; `read_fingerprints` reads them. Not retried: fresh ranks would not hold the replay."""
         self.executor.reference(ctx.task.name, lambda ranks: ranks.ask_fingerprints(
-            paired.burst, paired.sketch_seed, ctx.rules, paired.sample), retry=False)
+            paired.burst, paired.fingerprint_seed, ctx.rules, paired.sample), retry=False)
 
-    def sketches(self, ctx: StepContext) -> list[dict]:
+    def read_fingerprints(self, ctx: StepContext) -> list[dict]:
         """The answer to `ask_fingerprints`."""
-        return self.executor.reference(ctx.task.name, lambda ranks: ranks.sketches(), retry=False)
+        return self.executor.reference(ctx.task.name, lambda ranks: ranks.read_fingerprints(), retry=False)
 
     def forget(self, task: str | None) -> None:
         """Drop the cached times of `task` (None: all)."""
@@ -117,23 +118,30 @@ class Pairing:
     milliseconds apart, so the host's drift cancels in its ratio. Then both sides fingerprint their halves
     (`fingerprints`): at once where the candidate is contained (it cannot reach the reference's processes,
     and neither half is timed then), else inside the freeze. The replay's fingerprints check every timed call
-    (judge/verify.py, `verify_timed`)."""
+    (judge/verify.py, `verify_timed`).
 
-    def __init__(self, reference: Reference, ctx: StepContext, candidate: CandidateSession, statistic: str):
+    All of it runs on the reference's own watch (`spent`): the candidate's TIME stage (`stage`, its watch)
+    hands it those blocks, so it is billed to the reference (record.reference.replay_s) where it is spent."""
+
+    def __init__(self, reference: Reference, ctx: StepContext, candidate: CandidateSession, statistic: str,
+                 stage: Stopwatch):
         self.reference, self.ctx, self.candidate = reference, ctx, candidate
         self.concurrent = candidate.contained
-        self.log = BurstLog(statistic=statistic)    # the reference's bursts, one per scored candidate burst
-        self.sketches: list[list[dict]] = []        # per burst, per rank
-        self.seconds = 0.0                          # the reference's part, billed to it (record.reference)
+        self.log = BurstLog(statistic=statistic)    # per scored candidate burst: the replay, its fingerprints
+        self.stage = stage
+        self.spent = Stopwatch()
+
+    @property
+    def seconds(self) -> float:
+        """The reference's part so far."""
+        return self.spent.seconds
 
     def timed(self, paired: PairedBurst) -> None:
         """The reference's timed half of pair `paired.burst`, every process of the candidate stopped."""
-        start = time.perf_counter()
-        with self.candidate.frozen():
+        with self.stage.handing(self.spent), self.candidate.frozen():
             self.log.bursts.append(self.reference.replay(self.ctx, paired))
             if not self.concurrent:
-                self.sketches.append(self.reference.fingerprints(self.ctx, paired))
-        self.seconds += time.perf_counter() - start
+                self.log.fingerprints.append(self.reference.fingerprints(self.ctx, paired))
 
     def fingerprints(self, paired: PairedBurst) -> Callable[[], None]:
         """Start the fingerprints of the reference's half (where they are not made already); the function
@@ -143,9 +151,8 @@ class Pairing:
         self.reference.ask_fingerprints(self.ctx, paired)
 
         def finish() -> None:
-            start = time.perf_counter()
-            self.sketches.append(self.reference.sketches(self.ctx))
-            self.seconds += time.perf_counter() - start
+            with self.stage.handing(self.spent):
+                self.log.fingerprints.append(self.reference.read_fingerprints(self.ctx))
 
         return finish
 

@@ -17,6 +17,7 @@ import torch
 
 from pkb_env.contract import results
 from pkb_env.contract.spec import TaskSpec
+from pkb_env.judge.fingerprints import timed_label
 from pkb_env.record import Mismatch
 
 _FINGERPRINT_PARTS = ("e", "p", "a", "x")
@@ -86,7 +87,7 @@ def timed_mismatches(groups: dict[str, list[list[int]]], arguments: dict[str, st
                 for call, theirs in rows[rank].items():
                     ours = rows[ranks[0]].get(call)
                     if ours is not None and not _equal(ours, theirs):
-                        found.append(Mismatch(f"timed call {call} of burst {burst}", rank, path,
+                        found.append(Mismatch(timed_label(burst, call), rank, path,
                                               f"differs from rank {ranks[0]}'s {path} (fingerprints of every timed "
                                               f"call): the task requires every replica to be bit-identical"))
                         break  # one call per rank and path is enough to say so

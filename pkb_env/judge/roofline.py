@@ -4,7 +4,7 @@ measured time reaches.
 
 fraction = bound / measured, NOT clipped. The bound is a lower bound on any code's time by construction
 (best-observed calibrated figures, datasheet ceilings), so a fraction above 1 means the cost model or the
-measurement is wrong; `tests/test_roofline.py` holds every task's reference to fraction <= 1, and the
+measurement is wrong; `tests/judge/test_roofline.py` holds every task's reference to fraction <= 1, and the
 pipeline marks a candidate faster than the datasheet floor as suspect. Reported against the calibrated
 peaks where a calibration exists (else the datasheet), and against the datasheet where the topology has
 one; nccl-tests' algbw and busbw are reported for tasks that communicate.

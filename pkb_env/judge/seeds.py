@@ -6,9 +6,11 @@ mesh dims, see pkb_env/contract/mesh.py), never the secret, so it cannot reprodu
 next trial's inputs, or the inputs of timed calls the judge will check.
 
 A task's edge cases (pkb_env/contract/edges.py) follow from a call's shared seed. For the trials the
-judge picks the seeds: every declared case once (all but one trial at most, so that one trial stays
-plain), at positions shuffled by the secret, by trying seed indices until the shared seed names the
-case wanted. So a step's trials always reach every edge case, and their order tells a rank nothing.
+judge picks the seeds: every declared case once, and one trial plain (a step has at least one trial more
+than the task has cases: `trial_count`), at positions shuffled by the secret, by trying seed indices until
+the shared seed names the case wanted. So a step's trials always reach every edge case, and their order
+tells a rank nothing. Trials a task's clauses add in another dtype (a rounding only a 16-bit dtype does:
+contract/clauses.py) come last and are plain.
 """
 from __future__ import annotations
 
@@ -21,6 +23,12 @@ from pkb_env.contract.edges import Edge, describe, edge_of
 from pkb_env.contract.mesh import SHARED
 
 TRIAL = "trial"
+
+
+def trial_count(configured: int, edges: tuple[Edge, ...]) -> int:
+    """A step's trials in its own dtype: the configured number (JudgeConfig.trials), or one more than the
+    task's edge cases where it declares more, so that every case is in every step and one trial is plain."""
+    return max(configured, len(edges) + 1)
 
 
 @dataclass(frozen=True)
@@ -36,10 +44,13 @@ class SeedPlan:
         """seeds[rank][k] = rank's seeds (scope -> seed) for call k of `purpose`."""
         return self._seeds([(purpose, i) for i in indices])
 
-    def trials(self, count: int, edges: tuple[Edge, ...]) -> tuple[list[list[dict[str, int]]], list[str]]:
+    def trials(self, count: int, edges: tuple[Edge, ...], plain: int = 0,
+               ) -> tuple[list[list[dict[str, int]]], list[str]]:
         """The seeds of a step's `count` trials (seeds[rank][k]) and their labels for the feedback ("trial 1
-        (an all-zero block in rank 2's x)"). The same on every call: a pure function of the secret."""
-        keys = [(TRIAL, k, self._attempt(k, case, edges)) for k, case in enumerate(self._cases(count, edges))]
+        (an all-zero block in rank 2's x)"); the last `plain` of them are plain draws. The same on every call:
+        a pure function of the secret."""
+        cases = self._cases(count - plain, edges) + [None] * plain
+        keys = [(TRIAL, k, self._attempt(k, case, edges)) for k, case in enumerate(cases)]
         labels = []
         for k, key in enumerate(keys):
             shared = derive_seed(self.secret, *key, SHARED)

@@ -73,9 +73,9 @@ class BurstLog:
 
     bursts: list[BurstRecord] = field(default_factory=list)
     seeds: list[list[dict[str, int]]] = field(default_factory=list)         # per burst, per rank: base seeds
-    sketch_seeds: list[int] = field(default_factory=list)
+    fingerprint_seeds: list[int] = field(default_factory=list)
     samples: list[list[int]] = field(default_factory=list)
-    sketches: list[list[dict]] = field(default_factory=list)                 # per burst, per rank
+    fingerprints: list[list[dict]] = field(default_factory=list)             # per burst, per rank
     warmup_calls: int = 0
     wall_s: float = 0.0
 
@@ -88,9 +88,9 @@ class BurstLog:
                       (device clocks: a host that stalls is charged, as a training step would feel it)
         interval-min  the fastest of the burst's mark intervals, per call, the slowest rank's per interval
                       (CPU ranks time-slice cores shared with everything else on the machine; scheduling
-                      only ever adds time, and on a loaded 2-core machine most intervals carry some: the
-                      median of per-burst minima moved 1.43x over 9 steps of one candidate where the median
-                      interval moved 7x; docs/timing.md)
+                      only ever adds time, and on a loaded machine most intervals carry some: the median of
+                      per-burst minima repeats across steps far better than the median interval;
+                      docs/measurements/2026-12-01-timing-cpu.md)
         """
         if self.statistic == "interval-min":
             return np.array([min(_intervals(b)) for b in self.bursts], dtype=np.float64)
@@ -106,12 +106,14 @@ class PairedBurst:
     seeds: list[dict[str, int]]
     calls: int
     marks_every: int
-    sketch_seed: int
+    fingerprint_seed: int
     sample: list[int]
 
 
 class PairHalf(Protocol):
     """The reference's half of each pair (judge/reference.Pairing)."""
+
+    seconds: float   # its part so far, measured where it is spent
 
     def timed(self, paired: PairedBurst) -> None:
         """The reference's timed burst on the candidate's inputs, every process of the candidate stopped."""
@@ -135,90 +137,126 @@ def run_bursts(session: TimedSession, work: TimedWork, protocol: TimingProtocol,
     """
     if pair is not None and work.rules is None:
         raise ValueError("pairing needs the rules of every timed call's check")
-    rng = random.SystemRandom()
-    log = BurstLog(statistic=protocol.statistic)
-    marks = max(1, protocol.marks)
-    started = time.monotonic()
-    paired_s = 0.0
+    return BurstSeries(session, work, protocol, limits, pair).run(budget_s)
 
-    def one(calls: int, purpose: str, index: int, scored: bool) -> BurstRecord:
-        seeds = [per_rank[0] for per_rank in work.seeds.per_rank(purpose, [index])]
-        marks_every = max(1, -(-calls // marks))
-        checked = work.rules is not None and scored
+
+class BurstSeries:
+    """One timing session's bursts (`run_bursts`): the warm-up, then the scored bursts, each planned from the
+    judge's own estimate of a call's time, with its fingerprints and the reference's half of its pair."""
+
+    def __init__(self, session: TimedSession, work: TimedWork, protocol: TimingProtocol, limits: CallLimits,
+                 pair: PairHalf | None):
+        self.session, self.work, self.protocol, self.limits, self.pair = session, work, protocol, limits, pair
+        self.rng = random.SystemRandom()
+        self.log = BurstLog(statistic=protocol.statistic)
+        self.marks = max(1, protocol.marks)
+
+    def run(self, budget_s: float) -> BurstLog:
+        started = time.monotonic()
+        planned, ceiling, estimate = self._warm_up()
+        self._scored(planned, ceiling, estimate, budget_s)
+        self.log.wall_s = time.monotonic() - started - self._paired_s()
+        return self.log
+
+    def _warm_up(self) -> tuple[int, int, float]:
+        """Bursts at the plan's largest size until the plan stops growing; (calls planned, the most calls of a
+        scored burst, the last estimate of a call's time).
+
+        No scored burst is then longer than a warm-up burst was (the ceiling), so none holds more outputs than
+        the rank has held before: a fresh rank set's memory pool (cudaMalloc, page faults) grows in the warm-up,
+        not inside a scored burst, as it would when the plan grows while a process warms up (a fresh candidate
+        rank set beside a long-lived reference one)."""
+        protocol, most = self.protocol, self.limits.max_calls
+        estimate = self._per_call(self._burst(1, "warmup", 0, scored=False))
+        planned = _clamp(protocol.burst_s / estimate, self._least(estimate), most)
+        ceiling = most if protocol.warmup_bursts == 0 else 1
+        for w in range(protocol.warmup_bursts):
+            calls = _clamp(planned * (1 + protocol.jitter), self._least(estimate), most)
+            if calls <= ceiling:
+                break
+            estimate = self._per_call(self._burst(calls, "warmup", w + 1, scored=False))
+            ceiling = calls
+            planned = _clamp(protocol.burst_s / estimate, self._least(estimate), most)
+        return min(planned, ceiling), ceiling, estimate
+
+    def _scored(self, planned: int, ceiling: int, estimate: float, budget_s: float) -> None:
+        """Scored bursts, each of a jittered size around the plan, until `_enough`."""
+        protocol, log = self.protocol, self.log
+        started = time.monotonic()
+        estimates = [estimate]
+        while len(log.bursts) < protocol.max_bursts:
+            low = min(ceiling, self._least(float(np.median(estimates))))
+            calls = _clamp(planned * self.rng.uniform(1 - protocol.jitter, 1 + protocol.jitter), low, ceiling)
+            estimates.append(self._per_call(self._burst(calls, "timed", len(log.bursts), scored=True)))
+            planned = _clamp(protocol.burst_s / float(np.median(estimates)), low, ceiling)
+            if self._enough(started, budget_s, ceiling):
+                break
+
+    def _enough(self, started: float, budget_s: float, ceiling: int) -> bool:
+        """The figures settled (their relative standard error under `rse_target`), or, after `min_bursts`, the
+        budget is spent or one more burst could pass the calls the reference may replay."""
+        protocol, log = self.protocol, self.log
+        figures = log.figures()
+        if len(figures) >= protocol.min_bursts and relative_standard_error(figures) < protocol.rse_target:
+            return True
+        if len(figures) >= protocol.min_bursts and time.monotonic() - started - self._paired_s() > budget_s:
+            return True
+        total = self.limits.total_calls
+        return total is not None and sum(b.calls for b in log.bursts) + ceiling > total
+
+    def _burst(self, calls: int, purpose: str, index: int, scored: bool) -> BurstRecord:
+        """One burst of `calls` calls on the plan's inputs for (`purpose`, `index`); a scored one fingerprinted,
+        and paired with the reference's half."""
+        seeds = [per_rank[0] for per_rank in self.work.seeds.per_rank(purpose, [index])]
+        marks_every = max(1, -(-calls // self.marks))
+        checked = self.work.rules is not None and scored
         if checked:   # drawn now, told to the ranks only after their burst (the fingerprints' request)
             seed = secrets.randbits(62)
-            sample = [rng.randrange(calls)] if len(log.bursts) < protocol.samples else []
+            sample = [self.rng.randrange(calls)] if len(self.log.bursts) < self.protocol.samples else []
         # The pair's order alternates (ABBA: the candidate first in even pairs, the reference in odd ones), so
         # that whatever favours the second of two bursts cancels over the pairs; the halves are adjacent.
-        paired = (PairedBurst(len(log.bursts), seeds, calls, marks_every, seed, sample)
-                  if pair is not None and checked else None)
+        paired = (PairedBurst(len(self.log.bursts), seeds, calls, marks_every, seed, sample)
+                  if self.pair is not None and checked else None)
         if paired is not None and paired.burst % 2 == 1:
-            reference_part(pair.timed, paired)
-        record = session.burst(work.workload, seeds, calls, marks_every, work.capture_every)
+            self.pair.timed(paired)
+        record = self.session.burst(self.work.workload, seeds, calls, marks_every, self.work.capture_every)
         if paired is not None and paired.burst % 2 == 0:
-            reference_part(pair.timed, paired)
+            self.pair.timed(paired)
         if checked:
-            finish = pair.fingerprints(paired) if paired is not None else None
-            try:
-                log.sketches.append(session.fingerprints(len(log.bursts), seed, work.rules, sample))
-            finally:   # the reference's answer is read even where the candidate's failed: none is left unread
-                if finish is not None:
-                    reference_part(finish)
-            log.sketch_seeds.append(seed)
-            log.samples.append(sample)
+            self._fingerprint(seed, sample, paired)
         if scored:
-            log.bursts.append(record)
-            log.seeds.append(seeds)
+            self.log.bursts.append(record)
+            self.log.seeds.append(seeds)
         else:
-            log.warmup_calls += calls
+            self.log.warmup_calls += calls
         return record
 
-    def reference_part(work: Callable[..., None], *args) -> None:
-        nonlocal paired_s
-        begun = time.monotonic()
-        work(*args)
-        paired_s += time.monotonic() - begun
+    def _fingerprint(self, seed: int, sample: list[int], paired: PairedBurst | None) -> None:
+        """The last burst's fingerprints with `seed` (and the reference's half's, where it is paired)."""
+        finish = self.pair.fingerprints(paired) if paired is not None else None
+        try:
+            self.log.fingerprints.append(self.session.fingerprints(len(self.log.bursts), seed, self.work.rules,
+                                                                   sample))
+        finally:   # the reference's answer is read even where the candidate's failed: none is left unread
+            if finish is not None:
+                finish()
+        self.log.fingerprint_seeds.append(seed)
+        self.log.samples.append(sample)
 
-    def per_call(record: BurstRecord) -> float:
+    def _paired_s(self) -> float:
+        """The reference's part so far (its halves of the pairs): counted in neither the budget nor the log's
+        wall time."""
+        return self.pair.seconds if self.pair is not None else 0.0
+
+    @staticmethod
+    def _per_call(record: BurstRecord) -> float:
         """The judge's own estimate: wall time from release to the last report, per call."""
         return max(1e-7, (max(r.received for r in record.ranks) - record.released) / record.calls)
 
-    def least(estimate: float) -> int:
+    def _least(self, estimate: float) -> int:
         """`min_calls`, unless that many calls would take more than 4 bursts' time (slow tasks on CPU ranks)."""
-        return max(1, min(protocol.min_calls, limits.max_calls, int(4 * protocol.burst_s / estimate)))
-
-    # Warm-up: bursts at the plan's largest size until the plan stops growing. No scored burst is then
-    # longer than a warm-up burst was (`ceiling`), so none holds more outputs than the rank has held
-    # before: a fresh rank set's memory pool (cudaMalloc, page faults) grows in the warm-up, not inside
-    # a scored burst, as it would when the plan grows while a process warms up (a fresh candidate
-    # rank set beside a long-lived reference one).
-    estimate = per_call(one(1, "warmup", 0, scored=False))
-    planned = _clamp(protocol.burst_s / estimate, least(estimate), limits.max_calls)
-    ceiling = limits.max_calls if protocol.warmup_bursts == 0 else 1
-    for w in range(protocol.warmup_bursts):
-        calls = _clamp(planned * (1 + protocol.jitter), least(estimate), limits.max_calls)
-        if calls <= ceiling:
-            break
-        estimate = per_call(one(calls, "warmup", w + 1, scored=False))
-        ceiling = calls
-        planned = _clamp(protocol.burst_s / estimate, least(estimate), limits.max_calls)
-    planned = min(planned, ceiling)
-    scored_start = time.monotonic()
-    estimates = [estimate]
-    while len(log.bursts) < protocol.max_bursts:
-        low = min(ceiling, least(float(np.median(estimates))))
-        calls = _clamp(planned * rng.uniform(1 - protocol.jitter, 1 + protocol.jitter), low, ceiling)
-        estimates.append(per_call(one(calls, "timed", len(log.bursts), scored=True)))
-        planned = _clamp(protocol.burst_s / float(np.median(estimates)), low, ceiling)
-        figures = log.figures()
-        if len(figures) >= protocol.min_bursts and relative_standard_error(figures) < protocol.rse_target:
-            break
-        if len(figures) >= protocol.min_bursts and time.monotonic() - scored_start - paired_s > budget_s:
-            break
-        if limits.total_calls is not None and sum(b.calls for b in log.bursts) + ceiling > limits.total_calls:
-            break
-    log.wall_s = time.monotonic() - started - paired_s
-    return log
+        protocol = self.protocol
+        return max(1, min(protocol.min_calls, self.limits.max_calls, int(4 * protocol.burst_s / estimate)))
 
 
 def _clamp(calls: float, least: int, most: int) -> int:

@@ -13,6 +13,7 @@ from pkb_env.record import EvaluationRecord, Flag, Severity, Stage, StageFailure
 
 # Rank failure kinds that are evidence of an attempt on the judge, and the flag each raises.
 EXPLOIT_KINDS = {"forged": "forged_message", "tampered": "runtime_tampering", "forged_timing": "forged_timing"}
+# Where no data the failing timed calls held tells them from the passing ones (judge/timed_causes.py).
 TIMED_WRONG = ("outputs of timed calls differ from the reference (caching, replaying, deferring or skipping work "
                "in some calls?)")
 
@@ -40,7 +41,7 @@ def decide(record: EvaluationRecord) -> Decision:
     if record.verify is not None and not record.verify.correct:
         return Decision(Stage.VERIFY, Verdict.WRONG, f"{len(record.verify.mismatches)} mismatch(es)", flags)
     if record.timed_check is not None and not record.timed_check.correct:
-        return Decision(Stage.TIME, Verdict.WRONG, TIMED_WRONG, flags)
+        return Decision(Stage.TIME, Verdict.WRONG, record.timed_check.cause or TIMED_WRONG, flags)
     assert record.verify is not None, "a step without a failure reaches the verify stage"
     return Decision(Stage.DONE, Verdict.CORRECT, None, flags)
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from pkb_env.compat.rule import pkb_close
 from pkb_env.executors.interface import TrialOutputs
 from pkb_env.contract.results import UPDATED
-from pkb_env.judge import replicas
+from pkb_env.judge import replicas, timed_causes
 from pkb_env.judge.compare import compare_outputs
 from pkb_env.judge.context import StepContext
-from pkb_env.judge.fingerprints import compare_burst
+from pkb_env.judge.fingerprints import differences, reported
 from pkb_env.judge.timing import BurstLog
 from pkb_env.record import Mismatch, RankFailure, Stage, StageFailure, VerifyResult
 from pkb_env.wire.channel import ChannelError
@@ -22,7 +22,8 @@ def verify_trials(ctx: StepContext, expected: list[TrialOutputs], got: list[Tria
     """Every rank's outputs of every trial against the reference's; aliasing and input mutation count."""
     mismatches: list[Mismatch] = []
     checked = 0
-    for label, exp, cand in zip(ctx.trial_labels, expected, got):
+    for k, (label, exp, cand) in enumerate(zip(ctx.trial_labels, expected, got)):
+        checks = ctx.trial_checks(k)   # a trial in another dtype (contract/clauses.py) at that dtype's tolerance
         for rank, (e, g) in enumerate(zip(exp.outputs, cand.outputs)):
             checked += 1
             for path in cand.aliases[rank]:
@@ -31,9 +32,9 @@ def verify_trials(ctx: StepContext, expected: list[TrialOutputs], got: list[Tria
             for path in cand.mutated[rank]:
                 mismatches.append(Mismatch(label, rank, path, f"the call modified {path}; inputs must be left "
                                            f"unchanged (copy before working in place)"))
-            mismatches.extend(compare_outputs(e, g, ctx.checks, label, rank))
+            mismatches.extend(compare_outputs(e, g, checks, label, rank))
             if exp.updated and exp.updated[rank]:  # state updated in place: its final values, by input name
-                mismatches.extend(compare_outputs(exp.updated[rank], cand.updated[rank], ctx.checks, label, rank,
+                mismatches.extend(compare_outputs(exp.updated[rank], cand.updated[rank], checks, label, rank,
                                                   root=UPDATED))
         mismatches.extend(replicas.trial_mismatches(ctx.replicas, cand.outputs, cand.updated, label))
     return VerifyResult(correct=not mismatches, checked=checked, mismatches=mismatches)
@@ -55,16 +56,22 @@ def pkb_rule_holds(expected: list[TrialOutputs], got: list[TrialOutputs], update
 
 def verify_timed(ctx: StepContext, log: BurstLog, expected: list[list[dict]]) -> VerifyResult | StageFailure:
     """Every timed call of every rank against the reference's replay of the same inputs (`expected`, per
-    burst and rank). A fingerprint payload the judge cannot read is a forgery of the rank that sent it."""
+    burst and rank), and where some failed, what their inputs held that the passing calls' did not
+    (judge/timed_causes.py). A fingerprint payload the judge cannot read is a forgery of the rank that sent it."""
     mismatches: list[Mismatch] = []
-    for b, (exp_ranks, got_ranks) in enumerate(zip(expected, log.sketches)):
+    failed: list[set[int]] = []  # per burst, the calls that differed on some rank
+    for b, (exp_ranks, got_ranks) in enumerate(zip(expected, log.fingerprints)):
+        failed.append(set())
         for rank, (exp, got) in enumerate(zip(exp_ranks, got_ranks)):
             try:
-                mismatches += compare_burst(exp, got, ctx.checks, b, rank, ctx.task.inplace_arguments())
+                found = differences(exp, got, ctx.checks, b, rank, ctx.task.inplace_arguments())
             except ChannelError as exc:
                 forged = RankFailure(rank, "forged", f"rank {rank} sent fingerprints no honest rank sends: {exc}",
                                      "timed-output check")
                 return StageFailure(Stage.TIME, forged.message, [forged])
+            failed[b].update(call for call, _ in found)
+            mismatches += reported(found, b, rank)
         mismatches += replicas.timed_mismatches(ctx.replicas, ctx.task.inplace_arguments(), got_ranks, b)
     checked = sum(burst.calls for burst in log.bursts) * ctx.world_size
-    return VerifyResult(correct=not mismatches, checked=checked, mismatches=mismatches)
+    cause = timed_causes.explain(ctx, log, failed) if mismatches else None
+    return VerifyResult(correct=not mismatches, checked=checked, mismatches=mismatches, cause=cause)

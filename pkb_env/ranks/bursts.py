@@ -24,7 +24,7 @@ import torch
 from pkb_env.contract import derive_seed
 from pkb_env.ranks.clocks import BurstTimes
 from pkb_env.ranks.outputs import check_size, export, reuse_problems, stage, updated
-from pkb_env.ranks.fingerprints import sketch_calls
+from pkb_env.ranks.fingerprints import fingerprint_calls
 from pkb_env.ranks.tripwire import JUDGE, watch
 
 
@@ -140,15 +140,15 @@ def fingerprints(held: HeldBurst, seed: int, rules: dict[str, list], sample: lis
                  bound: bool = False) -> dict[str, Any]:
     """The payload the judge compares: fingerprints of outputs and inputs, problems, sampled outputs in full.
 
-    `rules`: the step's comparison checks (sketch.sketch_calls); `bound`: the reference's side.
+    `rules`: the step's comparison checks (fingerprints.fingerprint_calls); `bound`: the reference's side.
     """
     for out in held.outputs:
         held.workload.check(out)
     problems = reuse_problems(held.outputs, held.inputs)  # while every output is alive
     outputs = [*held.outputs[:-1], held.last]
     inputs = held.inputs if held.last_inputs is None else [*held.inputs[:-1], held.last_inputs]
-    return {"outputs": sketch_calls(outputs, seed, rules, bound),
-            "inputs": sketch_calls(inputs, seed + 1, rules, bound, root="argument", strict=False),
+    return {"outputs": fingerprint_calls(outputs, seed, rules, bound),
+            "inputs": fingerprint_calls(inputs, seed + 1, rules, bound, root="argument", strict=False),
             "problems": [[call, message] for call, message in problems],
             "samples": {str(i): export(outputs[i]) for i in sample if 0 <= i < len(outputs)}}
 

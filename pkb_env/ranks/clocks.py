@@ -169,8 +169,8 @@ class CudaClock:
 
 
 def device_wait(probe: torch.Tensor, tries: int = 3) -> float:
-    """Seconds from launching one tiny kernel to seeing it complete, the least of `tries`: 10-30 us where no other
-    process has work on the GPU; up to a timeslice (milliseconds) where one does, because kernels of two
+    """Seconds from launching one tiny kernel to seeing it complete, the least of `tries`: tens of microseconds where
+    no other process has work on the GPU; up to a timeslice (milliseconds) where one does, because kernels of two
     processes do not run together (without MPS) and the GPU switches between them. Measured by the reference
     before each replay of a candidate's burst: a stopped candidate's kernel still running shows here
     (docs/timing.md, "Interleaved pairs")."""

@@ -6,11 +6,11 @@ cupy_backends' nvrtc module), torch's `_compile_kernel` (NVRTC through ctypes, t
 Text assembled at run time gets past the static screen; here those entry points are wrapped before any
 candidate code exists (the zygote imports this module with the rank server, so every rank and build cell
 forks with the wrappers in place) and refuse a source, header or PTX image that asks for multicast
-(judge/multicast.py; C and PTX comments left out, as the compile service does). The tripwire watches the
+(pkb_env/sources.py; C and PTX comments left out, as the compile service does). The tripwire watches the
 wrappers: a candidate that puts an original back is caught after the call that did it. The originals are
 kept only in the wrappers' closures (the screen refuses reading closures).
 
-Not covered (docs/threat_model.md, "Known holes"): CuPy's nvcc backend and compilers run through
+Not covered (docs/known_holes.md, "Code in a rank"): CuPy's nvcc backend and compilers run through
 `subprocess`, torch.utils.cpp_extension in the rank, Triton's JIT, NVRTC reached through ctypes or
 cuda-python, cubin and PTX images loaded through CuPy's Module or the driver.
 """
@@ -19,9 +19,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Iterable
 
-from pkb_env.judge.compile_checks import without_comments
-from pkb_env.judge.multicast import MULTICAST_FIX, multicast_use
 from pkb_env.ranks.tripwire import watch
+from pkb_env.sources import MULTICAST_FIX, multicast_use, without_comments
 
 
 class MulticastRefused(RuntimeError):

@@ -59,7 +59,7 @@ def layout(n: int) -> tuple[int, int]:
     return block, -(-n // block)
 
 
-def sketch_calls(values: list[Any], seed: int, rules: dict[str, list] | None, bound: bool = False,
+def fingerprint_calls(values: list[Any], seed: int, rules: dict[str, list] | None, bound: bool = False,
                  root: str = "output", strict: bool | None = None) -> dict[str, Any]:
     """{"forms": the distinct skeletons, "form": per call the index of its skeleton (int64 tensor),
     "groups": fingerprints of tensors sharing (path, dtype, shape), each with its "calls" (int64 tensor)}.
@@ -247,5 +247,5 @@ def _positions(n: int, seed: int, device: torch.device) -> torch.Tensor:
     return torch.randint(n, (PICKS,), generator=_generator(device, derive_seed(seed, "picks")), device=device)
 
 
-watch(sys.modules[__name__], "sketch_calls", "_exact", "_projected", "_words", "_stack", "_rule", "_ordered",
+watch(sys.modules[__name__], "fingerprint_calls", "_exact", "_projected", "_words", "_stack", "_rule", "_ordered",
       "row_order", "_work_rows", "_positions")

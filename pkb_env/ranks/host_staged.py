@@ -1,4 +1,5 @@
-"""The process group of candidates on emulated ranks: gloo's transport, CUDA tensors staged through host memory.
+"""The process group of candidates on emulated and CPU ranks: gloo's transport in NCCL's forms, CUDA tensors
+staged through host memory.
 
 Why it exists: on `cuda-emulated` several rank processes share one GPU, NCCL refuses two ranks on one GPU,
 and a plain gloo group hands a tensor's address to its sockets. For a CUDA tensor that is a device address:
@@ -33,6 +34,13 @@ The contract, as NCCL's for the caller:
   leaves its tensor untouched (a bug under NCCL too: a race there);
 - refused as NCCL refuses: non-contiguous tensors and one operation's tensors on different device types.
 
+NCCL's forms, on CPU ranks too (issue 42): NCCL checks only element counts where gloo wants shapes, so plain gloo
+refuses forms of the collectives NCCL takes, which PKB's references use (an all_gather_into_tensor into a stacked
+(W, ...) output or of a 0-dim tensor, an all_gather into outputs of different sizes, an all_to_all of uneven
+lists), and aborts the process on a stacked reduce_scatter_tensor input. Every candidate's group hands gloo these
+in a form it takes (`_gloo_form`, `allgather`, `alltoall`); on CPU ranks it stages nothing (`stage` None) and
+costs a Python call per operation. The reference's ranks keep plain gloo.
+
 The transport is the judge's, so the judge proves it before any candidate code runs: `check_transport`
 runs every operation the references use on CUDA tensors when a rank set joins its group (ranks/server.py),
 and a rank set that fails it never serves a candidate (its start fails: the judge's error, not a verdict).
@@ -50,12 +58,13 @@ from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
 
 from pkb_env.wire.messages import HOST_STAGED
 
-NAME = HOST_STAGED  # what `dist.get_backend()` answers on emulated ranks
+NAME = HOST_STAGED  # what `dist.get_backend()` answers on candidates' emulated and CPU ranks
 
 
-def register(stage: str = "cuda") -> None:
+def register(stage: str | None = "cuda") -> None:
     """Make `dist.init_process_group(NAME, ...)` and every `new_group` under it build a HostStagedGroup that
-    stages tensors of device type `stage` ("cuda"; "cpu" stages host tensors too, for tests on CPU ranks).
+    stages tensors of device type `stage` ("cuda"; "cpu" stages host tensors too, for tests on CPU ranks; None
+    stages nothing: candidates on CPU ranks, which get NCCL's forms only).
 
     torch registers every group it makes under its name for C++ to find (`_register_process_group`); for a
     HostStagedGroup, C++ is given its `native` twin instead (HostStagedGroup.__init__ says why)."""
@@ -119,7 +128,7 @@ class _Staging:
     """The host side of one operation: host copies of its staged inputs, host buffers for its staged outputs,
     and, when the operation completes, the results copied into the caller's tensors."""
 
-    def __init__(self, stage: str):
+    def __init__(self, stage: str | None):
         self.stage = stage
         self.device_type: str | None = None
         self.landings: list[tuple[torch.Tensor, torch.Tensor]] = []  # (caller's tensor, where gloo wrote it)
@@ -137,6 +146,8 @@ class _Staging:
         return self._map(tensors, copy=True, land=True)
 
     def _map(self, tensors: Any, copy: bool, land: bool) -> Any:
+        if self.stage is None:  # nothing staged (CPU ranks): gloo gets the caller's tensors, at no cost
+            return tensors
         if isinstance(tensors, (list, tuple)):
             return [self._map(t, copy, land) for t in tensors]
         return self._host(tensors, copy, land)
@@ -162,8 +173,10 @@ class _Staging:
             self.landings.append((tensor, host))
         return host
 
-    def work(self, inner: dist.Work) -> StagedWork:
-        return StagedWork(inner, self._land)
+    def work(self, inner: dist.Work) -> dist.Work:
+        """gloo's work as it is where nothing lands (host tensors handed over as they are), else the work that
+        lands the results when waited on."""
+        return StagedWork(inner, self._land) if self.landings else inner
 
     def _land(self) -> None:
         for target, host in self.landings:
@@ -172,12 +185,16 @@ class _Staging:
 
 
 class HostStagedGroup(dist.ProcessGroup):
-    """A process group whose every operation runs on gloo, with tensors of device type `stage` staged through
-    host memory (the module docstring). Made by torch.distributed through `register`'s creator."""
+    """A process group whose every operation runs on gloo, in NCCL's forms (`_gloo_form`, `allgather`,
+    `alltoall`: those gloo refuses), with tensors of device type `stage` staged through host memory (the module
+    docstring); `stage` None stages nothing (candidates on CPU ranks). Made by torch.distributed through
+    `register`'s creator. Every operation is defined here: torch's own dispatch of one left out (to gloo, the
+    group's CPU backend) hung on its second call (all_reduce, torch 2.13, one CPU rank)."""
 
-    def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta, stage: str = "cuda"):
+    def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta, stage: str | None = "cuda"):
         super().__init__(rank, size)  # (torch's constructor with a store cannot make a Python subclass)
         self.stage = stage
+        self.world = size  # for the forms' checks, on every call: `size()` is a call into C++
         self.gloo = ProcessGroupGloo(store, rank, size, timeout)
         # gloo as the group's CPU backend too: the group's name lives in its backends. Never for CUDA: a CUDA
         # tensor handed to gloo's point-to-point is what aborted every rank.
@@ -193,72 +210,94 @@ class HostStagedGroup(dist.ProcessGroup):
     def getBackendName(self) -> str:  # torch's virtual method, by its C++ name
         return NAME
 
-    def _run(self, call: Callable[[_Staging], dist.Work]) -> StagedWork:
+    def _run(self, call: Callable[[_Staging], dist.Work]) -> dist.Work:
         """`call` makes gloo's work from the staging of one operation (its tensors mapped to host ones)."""
         s = _Staging(self.stage)
         return s.work(call(s))
 
     # -- point to point ---------------------------------------------------------------------------------
-    def send(self, tensors: list[torch.Tensor], dst: int, tag: int) -> StagedWork:
+    def send(self, tensors: list[torch.Tensor], dst: int, tag: int) -> dist.Work:
         return self._run(lambda s: self.gloo.send(s.into(tensors), dst, tag))
 
-    def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> StagedWork:
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> dist.Work:
         return self._run(lambda s: self.gloo.recv(s.out(tensors), src, tag))
 
-    def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> StagedWork:
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> dist.Work:
         return self._run(lambda s: self.gloo.recv_anysource(s.out(tensors), tag))
 
     # -- collectives (a broadcast's root and a reduce's non-roots only send) ------------------------------
-    def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> StagedWork:
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> dist.Work:
         root = opts.rootRank == self.rank()
         return self._run(lambda s: self.gloo.broadcast(s.into(tensors) if root else s.both(tensors), opts))
 
-    def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> StagedWork:
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> dist.Work:
         return self._run(lambda s: self.gloo.allreduce(s.both(tensors), opts))
 
-    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> StagedWork:
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> dist.Work:
         return self._run(lambda s: self.gloo.allreduce_coalesced(s.both(tensors), opts))
 
-    def reduce(self, tensors: list[torch.Tensor], opts: Any) -> StagedWork:
+    def reduce(self, tensors: list[torch.Tensor], opts: Any) -> dist.Work:
         root = opts.rootRank == self.rank()
         return self._run(lambda s: self.gloo.reduce(s.both(tensors) if root else s.into(tensors), opts))
 
-    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> StagedWork:
-        return self._run(lambda s: self.gloo.allgather(s.out(outputs), s.into(inputs), opts))
+    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> dist.Work:
+        """The list form; outputs of different sizes (NCCL's too: output i receives rank i's input, PKB's
+        variable-length Ulysses gather) as one gather of blocks padded to the largest, each landing in its
+        output. gloo takes only outputs shaped like the input."""
+        if all(t.shape == inputs[0].shape for t in outputs[0]):
+            return self._run(lambda s: self.gloo.allgather(s.out(outputs), s.into(inputs), opts))
+        listed, mine = outputs[0], inputs[0]
+        if listed[self.rank()].numel() != mine.numel():
+            raise ValueError(f"all_gather: this rank's output (index {self.rank()}) holds "
+                             f"{listed[self.rank()].numel()} elements and its input {mine.numel()}; output i must "
+                             f"be shaped as rank i's input (NCCL refuses this too)")
+        s = _Staging(self.stage)
+        staged_in, staged_out = s.into(mine), s.out(listed)
+        widest = max(t.numel() for t in staged_out)
+        padded = staged_in.new_zeros(widest)
+        padded[:staged_in.numel()] = staged_in.reshape(-1)
+        gathered = staged_in.new_empty((self.world, widest))
+        inner = self.gloo._allgather_base(gathered.view(-1), padded, opts)
+        # Unpacked before the outputs land: each rank's block into its output (or into that output's host buffer).
+        s.landings[:0] = [(t, row[:t.numel()].view(t.shape)) for t, row in zip(staged_out, gathered)]
+        return s.work(inner)
 
     def allgather_coalesced(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
-                            opts: Any) -> StagedWork:
+                            opts: Any) -> dist.Work:
         return self._run(lambda s: self.gloo.allgather_coalesced(s.out(outputs), s.into(inputs), opts))
 
-    def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> StagedWork:
+    def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> dist.Work:
+        output, input = _gloo_form(output, input, self.world, "all_gather_into_tensor", big_is_output=True)
         return self._run(lambda s: self.gloo._allgather_base(s.out(output), s.into(input), opts))
 
     all_gather_single = _allgather_base  # the name torch 2.13's all_gather_into_tensor calls
 
-    def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> StagedWork:
+    def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> dist.Work:
         return self._run(lambda s: self.gloo.gather(s.out(outputs), s.into(inputs), opts))
 
-    def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> StagedWork:
+    def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> dist.Work:
         return self._run(lambda s: self.gloo.scatter(s.out(outputs), s.into(inputs), opts))
 
-    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> StagedWork:
+    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> dist.Work:
         return self._run(lambda s: self.gloo.reduce_scatter(s.out(outputs), s.into(inputs), opts))
 
-    def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> StagedWork:
+    def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> dist.Work:
+        input, output = _gloo_form(input, output, self.world, "reduce_scatter_tensor", big_is_output=False)
         return self._run(lambda s: self.gloo._reduce_scatter_base(s.out(output), s.into(input), opts))
 
     reduce_scatter_single = _reduce_scatter_base  # torch 2.13's name
 
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_splits: list[int],
-                      input_splits: list[int], opts: Any) -> StagedWork:
+                      input_splits: list[int], opts: Any) -> dist.Work:
         return self._run(lambda s: self.gloo.alltoall_base(s.out(output), s.into(input), output_splits,
                                                            input_splits, opts))
 
     all_to_all_single = alltoall_base  # torch 2.13's name
 
-    def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any) -> StagedWork:
+    def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any) -> dist.Work:
         """The list form, as one all_to_all_single of the concatenated tensors (torch 2.11's gloo has no list
-        form; NCCL has): what this rank receives from rank s lands in outputs[s], uneven sizes included."""
+        form, 2.13's refuses uneven sizes; NCCL takes both): what this rank receives from rank s lands in
+        outputs[s], uneven sizes included."""
         s = _Staging(self.stage)
         staged_in, staged_out = s.into(inputs), s.out(outputs)
         dtype = (staged_in or staged_out)[0].dtype
@@ -272,6 +311,27 @@ class HostStagedGroup(dist.ProcessGroup):
 
     def barrier(self, opts: Any = None) -> dist.Work:
         return self.gloo.barrier(opts if opts is not None else dist.BarrierOptions())
+
+
+def _gloo_form(big: torch.Tensor, small: torch.Tensor, world: int, name: str,
+               big_is_output: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(big, small) of a tensor collective (all_gather_into_tensor's output and input, reduce_scatter_tensor's
+    input and output) in the form gloo takes, by NCCL's rule: only the element counts must agree (big holds
+    `world` times small's), whatever the shapes. gloo takes only big = (world * small.shape[0], *small.shape[1:])
+    and refuses a stacked (world, *small.shape) output, a 0-dim input and the like (PKB's all_gather, MoE
+    preprocessing, gsplat); its reduce-scatter, given a stacked input, aborts the process. Anything else
+    with the right counts is handed over flat: views of the caller's tensors, so results land in them."""
+    if big.numel() != world * small.numel():
+        raise ValueError(f"{name}: the {'output' if big_is_output else 'input'} holds {big.numel()} elements; it "
+                         f"must hold the world size times the {'input' if big_is_output else 'output'}'s "
+                         f"({world} x {small.numel()}), as NCCL requires")
+    if small.dim() and big.shape == (world * small.shape[0], *small.shape[1:]):
+        return big, small
+    output = big if big_is_output else small
+    if not output.is_contiguous():
+        raise ValueError(f"{name}: the output must be contiguous (NCCL refuses others too); call .contiguous() "
+                         f"first, or gather into a contiguous buffer")
+    return big.reshape(-1), small.reshape(-1)   # the output's a view (contiguous); an input may be copied
 
 
 def check_transport(device: torch.device, group: Any = None) -> None:
@@ -291,7 +351,7 @@ def check_transport(device: torch.device, group: Any = None) -> None:
             raise RuntimeError(f"the judge's {NAME} transport failed its check on {device}: {name} delivered "
                                f"{got.cpu().tolist()}, not {want_t.tolist()}")
 
-    if world > 1:  # gloo has no send to oneself (NCCL has: docs/multi_gpu.md, "Known holes")
+    if world > 1:  # gloo has no send to oneself (NCCL has: docs/known_holes.md, "Emulated ranks")
         incoming = torch.zeros(2, device=device)
         for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, ranks(2), nxt, group),
                                             dist.P2POp(dist.irecv, incoming, prv, group)]):

@@ -13,7 +13,7 @@ echoes the request's nonce (wire/messages.py has the answers' schemas):
                                      file with PKB's helpers importable, called through the task's adapter)
   Trials       -> trial {index, seconds, aliases, mutated, shares, ...} + outputs, per seed
   Burst        -> gated, then (after the judge's release) burst {times}
-  Fingerprints -> sketches + payload (of the last burst)
+  Fingerprints -> fingerprints + payload (of the last burst)
   Replay       -> gated, then burst {times} (reference ranks: the candidate's calls; Fingerprints next)
   Copies       -> copies {table} (rank 0 of the reference: copy-engine rates)
 Any failure is answered by `error {phase, message, tampered}`; the judge then ends the rank set.
@@ -23,6 +23,7 @@ reports what it measured, and the judge checks that against its own clock.
 from __future__ import annotations
 
 import faulthandler
+import linecache
 import os
 import signal
 import sys
@@ -72,8 +73,9 @@ def serve(spec: dict, fd: int) -> None:
 
 class RankServer:
     def __init__(self, conn: Connection, spec: dict):
-        """The first phase of a start ("context"): the rank's own state and its CUDA context (0.42-0.57 s of
-        a 1.0-1.6 s start on one H200, docs/timing.md). The others run when the judge asks (`start`)."""
+        """The first phase of a start ("context"): the rank's own state and its CUDA context (a large share
+        of a GPU rank's start: docs/measurements/2026-12-01-timing-h200.md). The others run when the judge asks
+        (`start`)."""
         started = JUDGE.clock()
         self.conn = conn
         self.page = PageView(recv_handle(conn))  # the judge sends it before anything else
@@ -112,14 +114,14 @@ class RankServer:
         link.attach(lambda header: (send(conn, header), recv(conn))[1])
 
     def group(self) -> None:
-        """The process group (NCCL's communicator, made now rather than mid-trial; on emulated ranks the
-        host-staged group, its transport checked: ranks/host_staged.py), the clock, and the connections and
-        kernels of the collectives the tasks use."""
+        """The process group (NCCL's communicator, made now rather than mid-trial; for candidates on emulated
+        ranks the host-staged group, on CPU ranks gloo with NCCL's forms, its transport checked:
+        ranks/host_staged.py), the clock, and the connections and kernels of the collectives the tasks use."""
         spec = self.spec
         started = JUDGE.clock()
         store = dist.FileStore(spec["store"], self.world_size)
         if spec["backend"] == host_staged.NAME:
-            host_staged.register()
+            host_staged.register(stage="cuda" if self.gpu else None)  # CPU ranks: NCCL's forms, nothing staged
         eager = {"device_id": self.device} if spec["backend"] == "nccl" else {}
         dist.init_process_group(spec["backend"], store=store, rank=self.rank, world_size=self.world_size,
                                 timeout=timedelta(seconds=spec["pg_timeout_s"]), **eager)
@@ -133,8 +135,9 @@ class RankServer:
 
     def symmetric(self) -> None:
         """torch's symmetric memory set up before any candidate arrives, where the placement asks for it: a
-        fresh rank's first `symm_mem.empty` + `rendezvous` cost 0.25-0.35 s of a step's trials on one H200
-        (docs/timing.md, "Symmetric memory set up in the start"), the next ones milliseconds. One small
+        fresh rank's first `symm_mem.empty` + `rendezvous` cost a large part of a step's trials, the next ones
+        milliseconds (docs/measurements/2026-12-03-timing-h200.md, "Symmetric memory set up in the start, CuPy
+        imported before the fork"). One small
         buffer is made, rendezvoused over the world group, its barrier run and its pointers read (the
         kernels a candidate's first buffer launches), then dropped: it holds nothing, and no candidate's
         data was ever in this process. Where the platform has no symmetric memory the start goes on (NCCL
@@ -219,15 +222,15 @@ class RankServer:
         self.pkb = request.pkb
         if self.pkb:
             helpers.install()   # PKB's `utils.*` helpers, for this candidate's imports (pkb_env/compat/helpers)
-        self.solution = load_reference(self.task.name) if source is None else load_candidate(source)
+        self.solution = load_reference(self.task.name) if source is None else load_candidate(source, self.rank)
         self._workloads.clear()
         self.check_tools()  # module-level code of the candidate has run
         self.send("built", seconds=JUDGE.clock() - start)
 
     def trials(self, request: Trials) -> None:
-        workload = self.workload(request.workload)
         held: list[Any] = []  # every trial's output stays alive, so shared memory between them means reuse
         for index, seeds in enumerate(request.seeds):
+            workload = self.workload(request.workload_of(index))
             args = workload.make(seeds)
             pristine = clone_args(args)
             start = JUDGE.clock()
@@ -266,7 +269,7 @@ class RankServer:
             raise RuntimeError("no burst to fingerprint")
         data = bursts.fingerprints(held, request.seed, request.rules, list(request.sample), bound=held.bound)
         self.check_tools()  # a candidate's thread may have patched the fingerprinting meanwhile
-        self.send("sketches", JUDGE.pack(data), burst=request.burst)
+        self.send("fingerprints", JUDGE.pack(data), burst=request.burst)
 
     def replay(self, request: Replay) -> None:
         """The reference's half of a pair: a candidate's burst on the same inputs, timed as a burst; held for
@@ -359,9 +362,10 @@ def _rehearse(device: torch.device) -> None:
 
     Every candidate rank set is fresh, and CUDA loads a kernel on its first launch: the first trial's
     input draws and copies, and above all the first fingerprint (float64 projections, integer words),
-    paid for that loading in every step (the first fingerprint in a fresh process took 0.17-0.39 s on one
-    H200, docs/timing.md). This is the same code the requests run (draws as the tasks' distributions make
-    them, `stage`, `export`, `sketch_calls` of both kinds, the reference's bound terms), on nothing secret.
+    paid for that loading in every step (the first fingerprint in a fresh process most of all:
+    docs/measurements/2026-12-01-timing-h200.md, "What a warm step's time went to"). This is the same code the
+    requests run (draws as the tasks' distributions make them, `stage`, `export`, `fingerprint_calls` of both kinds, the
+    reference's bound terms), on nothing secret.
     """
     gen = torch.Generator(device=device)
     gen.manual_seed(0)
@@ -374,8 +378,8 @@ def _rehearse(device: torch.device) -> None:
         export(x)
     ints = torch.randint(0, 7, (n,), generator=gen, device=device, dtype=torch.int64)
     values += [ints, ints.to(torch.int32), ints > 3]
-    fingerprints.sketch_calls(values, 1, {"output": [1e-2, 1e-2, False]}, bound=True)
-    fingerprints.sketch_calls(values, 2, None)
+    fingerprints.fingerprint_calls(values, 1, {"output": [1e-2, 1e-2, False]}, bound=True)
+    fingerprints.fingerprint_calls(values, 2, None)
 
 
 def _collective(size: int, device: torch.device) -> bursts.Workload:
@@ -385,11 +389,21 @@ def _collective(size: int, device: torch.device) -> bursts.Workload:
     return bursts.Workload(lambda t: dist.all_reduce(t), lambda seeds: (buffer,))
 
 
-def load_candidate(source: str) -> Callable[..., Any]:
-    """Execute the candidate module from a file in the rank's private directory (for readable tracebacks)."""
-    path = os.path.abspath(CANDIDATE_FILE)
+def load_candidate(source: str, rank: int) -> Callable[..., Any]:
+    """Execute the candidate module, its source readable through `inspect` on this rank whatever its peers do.
+
+    Libraries read a module's source back: TorchScript compiles `@torch.jit.script` functions from it, and
+    `inspect.getsource` serves tracebacks and introspection. Every rank of a rank set works in one directory,
+    and each used to write the same `candidate.py` there, so a rank's TorchScript could read the file while a
+    peer had truncated it to write it again: `OSError: Can't get source`, a build error on a different rank
+    each run (issue 42). Each rank now writes a file of its own, and puts the exact text it compiles in
+    `linecache` as loaded (no modification time: `linecache.checkcache` never drops it for the disk's), so what
+    `inspect` reads is what runs even if the candidate rewrites its file later.
+    """
+    path = os.path.abspath(f"rank{rank}.{CANDIDATE_FILE}")
     with open(path, "w") as f:
         f.write(source)
+    linecache.cache[path] = (len(source), None, source.splitlines(keepends=True), path)
     module = types.ModuleType("candidate")
     module.__file__ = path
     sys.modules["candidate"] = module

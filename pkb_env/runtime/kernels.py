@@ -22,6 +22,8 @@ import numpy as np
 
 from pkb_env.runtime import link, toolchain
 from pkb_env.runtime.toolchain import CompileError
+from pkb_env.wire.requests import RequestError
+from pkb_env.wire.services import Compile, LoadInline
 
 
 def i32(value: int) -> np.int32:
@@ -65,7 +67,7 @@ _streams: dict[int, Any] = {}
 
 
 def _cupy_stream(handle: int) -> Any:
-    """CuPy's view of a torch stream, made once per stream (making one costs ~24 us of host time)."""
+    """CuPy's view of a torch stream, made once per stream (making one costs host time a call should not pay)."""
     if handle not in _streams:
         import warnings
 
@@ -124,8 +126,7 @@ def compile_cubin(source: str, options: Sequence[str] = (), backend: str = "nvrt
         arch = "%d%d" % torch.cuda.get_device_capability()
     options = list(options)
     if link.attached():
-        header, payload = link.request("compile", {"source": source, "options": options, "backend": backend,
-                                                   "arch": str(arch)})
+        header, payload = link.request(_made(Compile, source, str(arch), tuple(options), backend))
         if not header.get("ok"):
             raise CompileError(header.get("error", "compile failed"))
         return payload
@@ -148,12 +149,13 @@ def load_inline(name: str, cpp_sources: str | Sequence[str] = "", cuda_sources: 
     In a judged rank the extension is built in a contained build cell and cached by the judge; the rank
     receives the shared object's bytes and imports it here, in its own cell.
     """
-    body = extension_request(name, cpp_sources, cuda_sources, functions, extra_cuda_cflags, extra_cflags)
     if not link.attached():
         directory = tempfile.mkdtemp(prefix="pkb-extension-")
-        return toolchain.extension(name, body["cpp_sources"], body["cuda_sources"], body["functions"],
-                                   body["extra_cflags"], body["extra_cuda_cflags"], directory)[0]
-    header, payload = link.request("load_inline", body)
+        return toolchain.extension(name, _as_list(cpp_sources), _as_list(cuda_sources),
+                                   list(functions) if functions else None, list(extra_cflags),
+                                   list(extra_cuda_cflags), directory)[0]
+    header, payload = link.request(extension_request(name, cpp_sources, cuda_sources, functions, extra_cuda_cflags,
+                                                     extra_cflags))
     if not header.get("ok"):
         raise CompileError(header.get("error", "build failed"))
     path = os.path.join(tempfile.mkdtemp(), f"{name}.so")
@@ -167,12 +169,21 @@ def load_inline(name: str, cpp_sources: str | Sequence[str] = "", cuda_sources: 
 
 def extension_request(name: str, cpp_sources: str | Sequence[str] = "", cuda_sources: str | Sequence[str] = "",
                       functions: Sequence[str] | None = None, extra_cuda_cflags: Sequence[str] = (),
-                      extra_cflags: Sequence[str] = ()) -> dict:
-    """What `load_inline` asks the judge's compile service for: a build made ahead of a step from the same
-    request (benchmarks/pkb_corpus.py's prebuild) is the one the step finds in the judge's cache."""
-    return {"name": name, "cpp_sources": _as_list(cpp_sources), "cuda_sources": _as_list(cuda_sources),
-            "functions": list(functions) if functions else None, "extra_cuda_cflags": list(extra_cuda_cflags),
-            "extra_cflags": list(extra_cflags)}
+                      extra_cflags: Sequence[str] = ()) -> LoadInline:
+    """What `load_inline` asks the judge's compile service for (CompileError where the service would refuse a
+    value): a build made ahead of a step from the same request (benchmarks/pkb_corpus.py's prebuild) is the one
+    the step finds in the judge's cache."""
+    return _made(LoadInline, name, tuple(_as_list(cpp_sources)), tuple(_as_list(cuda_sources)),
+                 tuple(functions) if functions else None, tuple(extra_cflags), tuple(extra_cuda_cflags))
+
+
+def _made(request: type, *fields: Any) -> Any:
+    """A request to the judge's compile service, checked as it is made (wire/services.py): a value it would
+    refuse is a CompileError here, in the words it would use."""
+    try:
+        return request(*fields)
+    except RequestError as exc:
+        raise CompileError(str(exc)) from None
 
 
 def _as_list(sources: str | Sequence[str]) -> list[str]:

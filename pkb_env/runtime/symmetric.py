@@ -13,10 +13,11 @@ once and reused across calls: `symmetric_buffer` caches them by (shape, dtype, t
 buffer across calls means a fast rank can overwrite its buffer while a slow peer still reads it: put a
 barrier after the last remote read of a call (the pattern in this package's docstring).
 
-The first allocation in a process used to cost 1.9-3.5 s (one H200, torch 2.11): not NVSHMEM, but the 483
-Python modules it imports (torch.fx.experimental.symbolic_shapes and sympy), compiled from source in rank
-processes that write no .pyc. The zygote imports them once before it forks (pkb_env/sandbox/zygote.py), so
-a rank's first allocation takes milliseconds (`benchmarks/symmetric_setup_cost.py`).
+The first allocation in a process used to cost seconds: not NVSHMEM, but the hundreds of Python modules it
+imports (torch.fx.experimental.symbolic_shapes and sympy), compiled from source in rank processes that write no
+.pyc. The zygote imports them once before it forks (pkb_env/sandbox/zygote.py), so a rank's first allocation
+takes milliseconds (`benchmarks/symmetric_setup_cost.py`;
+docs/measurements/2026-12-02-symmetric-memory-and-throughput-h200.md).
 """
 from __future__ import annotations
 

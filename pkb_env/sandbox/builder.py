@@ -8,8 +8,8 @@ runs the compiler (runtime/toolchain.py), answers with the bytes (a cubin, a sha
 compiler's messages, and exits; the judge (judge/compiler.py) then ends the cell and with it everything
 the build started, and decides alone what reaches its cache and the candidate.
 
-Job: {"kind": "nvrtc" | "nvcc", "source", "options", "arch"} or {"kind": "extension", "name",
-"cpp_sources", "cuda_sources", "functions", "extra_cflags", "extra_cuda_cflags"}.
+Job: a `Compile` or `LoadInline` request (wire/services.py), read back with its schema; its options are
+the ones the judge's checks let through.
 Answer: {"event": "built", "ok": true} + the bytes, or {"event": "built", "ok": false, "log": "..."}.
 """
 from __future__ import annotations
@@ -18,30 +18,40 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from pkb_env.wire import channel
+from pkb_env.wire.services import BuildRequest, Compile, LoadInline, parse_service
 
 
 def serve(spec: dict, fd: int) -> None:
     """Read one job, build it, answer (the cell has contained this process already: forking.run_child)."""
     conn = Connection(fd)
-    job, _ = channel.recv(conn)
+    message, _ = channel.recv(conn)
     try:
-        payload = build(job, spec["workdir"])
+        payload = build(parse_service(message), spec["workdir"])
     except Exception as exc:  # noqa: BLE001  (a compiler's error, or whatever a build's initialiser raised)
         channel.send(conn, {"event": "built", "ok": False, "log": str(exc) or type(exc).__name__})
     else:
         channel.send(conn, {"event": "built", "ok": True}, payload)
 
 
-def build(job: dict, directory: str) -> bytes:
+def build(job: BuildRequest, directory: str) -> bytes:
+    return BUILDS[type(job)](job, directory)
+
+
+def _compile(job: Compile, directory: str) -> bytes:
     from pkb_env.runtime import toolchain
 
-    kind = job["kind"]
-    if kind == "nvrtc":
-        return toolchain.nvrtc(job["source"], job["options"], job["arch"])
-    if kind == "nvcc":
-        return toolchain.nvcc(job["source"], job["options"], job["arch"], directory)
-    if kind == "extension":
-        _, path = toolchain.extension(job["name"], job["cpp_sources"], job["cuda_sources"], job["functions"],
-                                      job["extra_cflags"], job["extra_cuda_cflags"], directory)
-        return Path(path).read_bytes()
-    raise ValueError(f"unknown build kind {kind!r}")
+    if job.backend == "nvrtc":
+        return toolchain.nvrtc(job.source, list(job.options), job.arch)
+    return toolchain.nvcc(job.source, list(job.options), job.arch, directory)
+
+
+def _extension(job: LoadInline, directory: str) -> bytes:
+    from pkb_env.runtime import toolchain
+
+    functions = None if job.functions is None else list(job.functions)
+    _, path = toolchain.extension(job.name, list(job.cpp_sources), list(job.cuda_sources), functions,
+                                  list(job.extra_cflags), list(job.extra_cuda_cflags), directory)
+    return Path(path).read_bytes()
+
+
+BUILDS = {Compile: _compile, LoadInline: _extension}

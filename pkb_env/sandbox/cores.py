@@ -1,11 +1,11 @@
 """Cores: rank r of every rank set on one core of its own, and the check that a candidate stayed there.
 
-A host-bound call's time is the core's: on one H200 host (16 vCPUs, one NUMA node) the same code read 26 to
-47 us a call depending on the core its process ran on, and a process keeps its core's speed for its life, so
-the two halves of a pair (the candidate's rank r and the reference's, different processes by design) can
-only be compared where both ran on one core (docs/timing.md, "Paired speedup"; `benchmarks/candidate_truth.py
---pin`). A rank pins every thread of its process when it loads a task (`pin_process`, before any candidate
-code; threads and processes made later inherit it). A process may still change its own affinity, so the
+A host-bound call's time is the core's: the cores of one host differ by far more than a speedup's spread may, and a
+process keeps its core's speed for its life (docs/measurements/2026-12-03-timing-h200.md, "A candidate's speedup
+outside the judge": `benchmarks/candidate_truth.py --pin`), so the two halves of a pair (the candidate's rank r and
+the reference's, different processes by design) can only be compared where both ran on one core (docs/timing.md,
+"One core per rank"). A rank pins every thread of its process when it loads a task (`pin_process`, before any
+candidate code; threads and processes made later inherit it). A process may still change its own affinity, so the
 judge looks at every thread of the candidate's processes whenever it stops them for a pair (`off_cores`).
 """
 from __future__ import annotations

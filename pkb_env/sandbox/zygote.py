@@ -1,6 +1,7 @@
 """The zygote: a fork server that imports torch once, so that each rank set or build is a fork (milliseconds).
 
-Starting a rank from scratch costs a torch import (1-1.5 s here, per rank); candidates must run in fresh
+Starting a rank from scratch costs a torch import, far more than a fork (docs/measurements/2026-12-02-fork-cost-cpu.md);
+candidates must run in fresh
 processes every step (docs/architecture.md, "Processes"), so the zygote imports torch and the rank code
 once and forks on request: a cell per rank set or per build (cell.py: its namespaces and allowlisted
 root), which forks that rank set's ranks or the build. The zygote is started with a scrubbed
@@ -110,9 +111,10 @@ def main() -> None:
     become_subreaper()  # orphans of un-namespaced cells (double forks, fork-walkers) become ours: the judge sweeps them
     import torch  # noqa: F401  (the point of the zygote: pay for this once)
     import torch.distributed  # noqa: F401
-    # torch's first symmetric allocation imports this (483 modules, sympy's among them, compiled from source
-    # where no .pyc can be written): 1.9-3.2 s in every fresh rank on one H200, 1-2 ms once it is imported here
-    # (benchmarks/symmetric_setup_cost.py). Pure Python: no CUDA is touched.
+    # torch's first symmetric allocation imports this (hundreds of modules, sympy's among them, compiled from
+    # source where no .pyc can be written): seconds in every fresh rank, milliseconds once it is imported here
+    # (benchmarks/symmetric_setup_cost.py; docs/measurements/2026-12-02-symmetric-memory-and-throughput-h200.md).
+    # Pure Python: no CUDA is touched.
     import torch.fx.experimental.symbolic_shapes  # noqa: F401
     if judge.get("gpu"):
         _import_cupy()
@@ -128,8 +130,9 @@ def main() -> None:
 
 def _import_cupy() -> None:
     """CuPy, through which the runtime loads and launches a candidate's compiled kernels (pkb_env/runtime/
-    kernels.py): imported in every fresh rank it cost a candidate's first kernel tens to hundreds of
-    milliseconds of its trials (docs/timing.md, "Symmetric memory set up in the start"). Its import touches
+    kernels.py): imported in every fresh rank it cost a candidate's first kernel part of its trials
+    (docs/measurements/2026-12-03-timing-h200.md, "Symmetric memory set up in the start, CuPy imported before the
+    fork"). Its import touches
     no CUDA (the ranks forked after it make their own contexts). Where it is missing or broken the ranks
     import it themselves, and say why there."""
     try:

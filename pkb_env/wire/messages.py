@@ -111,7 +111,7 @@ SCHEMAS: dict[str, Schema] = {
     "gated": Schema(dict(_ANSWER), payload=False),
     "burst": Schema({**_ANSWER, "seen_at": _real, "ended_at": _real, "busy_s": _real, "host_s": _real,
                      "idle_s": _real_or_none, "wait_s": _real_or_none, "marks": _reals(MAX_MARKS)}, payload=False),
-    "sketches": Schema({**_ANSWER, "burst": _int}, payload=True),
+    "fingerprints": Schema({**_ANSWER, "burst": _int}, payload=True),
     "copies": Schema({**_ANSWER, "table": _copy_table}, payload=False),
     "error": Schema({**_ANSWER, "phase": _text(200), "message": _text(MAX_TEXT), "tampered": _flag}, payload=False),
 }

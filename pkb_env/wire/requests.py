@@ -10,9 +10,9 @@ to and another forgets (the old `capture_every` and `rules` went through four la
     judge                                    rank (ranks/server.py)
     Start(phase)                          -> started | ready {facts}
     Load(task, source, pkb)               -> built {seconds}
-    Trials(workload, seeds)               -> trial {...} + outputs, one per seed
+    Trials(workload, seeds, dtypes)       -> trial {...} + outputs, one per seed
     Burst(workload, seeds, calls, ...)    -> gated, then burst {times}
-    Fingerprints(burst, seed, rules, ...) -> sketches + payload
+    Fingerprints(burst, seed, rules, ...) -> fingerprints + payload
     Replay(workload, seeds, calls, ...)   -> gated, then burst {times} (reference ranks; Fingerprints next)
     Copies(bytes)                         -> copies {table}
 
@@ -102,7 +102,7 @@ def parse_workload(message: Any) -> Workload:
     _require(isinstance(message, dict) and message.get("kind") in WORKLOADS, f"a workload of no known kind: "
                                                                             f"{str(message)[:80]}")
     fields = {k: v for k, v in message.items() if k != "kind"}
-    return _build(WORKLOADS[message["kind"]], fields)
+    return from_fields(WORKLOADS[message["kind"]], fields)
 
 
 # -- requests ------------------------------------------------------------------------------------------
@@ -150,17 +150,27 @@ class Load(Request):
 
 @dataclass(frozen=True)
 class Trials(Request):
-    """One untimed call per entry of `seeds` (this rank's seeds for each call), outputs sent back whole."""
+    """One untimed call per entry of `seeds` (this rank's seeds for each call), outputs sent back whole.
+    `dtypes`: one per call where a call runs in another dtype than the workload's (a task's rule that only a
+    16-bit dtype exercises: contract/clauses.py); empty: every call in the workload's."""
 
     op: ClassVar[str] = "trials"
     label: ClassVar[str] = "trials"
     workload: Workload
     seeds: tuple[Seeds, ...]
+    dtypes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _require(1 <= len(self.seeds) <= MAX_SEEDS, f"trials take 1 to {MAX_SEEDS} seeds, got {len(self.seeds)}")
         for seeds in self.seeds:
             _check_seeds(seeds)
+        _require(not self.dtypes or (isinstance(self.workload, TaskWorkload) and len(self.dtypes) == len(self.seeds)
+                                     and all(type(d) is str and d for d in self.dtypes)),
+                 "dtypes: one dtype name per seed, for a task workload only")
+
+    def workload_of(self, index: int) -> Workload:
+        """The workload call `index` runs."""
+        return dataclasses.replace(self.workload, dtype=self.dtypes[index]) if self.dtypes else self.workload
 
 
 @dataclass(frozen=True)
@@ -244,11 +254,12 @@ def parse(message: Any) -> tuple[Request, str]:
     fields = {k: v for k, v in message.items() if k not in ("op", "label", "nonce", "payload")}
     if "workload" in fields:
         fields["workload"] = parse_workload(fields["workload"])
-    return _build(cls, fields), nonce
+    return from_fields(cls, fields), nonce
 
 
 # -- checks ----------------------------------------------------------------------------------------------
-def _build(cls: type, fields: dict[str, Any]) -> Any:
+def from_fields(cls: type, fields: dict[str, Any]) -> Any:
+    """`cls` made from a frame's `fields`, each as its annotation says (services.py reads its requests so too)."""
     names = {f.name for f in dataclasses.fields(cls)}
     _require(set(fields) <= names and all(f.name in fields or f.default is not dataclasses.MISSING
                                            for f in dataclasses.fields(cls)),

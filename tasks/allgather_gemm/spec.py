@@ -7,6 +7,7 @@ the GEMM's operand loads from peers' memory.
 """
 from pkb_env.contract import Output, Sharded, TaskSpec, Tensor
 from pkb_env.tasks._gemm import DTYPES, allgather_gemm_cost, allgather_gemm_presets, split_k_tolerance
+from pkb_env.tasks._clauses import own_blocks
 
 
 def golden(inputs, world):
@@ -37,6 +38,7 @@ SPEC = TaskSpec(
     # The reference runs one GEMM over K; a fused candidate multiplies the K-blocks as they arrive and adds
     # the W partial products, possibly in the dtype. Both are inside the split-K rule.
     tolerance_rule=split_k_tolerance("K", "W"),
+    clauses=(own_blocks("A", "B", what="the gathered columns come from every rank"),),
     presets=allgather_gemm_presets("PKB's shapes: A (1024, 512/W), B (512, 1024) per rank"),
     dtypes=DTYPES,
     departures=(

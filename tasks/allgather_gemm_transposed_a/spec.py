@@ -8,6 +8,7 @@ are those of allgather_gemm: overlap the gather with partial GEMMs over the bloc
 """
 from pkb_env.contract import Output, Sharded, TaskSpec, Tensor
 from pkb_env.tasks._gemm import DTYPES, allgather_gemm_cost, allgather_gemm_presets, split_k_tolerance
+from pkb_env.tasks._clauses import own_blocks
 
 
 def golden(inputs, world):
@@ -37,6 +38,7 @@ SPEC = TaskSpec(
     golden=golden,
     cost=allgather_gemm_cost,
     tolerance_rule=split_k_tolerance("K", "W"),
+    clauses=(own_blocks("A_t", "B", what="the gathered rows come from every rank"),),
     presets=allgather_gemm_presets("PKB's sizes: A^T (512/W, 1024), B (512, 1024) per rank"),
     dtypes=DTYPES,
     departures=(

@@ -10,6 +10,7 @@ import torch
 
 from pkb_env.contract import (Comm, Compute, Const, Cost, Output, PerRank, Positive, Preset, TaskSpec, Tensor, Ulps,
                               Uniform)
+from pkb_env.tasks._clauses import own_blocks
 
 BLOCK = 128
 
@@ -57,6 +58,7 @@ SPEC = TaskSpec(
     # One product of an fp8 value and an fp32 scale (exact in fp32 up to its last bit), rounded to the
     # dtype: the reference rounds to fp32 first, then to the dtype (a double rounding), so up to two steps.
     tolerance_rule=Ulps(2, what="dequantised values"),
+    clauses=(own_blocks("y", "s", what="chunk j of every rank is rank j's"),),
     presets={
         "tiny": Preset({"M": 2, "N": 128}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"M": 1024, "N": 1024}, "bfloat16", "PKB's shapes: y (W, 1024, 1024) per rank"),

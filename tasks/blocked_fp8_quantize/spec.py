@@ -7,8 +7,9 @@ every peer's output (y and s together), instead of a quantise pass and two NCCL 
 """
 import torch
 
-from pkb_env.contract import (Comm, Compute, Const, Cost, Edge, Output, Preset, Replicated, Sharded, TaskSpec, Tensor,
-                              Ulps)
+from pkb_env.contract import (Clause, Comm, Compute, Const, Cost, Edge, Output, Preset, Replicated, Sharded, TaskSpec,
+                              Tensor, Ulps)
+from pkb_env.tasks._clauses import own_blocks
 
 FP8_MAX = 448.0  # float8_e4m3fn's largest finite value
 BLOCK = 128      # values per scale (the block_size Const)
@@ -72,6 +73,10 @@ SPEC = TaskSpec(
     # Quantised values: x / s lands within a rounding of the task dtype of the exact quotient, which can
     # cross an fp8 rounding midpoint: one fp8 step. Scales: amax / 448 or amax * (1/448), two fp32 steps.
     tolerance_rule=Ulps(1, "float8_e4m3fn", what="quantised values"),
+    clauses=(Clause("zero_scale", "an all-zero block keeps s = 0 and y = 0 (no division by zero)", lambda t: any(
+        bool((x.float().unflatten(-1, (-1, BLOCK)).abs().amax(dim=-1) == 0).any()) for x in t.each("x")),
+        "edge case zero_block", edge="zero_block"),
+             own_blocks("x", what="every rank's rows are quantised and gathered")),
     presets={
         "tiny": Preset({"M": 4, "N": 256}, "float32", "CPU ranks, milliseconds (two blocks a row)"),
         "bench": Preset({"M": 1024, "N": 1024}, "bfloat16", "PKB's shapes: x (1024, 1024) per rank"),

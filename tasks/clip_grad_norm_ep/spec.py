@@ -15,8 +15,9 @@ import math
 
 import torch
 
-from pkb_env.contract import (Comm, Compute, Const, Cost, Custom, Group, InPlace, Mesh, Output, Preset, Relative,
-                              Replicated, Scalar, Sharded, TaskSpec, Tensor, Ulps)
+from pkb_env.contract import (Clause, Comm, Compute, Const, Cost, Custom, Group, InPlace, Mesh, Output, Preset,
+                              Relative, Replicated, Scalar, Sharded, TaskSpec, Tensor, Ulps)
+from pkb_env.tasks._clauses import clip_clauses, clip_edges
 
 GRADS = ("non_ep_grad", "ep_grad")
 NORM_TYPE = 2.0
@@ -27,6 +28,13 @@ def _max_norm(gen, shape, dtype, env):
     (the expert part divided by ep)."""
     expected = math.sqrt(env["W"] * env["M"] * env["N"] * (1 + 1 / env["ep"] ** 2))
     return torch.empty(shape, dtype=torch.float64, device=gen.device).uniform_(0.5, 1.5, generator=gen).mul_(expected).to(dtype)
+
+
+def total_norm(trial) -> float:
+    """The statement's total norm of a trial's inputs, in float64 (the clauses' predicates)."""
+    dense = trial.world.assemble(trial.inputs, "non_ep_grad").double()
+    experts = trial.world.assemble(trial.inputs, "ep_grad").double() / max(trial.inputs[0]["ep_size"], 1)
+    return float((dense.pow(2).sum() + experts.pow(2).sum()) ** 0.5)
 
 
 def golden(inputs, world):
@@ -110,6 +118,11 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=GRAD_RULE,
+    edges=clip_edges("max_norm"),
+    clauses=(Clause("divided", "ep_grad divided by ep_size where ep_size > 1", lambda t: t.inputs[0]["ep_size"] > 1,
+                    "the mesh: ep = W / 2 > 1 from W = 4 on", applies=lambda x: x["ep"] > 1,
+                    where="ep = 1: nothing divided"),
+             *clip_clauses(total_norm)),
     presets={
         "tiny": Preset({"M": 8, "N": 16, "F": 2}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"M": 1024, "N": 1024, "F": 2}, "bfloat16",

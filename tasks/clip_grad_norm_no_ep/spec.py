@@ -18,6 +18,7 @@ import torch
 
 from pkb_env.contract import (Comm, Compute, Const, Cost, Custom, Group, InPlace, Output, Preset, Relative,
                               Replicated, Scalar, Sharded, TaskSpec, Tensor, Ulps)
+from pkb_env.tasks._clauses import blocks, clip_clauses, clip_edges
 
 GRADS = ("grad_0", "grad_1", "grad_2")
 NORM_TYPE = 2.0
@@ -97,6 +98,8 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=GRAD_RULE,
+    edges=clip_edges("max_norm"),
+    clauses=clip_clauses(lambda t: float(sum(b.double().pow(2).sum() for g in GRADS for b in blocks(t, g)) ** 0.5)),
     presets={
         "tiny": Preset({"M": 8, "N": 16}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"M": 1024, "N": 1024}, "bfloat16", "PKB's size: three 1024 x 1024 shards a rank"),

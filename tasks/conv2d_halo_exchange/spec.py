@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from pkb_env.contract import (Comm, Compute, Const, Cost, Group, Normal, Output, Preset, Relative, Replicated,
                               Sharded, Sum, TaskSpec, Tensor)
 from pkb_env.tasks._conv import BIAS_ROUNDING, fan_in_normal
+from pkb_env.tasks._clauses import own_blocks
 
 
 def golden(inputs, world):
@@ -73,6 +74,7 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=TOLERANCE,
+    clauses=(own_blocks("x", what="a band's edge rows read the neighbours' rows"),),
     presets={
         "tiny": Preset({"B": 2, "C": 4, "H": 24, "X": 8}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"B": 1, "C": 1280, "H": 256, "X": 128}, "bfloat16",

@@ -12,6 +12,7 @@ from pkb_env.contract import Comm, Compute, Cost, InPlace, Replicated, Sharded, 
 from pkb_env.tasks._mlp_step import (DTYPES, FIRST_MOMENT, MLP_STATE_DEPARTURES, NAMES, SECOND_MOMENT, SHAPES,
                                      WEIGHTS, adam, flat_params, full_gradient, hyper, moment_tolerance,
                                      param_tolerance, presets, second_moment_tolerance, split, step_flops)
+from pkb_env.tasks._clauses import own_blocks, sixteen_bit
 
 
 def golden(inputs, world):
@@ -80,6 +81,9 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=param_tolerance(),
+    clauses=(own_blocks("X", "y", what="the gradient averages every rank's rows"),
+             sixteen_bit("fp32_compute", "forward and backward in fp32 from rows in the task dtype (a 16-bit "
+                         "forward rounds every activation)")),
     presets=presets(),
     dtypes=DTYPES,
     departures=(

@@ -13,6 +13,7 @@ import torch
 
 from pkb_env.contract import (Comm, Compute, Const, Cost, Custom, Group, Output, PerRank, Preset, Replicated,
                               Rounded, Sharded, Sum, TaskSpec, Tensor)
+from pkb_env.tasks._clauses import own_blocks
 
 
 def _covariance(gen, shape, dtype, env):
@@ -104,6 +105,7 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=TOLERANCE,
+    clauses=(own_blocks("H", "P", "weights", what="a = 1 / sum over every rank's blocks"),),
     presets={
         "tiny": Preset({"blocks": 2, "N": 16}, "float64", "CPU ranks, milliseconds"),
         "bench": Preset({"blocks": 8, "N": 1024}, "float64",

@@ -9,10 +9,24 @@ candidates, a fused top-k, and overlapping the GEMM with the exchanges.
 """
 import torch
 
-from pkb_env.contract import (Comm, Compute, Const, Cost, Exact, Group, Integers, Output, Preset,
+from pkb_env.contract import (Clause, Edge, Comm, Compute, Const, Cost, Exact, Group, Integers, Output, Preset,
                               Sharded, TaskSpec, Tensor)
+from pkb_env.tasks._clauses import own_blocks
 
 TIES = ("equal similarities: the lower global training index first (rank r's column j is index r * L / W + j)")
+
+
+def coarse(features, draw):
+    """Every rank's training features as signs (-1, 0, 1): many equal similarities, at the max_k-th too."""
+    return features.sign()
+
+
+def tie_at_k(trial) -> bool:
+    """A query whose max_k-th and next similarities over the whole training set are equal."""
+    train = trial.world.assemble(trial.inputs, "train_features_rank_T").double()
+    k = trial.inputs[0]["max_k"]
+    ranked = [(a["test_features_rank"].double() @ train).sort(dim=1, descending=True).values for a in trial.inputs]
+    return any(bool((r[:, k - 1] == r[:, k]).any()) for r in ranked)
 
 
 def golden(inputs, world):
@@ -70,6 +84,12 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=Exact("similarities of small integers are exact integers in float32; labels are integers"),
+    edges=(Edge("coarse_features", "train_features_rank_T", coarse, "training features of -1, 0 and 1, many ties",
+                everywhere=True),),
+    clauses=(Clause("ties_by_index", "equal similarities by the lower global training index: a query whose max_k-th "
+                    "and next similarities are equal", tie_at_k, "edge case coarse_features (most plain draws too)",
+                    edge="coarse_features"),
+             own_blocks("train_features_rank_T", what="the top k runs over every rank's block")),
     presets={
         "tiny": Preset({"Q": 4, "D": 16, "L": 48, "K": 5, "C": 6}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"Q": 32, "D": 384, "L": 16384, "K": 200, "C": 1000}, "bfloat16",

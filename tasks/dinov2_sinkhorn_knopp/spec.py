@@ -11,8 +11,9 @@ overlapping the small all-reduces with them.
 """
 import torch
 
-from pkb_env.contract import (Comm, Compute, Const, Cost, Group, Length, Normal, Output, PerRank,
+from pkb_env.contract import (Clause, Comm, Compute, Const, Cost, Group, Length, Normal, Output, PerRank,
                               Preset, Relative, TaskSpec, Tensor)
+from pkb_env.tasks._clauses import extreme_rows_edge, sixteen_bit
 
 
 def golden(inputs, world):
@@ -76,11 +77,18 @@ SPEC = TaskSpec(
         Group("group", "world", doc="the data-parallel ranks"),
     ),
     lengths=(Length("rows", "3 * M / 4", "5 * M / 4 + 1", doc="this rank's samples: M on average"),),
+    edges=(extreme_rows_edge("rows", "3 * M / 4", "5 * M / 4"),),
     outputs=(Output("out", None, dtype="float32", layout=PerRank(), max_shape=("5 * M / 4", "K"),
                     doc="(rows, K): this rank's rows of the centred assignments"),),
     golden=golden,
     cost=cost,
     tolerance_rule=TOLERANCE,
+    clauses=(Clause("ragged", "rows differ by rank: the column sums run over every rank's own number of samples",
+                    lambda t: len({a["teacher_output"].shape[0] for a in t.inputs}) > 1,
+                    "edge case extreme_rows (rank 0 the fewest rows, the last rank the most)",
+                    edge="extreme_rows", applies=lambda x: x["W"] > 1, where="one block"),
+             sixteen_bit("fp32_iterations", "computed in float32: a 16-bit input's exponentials and sums not taken "
+                         "in its own dtype")),
     presets={
         "tiny": Preset({"M": 8, "K": 32}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"M": 1024, "K": 16384}, "bfloat16",

@@ -10,7 +10,7 @@ exchange that sends every value straight to its final rank once the global posit
 """
 import torch
 
-from pkb_env.contract import Comm, Cost, Edge, Exact, Group, Integers, Length, Output, Preset, TaskSpec, Tensor
+from pkb_env.contract import Clause, Comm, Cost, Edge, Exact, Group, Integers, Length, Output, Preset, TaskSpec, Tensor
 
 
 def golden(inputs, world):
@@ -38,6 +38,17 @@ def no_values_on_odd_ranks(n, draw):
     return 0 if draw.coords["world"] % 2 else n
 
 
+def largest_remainder(n, draw):
+    """N + 1 values on every rank but the last, N there: T % W = W - 1, the most slices one value longer (a
+    drawn T leaves no remainder in half the calls at W = 2, and a remainder of 1 cannot tell the first T % W
+    ranks from the last ones)."""
+    return int(draw.env["N"]) + (draw.coords["world"] < int(draw.env["W"]) - 1)
+
+
+def _total(trial) -> int:
+    return sum(v.numel() for v in trial.each("values"))
+
+
 SPEC = TaskSpec(
     name="distributed_sample_sort",
     title="Distributed sample sort into exactly balanced slices",
@@ -61,7 +72,19 @@ SPEC = TaskSpec(
     cost=cost,
     tolerance_rule=Exact("a sort moves values without arithmetic: every value bit-exact at its position"),
     edges=(Edge("odd_ranks_empty", "n", no_values_on_odd_ranks, "n = 0 on the odd ranks (no values there)",
-                everywhere=True),),
+                everywhere=True),
+           Edge("largest_remainder", "n", largest_remainder, "T % W = W - 1, every slice but the last "
+                "one value longer", everywhere=True)),
+    clauses=(
+        Clause("empty_ranks", "n may be 0 on some ranks: ranks with no values", lambda t: any(
+            v.numel() == 0 for v in t.each("values")), "edge case odd_ranks_empty", edge="odd_ranks_empty",
+            applies=lambda x: x["W"] > 1, where="rank 0 is even"),
+        Clause("remainder", "the first T % W ranks hold one value more: T % W >= 2 (or 1 at W = 2)",
+               lambda t: _total(t) % t.world_size >= min(2, t.world_size - 1), "edge case largest_remainder",
+               edge="largest_remainder", applies=lambda x: x["W"] > 1, where="no remainder"),
+        Clause("equal_values", "equal values are common: a value twice among all ranks'", lambda t: int(
+            t.cat("values").unique().numel()) < _total(t), "every draw (T integers from about 2 T)"),
+    ),
     presets={
         "tiny": Preset({"N": 16}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"N": 256}, "bfloat16",

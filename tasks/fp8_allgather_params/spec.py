@@ -13,7 +13,8 @@ the result is dequantised with its own rank's scale.
 import torch
 
 from pkb_env.contract import Comm, Compute, Cost, Output, Replicated, Sharded, TaskSpec, Tensor, Ulps
-from pkb_env.tasks._delayed_fp8 import DEPARTURES, HISTORY_OUTPUT, STATEMENT, delayed_scaling, history_input
+from pkb_env.tasks._delayed_fp8 import (DEPARTURES, HISTORY_OUTPUT, STATEMENT, clauses, delayed_scaling, edges,
+                                       history_input)
 from pkb_env.tasks._training import DTYPES, shard_presets
 
 
@@ -63,6 +64,8 @@ SPEC = TaskSpec(
     # steps (the reference met none in 40 trials at W = 2, 4, 8). An fp8 step is 16 bf16 steps: a
     # candidate that skips the cast is far outside.
     tolerance_rule=Ulps(2, what="q * s rounded to the dtype (through fp32 or not)"),
+    edges=edges("flat_param_shard"),
+    clauses=clauses("flat_param_shard"),
     presets=shard_presets("4096 parameters a shard", 1 << 22,
                           "4M parameters a shard (4 MiB of fp8 codes a rank to gather): bandwidth-bound"),
     dtypes=DTYPES,

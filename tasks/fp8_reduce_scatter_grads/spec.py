@@ -10,7 +10,8 @@ Each rank keeps its own history and scale (as PKB: no amax reduction across rank
 every sender's scale with its codes.
 """
 from pkb_env.contract import Comm, Compute, Cost, Output, Rounded, Sharded, Sum, TaskSpec, Tensor
-from pkb_env.tasks._delayed_fp8 import DEPARTURES, HISTORY_OUTPUT, STATEMENT, delayed_scaling, history_input
+from pkb_env.tasks._delayed_fp8 import (DEPARTURES, HISTORY_OUTPUT, STATEMENT, clauses, delayed_scaling, edges,
+                                       history_input)
 from pkb_env.tasks._training import DTYPES, shard_presets
 
 
@@ -62,6 +63,8 @@ SPEC = TaskSpec(
     # roundings of the dtype: an fp8 step is ~16 bf16 steps, so skipping the cast stays outside it.
     tolerance_rule=(Rounded("W", "1 / W", what="each rank's q * s rounded to the dtype, then averaged")
                     + Sum("W", "1 / W", "dtype", what="the reduce-scatter's sum in the dtype, divided by W")),
+    edges=edges("flat_grads"),
+    clauses=clauses("flat_grads"),
     presets=shard_presets("4096 values a shard, W * 4096 a rank", 1 << 20,
                           "1M values a shard (2 MiB of bf16), W * 2 MiB of gradient a rank: bandwidth-bound"),
     dtypes=DTYPES,

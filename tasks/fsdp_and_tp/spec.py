@@ -12,6 +12,7 @@ import torch
 from pkb_env.contract import (Comm, Compute, Cost, Custom, Group, Mesh, Output, Preset, Propagated, Sharded, Sum,
                               TaskSpec, Tensor)
 from pkb_env.tasks._gemm import DTYPES, split_k_tolerance
+from pkb_env.tasks._clauses import own_blocks
 
 
 def _weights(gen, shape, dtype, env):
@@ -92,11 +93,13 @@ SPEC = TaskSpec(
     # x W1 and x W2 accumulate D products of RMS 1/sqrt(D) in fp32 (outputs of RMS 1); those two, silu and the
     # product are rounded to the dtype and reach y through W3's F weights of RMS 1/sqrt(F) (errors in
     # quadrature, RMS ~1 each); the last GEMM is split over tp ranks (F/tp terms, partials rounded, summed by
-    # the all-reduce in the dtype). Margins measured: docs/benchmarks.md (PKB 40-42, 47, 48).
+    # the all-reduce in the dtype). Margins measured (PKB 40-42, 47, 48):
+    # docs/measurements/2026-12-03-tolerance-margins-cpu.md.
     tolerance_rule=(Sum("D", "1 / sqrt(D)", "float32", what="x W1 and x W2, accumulated in fp32")
                     + Propagated(4, 1, what="x W1, x W2, silu and the gate product, each rounded to the dtype")
                     + split_k_tolerance("F", "tp", magnitude="1 / sqrt(F)")),
     mesh=Mesh(("fsdp", "W / tp"), ("tp", "min(2, W / 2)")),
+    clauses=(own_blocks("x", "W1_shard", "W2_shard", "W3_shard", what="every shard enters the product"),),
     presets={
         "tiny": Preset({"N": 16, "D": 8, "F": 16}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"N": 2048, "D": 256, "F": 1024}, "bfloat16",

@@ -13,6 +13,7 @@ from pkb_env.contract import Comm, Compute, Const, Cost, Custom, InPlace, Sharde
 from pkb_env.tasks._mlp_step import (DTYPES, FIRST_MOMENT, MLP_STATE_DEPARTURES, P, SECOND_MOMENT, SHAPES, adam,
                                      flat_params, full_gradient, hyper, moment_tolerance, param_tolerance, presets,
                                      second_moment_tolerance, split, step_flops)
+from pkb_env.tasks._clauses import own_blocks, sixteen_bit
 
 
 def _flat_weights(gen, shape, dtype, env):
@@ -85,6 +86,9 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=param_tolerance(),
+    clauses=(own_blocks("X", "y", what="the gradient averages every rank's rows"),
+             sixteen_bit("fp32_compute", "forward and backward in fp32 from rows in the task dtype (a 16-bit "
+                         "forward rounds every activation)")),
     presets=presets(),
     dtypes=DTYPES,
     departures=(

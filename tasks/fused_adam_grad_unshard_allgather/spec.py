@@ -13,6 +13,7 @@ import math
 from pkb_env.contract import (Comm, Compute, Const, Cost, Integers, Normal, Output, Positive, Relative,
                               Replicated, Scalar, Sharded, Sum, TaskSpec, Tensor)
 from pkb_env.tasks._training import DTYPES, shard_presets
+from pkb_env.tasks._clauses import own_blocks, sixteen_bit
 
 LR, BETA1, BETA2, EPS = 1e-3, 0.9, 0.999, 1e-8
 
@@ -79,6 +80,8 @@ SPEC = TaskSpec(
     # correction moves the update by a tenth of itself or more, ~1e-5 to 1e-4: far outside.
     tolerance_rule=(Sum(8, "0.01", "float32", what="the Adam update's fp32 roundings")
                     + Relative(1, "float32", what="the weights minus the update, rounded once more")),
+    clauses=(own_blocks("grad_shard", "master_shard", what="every rank's shard is updated and gathered"),
+             sixteen_bit("fp32_update", "m, v and the update in fp32 from a 16-bit gradient (fp32 master weights)")),
     presets=shard_presets("4096 parameters a shard, bf16 gradients", 1 << 22,
                           "4M parameters a shard (16 MiB of fp32 weights a rank to gather): bandwidth-bound"),
     dtypes=DTYPES,

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from pkb_env.contract import (Comm, Compute, Cost, Custom, Group, Output, Preset, Replicated, Sharded, TaskSpec,
                               Tensor, WorldSizes)
 from pkb_env.tasks import _delta_rule as delta
+from pkb_env.tasks._clauses import own_blocks
 
 def _sigmoid_normal(gen, shape, dtype, env):
     return torch.randn(shape, generator=gen, device=gen.device).sigmoid().to(dtype)
@@ -81,6 +82,7 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=TOLERANCE,
+    clauses=(own_blocks("q", "k", "v", what="the state carried from every earlier block"),),
     presets={
         "tiny": Preset({"B": 1, "L": 40, "H": 8, "K": 32, "V": 16}, "float32",
                        "CPU ranks, milliseconds; the sequence spans several 64-token chunks from W = 2"),

@@ -9,6 +9,7 @@ the output.
 """
 from pkb_env.contract import Comm, Compute, Cost, Output, Preset, Replicated, Rounded, Sharded, Sum, TaskSpec, Tensor
 from pkb_env.tasks._gemm import DTYPES
+from pkb_env.tasks._clauses import own_blocks
 
 
 def golden(inputs, world):
@@ -52,6 +53,7 @@ SPEC = TaskSpec(
     # docs/task_contract.md, "Against the truth"); in bf16 the rounding to the dtype dominates.
     tolerance_rule=(Sum("K", 2, "float32", what="dot products accumulated in fp32")
                     + Rounded(1, "sqrt(K)", what="the product, rounded to the dtype")),
+    clauses=(own_blocks("B", what="each output block is a different column block's product"),),
     presets={
         "tiny": Preset({"M": 16, "K": 16, "N": 48}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"M": 1024, "K": 512, "N": 1024}, "bfloat16",

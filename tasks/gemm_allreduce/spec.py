@@ -7,6 +7,7 @@ finished chunks while the next ones are computed (or fuse the reduction into the
 """
 from pkb_env.contract import (Comm, Compute, Cost, Output, Preset, Replicated, Rounded, Sharded, Sum, TaskSpec,
                               Tensor)
+from pkb_env.tasks._clauses import own_blocks
 
 
 def golden(inputs, world):
@@ -44,6 +45,7 @@ SPEC = TaskSpec(
     # its (M, N) partial of RMS sqrt(K) to the dtype, and the all-reduce adds W of them, rounding each hop.
     tolerance_rule=(Sum("K", 1, "float32", what="local GEMM") + Rounded("W", "sqrt(K)", what="partial products")
                     + Sum("W", "sqrt(K)", "dtype", what="all-reduce of the partials")),
+    clauses=(own_blocks("A", "B", what="the partial products summed are all different"),),
     presets={
         "tiny": Preset({"M": 32, "K": 16, "N": 24}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"M": 1024, "K": 512, "N": 1024}, "bfloat16",

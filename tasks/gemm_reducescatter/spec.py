@@ -8,6 +8,7 @@ send it while the next is computed, or reduce in the GEMM's epilogue into peers'
 """
 from pkb_env.contract import Comm, Compute, Cost, Output, Preset, Sharded, TaskSpec, Tensor
 from pkb_env.tasks._gemm import DTYPES, split_k_tolerance
+from pkb_env.tasks._clauses import own_blocks
 
 
 def golden(inputs, world):
@@ -51,6 +52,7 @@ SPEC = TaskSpec(
     # Each rank's GEMM sums K/W products in fp32 and rounds its partial to the dtype; the reduce-scatter
     # adds the W partials in the dtype.
     tolerance_rule=split_k_tolerance("K", "W"),
+    clauses=(own_blocks("A", "B", what="the partial products summed are all different"),),
     presets={
         "tiny": Preset({"M": 24, "K": 24, "N": 8}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"M": 1024, "K": 512, "N": 1024}, "bfloat16",

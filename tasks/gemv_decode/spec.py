@@ -7,6 +7,7 @@ logits straight into peers' buffers instead of a separate gather launch.
 """
 from pkb_env.contract import (Comm, Compute, Cost, Output, Preset, Replicated, Rounded, Sharded, Sum, TaskSpec,
                               Tensor)
+from pkb_env.tasks._clauses import own_blocks
 
 
 def golden(inputs, world):
@@ -48,6 +49,7 @@ SPEC = TaskSpec(
     # bias added and the sum rounded again.
     tolerance_rule=(Sum("D", 1, "float32", what="dot products accumulated in fp32")
                     + Rounded(2, "sqrt(D)", what="the product, and its sum with the bias, each rounded")),
+    clauses=(own_blocks("weight", "bias", what="every rank's rows of the head"),),
     presets={
         "tiny": Preset({"B": 2, "V": 16, "D": 32}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"B": 1, "V": 1024, "D": 1024}, "bfloat16",

@@ -10,6 +10,7 @@ the send (no gathered copy) and the rotation into the receive (no reordering cop
 import torch
 
 from pkb_env.contract import Comm, Cost, Exact, Group, Integers, Output, PerRank, Preset, TaskSpec, Tensor
+from pkb_env.tasks._clauses import own_blocks
 
 
 def golden(inputs, world):
@@ -48,6 +49,7 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=Exact("pure data movement: every row must arrive bit-exact"),
+    clauses=(own_blocks("local_features", what="every rank's features move"),),
     presets={
         "tiny": Preset({"R": 2, "H": 8}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"R": 4, "H": 128}, "bfloat16",

@@ -9,7 +9,24 @@ and the scatter-add into the receive.
 """
 import torch
 
-from pkb_env.contract import Comm, Compute, Const, Cost, Group, Integers, Output, PerRank, Preset, Sum, TaskSpec, Tensor
+from pkb_env.contract import (Clause, Comm, Compute, Const, Cost, Edge, Group, Integers, Output, PerRank, Preset, Sum,
+                              TaskSpec, Tensor)
+
+
+def unrequested(ids, draw):
+    """A node, drawn per call, that no row of any rank maps to (its ids moved to the next node): its
+    gradient is zero (with W R rows over N nodes, every node is requested in most calls at W >= 4)."""
+    nodes = int(draw.env["N"])
+    node = int(torch.randint(nodes, (), generator=draw.gen, device=draw.gen.device))
+    return torch.where(ids == node, (node + 1) % nodes, ids)
+
+
+def unrequested_node(trial):
+    return any(int(ids.unique().numel()) < int(trial["N"]) for ids in trial.each("seed_inverse_ids"))
+
+
+def summed_node(trial):
+    return any(int(ids.unique().numel()) < ids.numel() for ids in trial.each("seed_inverse_ids"))
 
 
 def golden(inputs, world):
@@ -63,6 +80,12 @@ SPEC = TaskSpec(
     tolerance_rule=Sum("ceil_div(W * R, N) + 16", 1, "dtype",
                        what="each node sums the gradient rows of its requests (W*R/N on average; the 16 "
                             "covers the busiest node of a uniform draw)"),
+    edges=(Edge("unrequested_node", "seed_inverse_ids", unrequested, "a node no row maps to", everywhere=True),),
+    clauses=(Clause("zero_gradient", "zero for a node nobody requested", unrequested_node, "edge case "
+                    "unrequested_node", edge="unrequested_node"),
+             Clause("summed", "rows mapped to one node are summed: a node requested twice", summed_node,
+                    "every draw (W R rows over N nodes: W R > N)", applies=lambda x: x["W"] * x["R"] > x["N"],
+                    where="W R <= N: a repeat is likely, not certain")),
     presets={
         "tiny": Preset({"R": 3, "H": 8, "N": 5}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"R": 256, "H": 128, "N": 512}, "bfloat16",

@@ -10,12 +10,33 @@ of it. The scores are drawn as small integers so ties happen in every row. Lever
 sizes instead of two rounds and a host sync (the bound on n is known), the comparison fused with the
 count.
 """
+from dataclasses import replace
+
 import torch
 
-from pkb_env.contract import (Comm, Compute, Cost, Exact, Group, Integers, Length, Output, Preset, Replicated,
+from pkb_env.contract import (Clause, Comm, Compute, Cost, Exact, Group, Integers, Length, Output, Preset, Replicated,
                               TaskSpec, Tensor)
+from pkb_env.tasks._clauses import extreme_rows_edge
 
 SCORES = 64  # scores are integers in [0, 64): a positive ties with ~K/64 of its negatives
+
+
+def _tied_score(draw) -> int:
+    return int(torch.randint(SCORES, (), generator=draw.gen, device=draw.gen.device))
+
+
+def first_positive(pos, draw):
+    """Every rank's first positive scored at a value drawn per call ..."""
+    pos = pos.clone()
+    pos[0] = _tied_score(draw)
+    return pos
+
+
+def first_negative(neg, draw):
+    """... and its first negative at the same value: a tie on every rank (the tie rule decides)."""
+    neg = neg.clone()
+    neg[0, 0] = _tied_score(draw)
+    return neg
 
 
 def golden(inputs, world):
@@ -59,6 +80,15 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=Exact("integer ranks are compared exactly"),
+    edges=(replace(extreme_rows_edge("n", "M - M / 4", "M + M / 4"), name="scoring_corners",
+                   text="the fewest positives on rank 0 and the most on the last, a tie in each rank's first row",
+                   also=(("pos_score", first_positive), ("neg_score", first_negative))),),
+    clauses=(Clause("tie_counts_against", "a tie counts against the positive: a negative equal to its positive",
+                    lambda t: any(bool((a["neg_score"] == a["pos_score"][:, None]).any()) for a in t.inputs),
+                    "edge case scoring_corners (most plain draws too)", edge="scoring_corners"),
+             Clause("ragged", "n its own per call: ranks with different counts", lambda t: len(
+                 {a["pos_score"].numel() for a in t.inputs}) > 1, "edge case scoring_corners (the fewest on rank 0, "
+                 "the most on the last rank)", edge="scoring_corners", applies=lambda x: x["W"] > 1, where="one rank")),
     presets={
         "tiny": Preset({"M": 8, "K": 16}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"M": 256, "K": 1000}, "bfloat16",

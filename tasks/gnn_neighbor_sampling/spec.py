@@ -11,7 +11,8 @@ counts ride with the data, no host syncs), the sampling in one kernel, the two d
 """
 import torch
 
-from pkb_env.contract import Comm, Const, Cost, Custom, Exact, Group, Integers, Output, Preset, TaskSpec, Tensor
+from pkb_env.contract import (Clause, Comm, Const, Cost, Custom, Edge, Exact, Group, Integers, Output, Preset, TaskSpec,
+                              Tensor)
 
 FANOUTS = (10, 5)
 PRIORITIES = 64  # edge priorities are integers in [0, 64): most nodes have tied edges, so the tie rule matters
@@ -30,6 +31,45 @@ def _sample(args, local, fanout):
     begin, end = int(args["colptr"][local]), int(args["colptr"][local + 1])
     edges = sorted(range(begin, end), key=lambda e: (int(args["edge_priority"][e]), e))[:fanout]
     return [int(args["row"][e]) for e in edges]
+
+
+def _isolated(colptr, draw):
+    """Local node 0 of every rank loses its in-edges to node 1, which holds at least half the rank's edges."""
+    colptr = colptr.clone()
+    colptr[1] = colptr[0]
+    colptr[2:] = torch.clamp(colptr[2:], min=int(colptr[-1]) // 2)
+    return colptr
+
+
+def _own_first_seeds(seeds, draw):
+    """Every rank's first two seeds are its own local nodes 0 and 1 (global ids rank and W + rank)."""
+    seeds = seeds.clone()
+    seeds[:2] = torch.tensor([0, int(draw.env["W"])]) + draw.coords["world"]
+    return seeds
+
+
+CORNERS = Edge("sampling_corners", "colptr", _isolated, "a seed with no in-edges, one with half the rank's edges, "
+               "all of equal priority", everywhere=True,
+               also=(("seeds", _own_first_seeds), ("edge_priority", lambda priorities, draw: priorities * 0)))
+
+
+def _requests(trial):
+    """(node, fanout, its in-edges' priorities in edge order) for every node a hop samples, over every rank."""
+    w, found = trial.world_size, []
+    for args in trial.inputs:
+        seeds = args["seeds"].tolist()
+        hop1 = [n for v in seeds for n in _sample(trial.inputs[v % w], v // w, FANOUTS[0])]
+        for nodes, fanout in ((seeds, FANOUTS[0]), (sorted(set(hop1)), FANOUTS[1])):
+            for v in nodes:
+                owner = trial.inputs[v % w]
+                begin, end = int(owner["colptr"][v // w]), int(owner["colptr"][v // w + 1])
+                found.append((v, fanout, owner["edge_priority"][begin:end].tolist()))
+    return found
+
+
+def _tie_at_cut(priorities, fanout):
+    ranked = sorted(priorities)
+    return len(ranked) > fanout and ranked[fanout - 1] == ranked[fanout]
 
 
 def golden(inputs, world):
@@ -101,6 +141,21 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=Exact("node ids are compared exactly, in the stated order"),
+    edges=(CORNERS,),
+    clauses=(
+        Clause("fewer_than_fanout", "min(degree, fanout): a sampled node with fewer in-edges than its fanout "
+               "(zero included)", lambda t: any(len(p) < f for _, f, p in _requests(t)),
+               "edge case sampling_corners (a seed with no in-edges); most plain draws too",
+               edge="sampling_corners"),
+        Clause("more_than_fanout", "min(degree, fanout): a sampled node with more in-edges than its fanout",
+               lambda t: any(len(p) > f for _, f, p in _requests(t)), "every draw (degrees cut at uniform points)"),
+        Clause("tie_at_cut", "ties by lower edge position: equal priorities at a sample's cut (the fanout-th "
+               "and the next)", lambda t: any(_tie_at_cut(p, f) for _, f, p in _requests(t)),
+               "edge case sampling_corners (every priority equal); most plain draws too", edge="sampling_corners"),
+        Clause("remote_seed", "seeds owned by any rank: a seed another rank owns", lambda t: any(
+            bool((a["seeds"] % t.world_size != r).any()) for r, a in enumerate(t.inputs)),
+            "every draw", applies=lambda x: x["W"] > 1, where="one owner"),
+    ),
     presets={
         "tiny": Preset({"N": 4, "Deg": 12, "S": 3}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"N": 2500, "Deg": 16, "S": 512}, "bfloat16",

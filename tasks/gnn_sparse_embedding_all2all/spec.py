@@ -9,8 +9,28 @@ compact on the device), one exchange for indices and rows, no sorted copies.
 """
 import torch
 
-from pkb_env.contract import (Comm, Const, Cost, Exact, Group, Integers, Output, PerRank, Preset, TaskSpec,
-                              Tensor)
+from pkb_env.contract import (Clause, Comm, Const, Cost, Edge, Exact, Group, Integers, Output, PerRank, Preset,
+                              TaskSpec, Tensor)
+
+
+def range_ends(idx, draw):
+    """Every rank's first two indices become the last index of one owner's range and the first of the next
+    (s P - 1 and s P for an s drawn per call, P = ceil(V / W)): where W does not divide V, a floor(V / W)
+    partition gives the first of them to the next rank, so the ceiling the statement names is tested in
+    every step (with uniform indices, in about half the calls at tiny)."""
+    world, size = int(draw.env["W"]), int(draw.env["V"])
+    per_rank = -(-size // world)
+    ranges = max(-(-size // per_rank) - 1, 1)     # owners whose range has a next one (at least one)
+    s = 1 + int(torch.randint(ranges, (), generator=draw.gen, device=draw.gen.device))
+    idx = idx.clone()
+    idx[:2] = torch.tensor([min(s * per_rank, size) - 1, min(s * per_rank, size - 1)], dtype=idx.dtype)
+    return idx
+
+
+def floor_owner_differs(trial):
+    """Some index whose owner under P = ceil(V / W) differs from floor(V / W)'s."""
+    idx, world, size = trial.cat("idx"), trial.world_size, int(trial["V"])
+    return bool((idx // -(-size // world) != idx // (size // world)).any())
 
 
 def golden(inputs, world):
@@ -66,18 +86,29 @@ SPEC = TaskSpec(
     cost=cost,
     tolerance_rule=Exact("pure data movement: every pair must arrive bit-exact and in the stated order"),
     presets={
-        "tiny": Preset({"T": 6, "D": 4, "V": 40}, "float32", "CPU ranks, milliseconds"),
-        "bench": Preset({"T": 1024, "D": 128, "V": 100000}, "bfloat16",
-                        "PKB's shapes: 1024 pairs of 128 per rank into a 100000-row table; latency-bound"),
-        "large": Preset({"T": 65536, "D": 128, "V": 10000000}, "bfloat16",
+        "tiny": Preset({"T": 6, "D": 4, "V": 43}, "float32", "CPU ranks, milliseconds (V prime: no W divides it)"),
+        "bench": Preset({"T": 1024, "D": 128, "V": 100003}, "bfloat16",
+                        "PKB's shapes: 1024 pairs of 128 per rank into a 100003-row table (PKB: 100000); "
+                        "latency-bound"),
+        "large": Preset({"T": 65536, "D": 128, "V": 10000019}, "bfloat16",
                         "a large mini-batch's sparse gradients: 16 MiB per rank, bandwidth-bound on NVLink"),
     },
+    edges=(Edge("range_ends", "idx", range_ends, "indices at the ends of two owners' ranges", everywhere=True),),
+    clauses=(Clause("ceil_partition", "rank s owns [s P, (s + 1) P) with P = ceil(V / W), W not dividing V: "
+                    "an index a floor(V / W) partition gives to another rank", floor_owner_differs,
+                    "the presets' V is prime (43, 100003, 10000019), so no W in 2-8 divides it; edge case "
+                    "range_ends puts P - 1-style indices in every rank's idx", edge="range_ends",
+                    applies=lambda x: x["V"] % x["W"] != 0, where="W divides V"),),
     dtypes=("float32", "bfloat16", "float16"),
     departures=(
         "inputs come from secret per-trial, per-rank seeds (PKB seeds with 42 + rank + trial, which a "
         "candidate can reproduce to know its peers' indices and skip the count exchange)",
         "the order of the received pairs is stated (by sender, then the sender's order) and compared exactly; "
         "the owner of an index is its range block of P = ceil(V / W) rows, for any W",
+        "the table's size V is a prime (43, 100003 and 10000019 rows, PKB: 100000 at bench), so that no world "
+        "size divides it and ceil(V / W) is not floor(V / W): at PKB's 100000 and W = 2, 4, 8 a floor "
+        "partition owns the same indices and passes; an edge case puts indices at the ends of the owners' "
+        "ranges in every step",
         "the process group is an input the judge builds",
     ),
 )

@@ -12,6 +12,7 @@ import torch
 
 from pkb_env.contract import (Comm, Compute, Cost, Group, Integers, Normal, Output, Preset, Replicated, Rounded,
                               Sharded, Sum, TaskSpec, Tensor)
+from pkb_env.tasks._clauses import remote, repeat_edge, repeated
 
 
 def golden(inputs, world):
@@ -56,6 +57,9 @@ SPEC = TaskSpec(
                                                      "RMS: the float32 reference reached 0.39 of the rule with the "
                                                      "RMS itself at tiny")
                     + Rounded(1, "0.0625 * sqrt(D)", what="the output rounded once")),
+    edges=(repeat_edge("node_ids"),),
+    clauses=(repeated("node_ids", "each returns its row"),
+             remote("node_ids", lambda t, ids: ids // int(t["N"]), "rows come from the owner's shard")),
     presets={
         "tiny": Preset({"N": 16, "D": 16, "P": 8, "T": 12}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"N": 1048576, "D": 256, "P": 256, "T": 20000}, "bfloat16",

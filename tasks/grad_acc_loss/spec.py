@@ -12,8 +12,9 @@ is not finite: it must contribute nothing, as the statement says.
 """
 import torch
 
-from pkb_env.contract import (Comm, Compute, Cost, Custom, Edge, Integers, Normal, Output, PerRank, Positive, Preset,
-                              Relative, Replicated, Sum, TaskSpec, Tensor)
+from pkb_env.contract import (Clause, Comm, Compute, Cost, Custom, Edge, Integers, Normal, Output, PerRank, Positive,
+                              Preset, Relative, Replicated, Sum, TaskSpec, Tensor)
+from pkb_env.tasks._clauses import sixteen_bit
 
 
 def _mean_loss(gen, shape, dtype, env, given):
@@ -89,6 +90,10 @@ SPEC = TaskSpec(
     # Every term of the sum is positive: each product and each of the W - 1 additions rounds once in fp32,
     # relative to a partial sum below the total.
     tolerance_rule=Relative("W + 1", "float32", what="W products and W - 1 additions of positive terms in fp32"),
+    clauses=(Clause("no_valid_tokens", "a rank without valid tokens contributes 0 (its loss is not finite)",
+                    lambda t: any(int(n) == 0 for n in t.each("local_valid_tokens")), "edge case no_valid_tokens",
+                    edge="no_valid_tokens"),
+             sixteen_bit("fp32_sums", "loss_sum and normalized_loss in fp32 from a 16-bit loss")),
     presets={
         "tiny": Preset({"M": 16, "N": 16}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"M": 1024, "N": 1024}, "bfloat16", "PKB's size: up to 1024 x 1024 valid tokens a rank"),

@@ -13,12 +13,18 @@ import math
 
 import torch
 
-from pkb_env.contract import (Comm, Compute, Const, Cost, Custom, Exact, Fixed, Group, Normal, Output, Preset,
-                              TaskSpec, Tensor, Tolerance, Uniform)
+from pkb_env.contract import (Clause, Comm, Compute, Const, Cost, Custom, Edge, Exact, Fixed, Group, Normal, Output,
+                              Preset, TaskSpec, Tensor, Tolerance, Uniform)
+
+CLAMP = 0.3          # the Jacobian is evaluated at the mean clamped to (1 + CLAMP) times the field of view
+WIDE = 0.25          # the edge case's Gaussian: scale 0.25 on every axis (a radius of ~19 px at tiny, ~150 at bench)
+BEYOND = 0.06        # ... its mean this far (tan) beyond the clamp's limit; the radius box still reaches the image
+DEPTH = 3.0
 
 
-def positions(gen, shape, dtype, env):
-    """PKB's scene: x and y uniform in (-0.75, 0.75), depth z uniform in (2, 4)."""
+def positions(gen, shape, dtype, env, given=None):
+    """PKB's scene: x and y uniform in (-0.75, 0.75), depth z uniform in (2, 4). (`given`, this rank's camera,
+    is what the edge case `beyond_clamp` places a Gaussian by; the plain draw does not use it.)"""
     u = torch.rand(shape, generator=gen, device=gen.device, dtype=torch.float64)
     return torch.stack([(u[:, 0] - 0.5) * 1.5, (u[:, 1] - 0.5) * 1.5, u[:, 2] * 2 + 2], -1).to(dtype)
 
@@ -46,6 +52,63 @@ def pinhole(gen, shape, dtype, env):
     cx, cy = env["IW"] * (0.5 + 0.02 * u[2]), env["IH"] * (0.5 + 0.02 * u[3])
     K = torch.tensor([[fx, 0, cx], [0, fy, cy], [0, 0, 1]], dtype=torch.float64, device=gen.device)
     return K.reshape(shape).to(dtype)
+
+
+def _pick(draw) -> tuple[int, float]:
+    """The edge case's Gaussian and side (+1: right of the image, -1: left), the same for both rewrites."""
+    index = int(torch.randint(int(draw.env["N"]), (), generator=draw.gen, device=draw.gen.device))
+    side = float(torch.randint(2, (), generator=draw.gen, device=draw.gen.device)) * 2 - 1
+    return index, side
+
+
+def wide_scale(scales, draw):
+    index, _ = _pick(draw)
+    if not draw.here:
+        return scales
+    scales = scales.clone()
+    scales[index] = WIDE
+    return scales
+
+
+def beyond_clamp(means, draw):
+    """One Gaussian of the rank it lands on moved, in that rank's own camera, to depth DEPTH and BEYOND past the
+    Jacobian's clamp (1.3 times the field of view) on one side, level with the principal point; with its scale
+    of WIDE (`wide_scale`), its radius box still overlaps the image, so the pair is visible and its 2D covariance
+    is the clamped Jacobian's. Plain draws put a visible pair there about once in 300,000 (issue 42: skipping
+    the clamp passed every step)."""
+    index, side = _pick(draw)
+    if not draw.here:
+        return means
+    view, K = draw.given["viewmats"][0].double(), draw.given["Ks"][0].double()
+    fx, fy, cx = K[0, 0].item(), K[1, 1].item(), K[0, 2].item()
+    width = draw.env["IW"]
+    edge = (width - cx) / fx if side > 0 else cx / fx
+    tan = side * (edge + CLAMP * 0.5 * width / fx + BEYOND)
+    camera = torch.tensor([tan * DEPTH, 0.0, DEPTH], dtype=torch.float64)
+    means = means.clone()
+    means[index] = (view[:3, :3].T @ (camera - view[:3, 3])).to(means.dtype)
+    return means
+
+
+def clamped(trial) -> bool:
+    """A visible (camera, Gaussian) pair whose mean lies beyond 1.3 times the camera's field of view, where
+    the Jacobian's clamp changes the 2D covariance."""
+    args = trial.inputs[0]
+    width, height = args["image_width"], args["image_height"]
+    for cam in trial.inputs:
+        view, K = cam["viewmats"][0].double(), cam["Ks"][0].double()
+        fx, fy, cx, cy = K[0, 0].item(), K[1, 1].item(), K[0, 2].item(), K[1, 2].item()
+        for a in trial.inputs:
+            p = a["means"].double() @ view[:3, :3].T + view[:3, 3]
+            tx, ty = p[:, 0] / p[:, 2], p[:, 1] / p[:, 2]
+            out = ((tx > (width - cx) / fx + CLAMP * 0.5 * width / fx) | (tx < -(cx / fx + CLAMP * 0.5 * width / fx))
+                   | (ty > (height - cy) / fy + CLAMP * 0.5 * height / fy)
+                   | (ty < -(cy / fy + CLAMP * 0.5 * height / fy)))
+            for i in out.nonzero().flatten().tolist():
+                if _project_one(a["means"][i].double(), a["quats"][i].double(), a["scales"][i].double(), view, K,
+                                width, height, args["eps2d"], args["near_plane"], args["far_plane"])[0]:
+                    return True
+    return False
 
 
 def _project_one(mean, quat, scale, view, K, width, height, eps2d, near, far):
@@ -148,7 +211,8 @@ SPEC = TaskSpec(
     pkb_id=61,
     origin="gsplat rendering.py rasterization(distributed=True) with cuda/_torch_impl.py's projection",
     inputs=(
-        Tensor("means", ("N", 3), dist=Custom(positions, "x, y uniform in (-0.75, 0.75), z in (2, 4)"),
+        Tensor("means", ("N", 3), dist=Custom(positions, "x, y uniform in (-0.75, 0.75), z in (2, 4)",
+                                              reads=("viewmats", "Ks")),
                doc="this rank's Gaussians' centres"),
         Tensor("quats", ("N", 4), dist=Normal(), doc="their rotations, unnormalised (w, x, y, z)"),
         Tensor("scales", ("N", 3), dist=Uniform(0.02, 0.06), doc="their scales"),
@@ -181,6 +245,11 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=Exact("ids, radii and copied attributes; the projected floats have their own rule"),
+    edges=(Edge("beyond_clamp", "means", beyond_clamp, "a wide Gaussian just beyond 1.3 times the field of view of "
+                "its own rank's camera", also=(("scales", wide_scale),)),),
+    clauses=(Clause("jacobian_clamp", "the pinhole Jacobian at the mean clamped to 1.3 times the field of view: a "
+                    "visible pair whose mean lies beyond it", clamped, "edge case beyond_clamp (a Gaussian of "
+                    "scale 0.25 placed 0.06 (tan) past the clamp in its own rank's camera)", edge="beyond_clamp"),),
     presets={
         "tiny": Preset({"N": 8, "IW": 64, "IH": 64}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"N": 256, "IW": 512, "IH": 512}, "bfloat16",
@@ -202,6 +271,9 @@ SPEC = TaskSpec(
         "gaussian_ids are global ids, source rank * N + index: PKB (following gsplat) adds the destination "
         "rank's offset instead, which equals the source's only at rank 0",
         "the inputs take the task dtype (PKB: bf16 always); the process group is an input the judge builds",
+        "an edge case places a wide Gaussian just beyond the Jacobian's clamp (1.3 times the field of view) of its "
+        "own rank's camera, visible there: random scenes reach the clamp in about one visible pair of 300,000, "
+        "so a projection without it passed every step",
     ),
 )
 

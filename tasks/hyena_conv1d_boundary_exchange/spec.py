@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from pkb_env.contract import (Comm, Compute, Cost, Group, Output, PerRank, Preset, Relative, Replicated, Sum,
                               TaskSpec, Tensor)
+from pkb_env.tasks._clauses import own_blocks
 
 K = 7
 """The filter's width: Hyena's short convolution, and PKB's."""
@@ -84,6 +85,7 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=TOLERANCE,
+    clauses=(own_blocks("x", what="each chunk's first positions read the previous chunk"),),
     presets={
         "tiny": Preset({"B": 2, "D": 4, "T": 8}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"B": 1, "D": 1024, "T": 1024}, "bfloat16",

@@ -17,6 +17,7 @@ import torch
 from pkb_env.contract import (Comm, Compute, Cost, Group, Normal, Output, PerRank, Preset, Propagated, Relative,
                               Replicated, Rounded, Sum, TaskSpec, Tensor, WorldSizes)
 from pkb_env.tasks._conv import fan_in_normal
+from pkb_env.tasks._clauses import own_blocks
 
 
 def _sequence(inputs, world, name):
@@ -101,6 +102,7 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=TOLERANCE,
+    clauses=(own_blocks("x1", "x2", "v", what="the convolution reads every earlier chunk"),),
     presets={
         "tiny": Preset({"B": 1, "D": 8, "T": 4}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"B": 1, "D": 1024, "T": 1024}, "bfloat16",

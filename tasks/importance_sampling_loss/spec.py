@@ -17,8 +17,8 @@ import math
 
 import torch
 
-from pkb_env.contract import (Comm, Compute, Const, Cost, Custom, Edge, Normal, Output, PerRank, Preset, Relative,
-                              Replicated, Rounded, Sum, TaskSpec, Tensor)
+from pkb_env.contract import (Clause, Comm, Compute, Const, Cost, Custom, Edge, Normal, Output, PerRank, Preset,
+                              Relative, Replicated, Rounded, Sum, TaskSpec, Tensor)
 
 IGNORE = -100
 IGNORED_FRACTION = 0.25
@@ -167,6 +167,20 @@ SPEC = TaskSpec(
     },
     dtypes=("float32", "bfloat16", "float16"),
     edges=(Edge("all_ignored", "labels", all_ignored, "no valid token: every label -100"),),
+    clauses=(
+        Clause("no_valid_token", "n counts every rank's valid tokens: a rank without any (its min and max inf and "
+               "-inf, its sums 0)", lambda t: any(bool((lab == IGNORE).all()) for lab in t.each("labels")),
+               "edge case all_ignored", edge="all_ignored"),
+        Clause("ignored_tokens", "ignore_index tokens count nowhere: valid counts that differ by rank",
+               lambda t: len({int((lab != IGNORE).sum()) for lab in t.each("labels")}) > 1,
+               "every draw (each label ignored with probability 1/4; edge case all_ignored too)",
+               applies=lambda x: x["W"] > 1, where="one count"),
+        Clause("logits_in_dtype", "logits = hidden_states @ weight.T rounded to the task dtype, then fp32: a "
+               "trial in a 16-bit dtype with valid tokens", lambda t: t.dtype in ("bfloat16", "float16") and any(
+                   bool((lab != IGNORE).any()) for lab in t.each("labels")),
+               "a trial in bfloat16 in every step of another dtype (float32 rounds nothing)",
+               dtypes=("bfloat16", "float16")),
+    ),
     departures=(
         "inputs come from secret per-trial, per-rank seeds; the weight is the same on every rank, as a "
         "data-parallel model's is (PKB draws a different weight per rank)",

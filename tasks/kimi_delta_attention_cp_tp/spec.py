@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from pkb_env.contract import Comm, Compute, Cost, Group, Mesh, Output, Preset, Replicated, Sharded, TaskSpec, Tensor
 from pkb_env.tasks import _delta_rule as delta
+from pkb_env.tasks._clauses import own_blocks
 
 LOWER_BOUND = -5.0
 TP = "1 + min(1, W // 4) * (1 - W % 2)"  # 2 when W >= 4 and even (PKB's rule), else 1
@@ -81,6 +82,7 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=TOLERANCE,
+    clauses=(own_blocks("q", "k", "v", what="the state carried from every earlier block"),),
     presets={
         "tiny": Preset({"B": 1, "L": 80, "H": 4, "K": 32, "V": 16}, "float32",
                        "CPU ranks, milliseconds; a block spans two 64-token chunks"),

@@ -9,6 +9,7 @@ passes over the inputs: the levers are one fused pass that produces both sums an
 from pkb_env.contract import (Comm, Compute, Cost, Normal, Output, Preset, Propagated, Replicated, Sharded, TaskSpec,
                               Tensor, UnitRows)
 from pkb_env.tasks._gemm import DTYPES, split_k_tolerance
+from pkb_env.tasks._clauses import own_blocks
 
 
 def golden(inputs, world):
@@ -59,6 +60,7 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=D_GAMMA,
+    clauses=(own_blocks("X_hat", "dY", what="the sums run over every rank's tokens"),),
     presets={
         "tiny": Preset({"M": 8, "N": 16}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"M": 1024, "N": 1024}, "bfloat16", "PKB's shapes: X_hat, dY (1024, 1024) per rank"),

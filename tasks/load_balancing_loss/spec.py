@@ -13,7 +13,9 @@ grid of 0.5 so that ties come in most rows.
 """
 import torch
 
-from pkb_env.contract import Comm, Compute, Const, Cost, Edge, Output, Preset, Replicated, Sum, TaskSpec, Tensor
+from pkb_env.contract import (Clause, Comm, Compute, Const, Cost, Edge, Output, Preset, Replicated, Sum, TaskSpec,
+                              Tensor)
+from pkb_env.tasks._clauses import sixteen_bit
 
 EXPERTS, TOP_K = 8, 2
 
@@ -21,6 +23,13 @@ EXPERTS, TOP_K = 8, 2
 def tied_logits(x, draw):
     """Every rank's logits rounded to multiples of 0.5: ties at the top-k boundary in most rows."""
     return (x.float() * 2).round().div(2).to(x.dtype)
+
+
+def tied_at_cut(trial) -> bool:
+    """A row of some rank whose top_k-th and next largest logits are equal (the tie rule decides its route)."""
+    k = trial.inputs[0]["top_k"]
+    ranked = [x.sort(dim=-1, descending=True).values for x in trial.each("gate_logits")]
+    return any(bool((r[:, k - 1] == r[:, k]).any()) for r in ranked)
 
 
 def local_loss(logits: torch.Tensor, experts: int, top_k: int) -> torch.Tensor:
@@ -73,6 +82,11 @@ SPEC = TaskSpec(
     # times tighter keeps it well inside and rejects more.
     tolerance_rule=(Sum("M", "4 / M", "float32", what="the fp32 means of the router probabilities")
                     + Sum("W", 1, "float32", what="the fp32 sum of the ranks' losses")),
+    clauses=(Clause("ties_to_lower", "top_k by the largest logits, ties going to the lower expert index: a row whose "
+                    "2nd and 3rd largest logits are equal", tied_at_cut,
+                    "edge case tied_logits (logits on a grid of 0.5)",
+                    edge="tied_logits"),
+             sixteen_bit("fp32_softmax", "p = softmax(gate_logits) computed in fp32 from 16-bit logits")),
     presets={
         "tiny": Preset({"M": 64}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"M": 1024}, "bfloat16", "PKB's size: 1024 tokens a rank, 8 experts"),

@@ -13,6 +13,7 @@ import torch
 from pkb_env.contract import (Comm, Compute, Cost, Custom, Group, Output, Preset, Replicated, Rounded, Sharded, Sum,
                               TaskSpec, Tensor, WorldSizes)
 from pkb_env.tasks._attention import attention, attention_flops
+from pkb_env.tasks._clauses import own_blocks
 
 
 def _key_ranges(gen, shape, dtype, env):
@@ -93,6 +94,7 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=TOLERANCE,
+    clauses=(own_blocks("query", "key_value", what="every rank's tokens of every range"),),
     presets={
         "tiny": Preset({"R": 4, "N": 16, "HQ": 16, "HKV": 8, "D": 8}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"R": 4, "N": 21600, "HQ": 48, "HKV": 8, "D": 128}, "bfloat16",

@@ -12,7 +12,7 @@ fusing the upsampling, the fades and the assembly into one pass that writes the 
 import torch
 import torch.nn.functional as F
 
-from pkb_env.contract import Compute, Const, Cost, Group, Output, Preset, Replicated, Rounded, TaskSpec, Tensor
+from pkb_env.contract import Clause, Compute, Const, Cost, Group, Output, Preset, Replicated, Rounded, TaskSpec, Tensor
 
 OVERLAP = 0.25
 """Spatial tile overlap (PKB's); the temporal overlap is 0.0."""
@@ -28,6 +28,14 @@ def _tiles(z, size, up, overlap):
                 crop = z[:, :, t:t + size[0], h:h + size[1], w:w + size[2]]
                 out[(t, h, w)] = F.interpolate(crop, scale_factor=up, mode="trilinear", align_corners=False)
     return out, stride
+
+
+def cut_short(trial) -> bool:
+    """A tile along h or w that the video's edge cuts short (the last tile's start plus its size passes it)."""
+    args = trial.inputs[0]
+    size, stride = args["tile_latent_min_height"], int(args["tile_latent_min_height"] * (1 - OVERLAP))
+    return any(start + size > args["z"].shape[axis] for axis in (3, 4)
+               for start in range(0, args["z"].shape[axis], stride))
 
 
 def golden(inputs, world):
@@ -110,6 +118,9 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=TOLERANCE,
+    clauses=(Clause("cut_short", "tiles cut short at the video's edge: a tile whose start plus its size passes "
+                    "the latent's height or width", cut_short,
+                    "the preset's sizes (7 x 7 latents, tiles of 4 every 3)"),),
     presets={
         "tiny": Preset({"B": 1, "T": 2, "H": 7, "X": 7, "LT": 1, "LH": 4, "SU": 2, "TU": 2}, "float32",
                        "CPU ranks, milliseconds: 18 tiles of 1 x 4 x 4 latents, the last row and column of tiles "

@@ -12,8 +12,9 @@ counts and no staging copies.
 """
 import torch
 
-from pkb_env.contract import Comm, Cost, Exact, Group, Output, Routed, TaskSpec, Tensor
+from pkb_env.contract import Clause, Comm, Cost, Exact, Group, Output, Routed, TaskSpec, Tensor
 from pkb_env.tasks._moe_dispatch import DTYPES, MAX_RECEIVED, ROUTING, presets
+from pkb_env.tasks._moe_edges import IDLE_RANK, can_idle_rank, idle_rank_edge
 
 
 def golden(inputs, world):
@@ -70,8 +71,14 @@ SPEC = TaskSpec(
     cost=cost,
     tolerance_rule=Exact("pure data movement: every row must arrive bit-exact"),
     presets=presets(),
+    edges=(idle_rank_edge(ROUTING),),
+    clauses=(Clause("idle_rank", f"{IDLE_RANK}: every split towards it is zero and it returns no row",
+                    lambda t: any(int(s.sum()) == 0 for s in t.each("output_split_sizes")),
+                    "edge case idle_rank (its experts' gate logits lowered for every token)", edge="idle_rank",
+                    applies=can_idle_rank(ROUTING), where="a group of one rank"),),
     dtypes=DTYPES,
     departures=(
+        "an edge case in every step's trials: a rank whose experts no token picks (every split towards it zero)",
         "the split sizes are a real top-2-of-8 routing's counts, drawn per call with skewed expert popularity "
         "(uneven, different every call, consistent across ranks); PKB passes equal splits of M / W rows, a "
         "plain all-to-all, where a candidate that ignores the splits passes",

@@ -8,6 +8,7 @@ reduction for all three (they need not be three collectives, nor three launches)
 """
 from pkb_env.contract import Comm, Cost, Group, InPlace, Preset, TaskSpec, Tensor
 from pkb_env.tasks._primitives import SUM, rank_sum
+from pkb_env.tasks._clauses import own_blocks
 
 GRADS = ("grad_fc1_1_lora_A", "grad_fc1_2_lora_A", "grad_fc2_lora_B")
 
@@ -47,6 +48,7 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=SUM,
+    clauses=(own_blocks("grad_fc1_1_lora_A", "grad_fc1_2_lora_A", "grad_fc2_lora_B", what="the sums over ranks"),),
     presets={
         "tiny": Preset({"R": 8, "N": 32}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"R": 8, "N": 1024}, "bfloat16", "PKB's size: rank 8, hidden 1024 (48 KiB a rank)"),

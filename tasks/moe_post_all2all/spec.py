@@ -19,6 +19,7 @@ import torch
 from pkb_env.contract import (Comm, Compute, Const, Cost, FromInputs, Group, Output, Rounded, Routed, TaskSpec,
                               Tensor)
 from pkb_env.tasks._moe_dispatch import DTYPES, MAX_RECEIVED, ROUTING, mapping, picks_of, presets, received
+from pkb_env.tasks._moe_edges import routing_clauses, routing_edges
 
 
 def _routing_map(values, shape, dtype, env):
@@ -107,8 +108,12 @@ SPEC = TaskSpec(
     # Each element: K products of an output (RMS 1) and a weight (< 1), rounded, then added in the dtype.
     tolerance_rule=Rounded("K", 1, what="the K weighted expert outputs of a token, each rounded, then added"),
     presets=presets(),
+    edges=routing_edges(ROUTING),
+    clauses=routing_clauses(ROUTING, lambda args: args["selected_experts"], "the expert outputs hold a local "
+                            "expert"),
     dtypes=DTYPES,
     departures=(
+        "edge cases in every step's trials: an expert that no token picks and a rank whose experts no token picks",
         "every count is the real one of a top-2-of-8 routing drawn per call with skewed expert popularity "
         "(uneven, different every call, consistent across ranks), and the routing map and permutation are "
         "this routing's; PKB draws them at random, apart from each other",

@@ -18,6 +18,7 @@ import torch
 
 from pkb_env.contract import Comm, Const, Cost, Exact, Group, Output, Routed, TaskSpec, Tensor
 from pkb_env.tasks._moe_dispatch import DTYPES, MAX_RECEIVED, ROUTING, mapping, picks, presets, received
+from pkb_env.tasks._moe_edges import routing_clauses, routing_edges
 
 
 def golden(inputs, world):
@@ -85,8 +86,12 @@ SPEC = TaskSpec(
     cost=cost,
     tolerance_rule=Exact("pure data movement and integer bookkeeping: every value exact"),
     presets=presets(),
+    edges=routing_edges(ROUTING),
+    clauses=routing_clauses(ROUTING, lambda args: args["expert_mask"].argmax(dim=0), "the permuted rows hold "
+                            "a local expert"),
     dtypes=DTYPES,
     departures=(
+        "edge cases in every step's trials: an expert that no token picks and a rank whose experts no token picks",
         "every count is the real one of a top-2-of-8 routing drawn per call with skewed expert popularity "
         "(uneven, different every call, consistent across ranks); PKB passes synthetic equal input_splits "
         "(2M / W for every peer) and per-expert counts unrelated to its random mask, so its splits never match "

@@ -20,7 +20,8 @@ device (PKB 27-29 here) and read them to the host once, where NCCL's all-to-all-
 import torch
 
 from pkb_env.contract import Comm, Compute, Const, Cost, Custom, Exact, Group, Output, TaskSpec, Tensor
-from pkb_env.tasks._moe_dispatch import DTYPES, own_mask, picks, presets
+from pkb_env.tasks._moe_dispatch import DTYPES, ROUTING, own_mask, picks, presets
+from pkb_env.tasks._moe_edges import mask_edges, routing_clauses
 
 
 def golden(inputs, world):
@@ -77,8 +78,12 @@ SPEC = TaskSpec(
     cost=cost,
     tolerance_rule=Exact("integer counts: exact"),
     presets=presets(),
+    edges=mask_edges(),
+    clauses=routing_clauses(ROUTING, lambda args: args["expert_mask"].argmax(dim=0), "the counts hold an expert"),
     dtypes=DTYPES,
     departures=(
+        "edge cases in every step's trials: an expert that no rank's token picks and a rank whose experts no "
+        "token picks",
         "the outputs stay on the device (PKB returns CPU tensors: two built by .tolist(), two copied with "
         "non_blocking=True that may still be in flight when the call returns); no host sync in the call",
         "the counts are int64 from an int64 mask (Hugging Face's one_hot; PKB's mask is fp32, so its counts "

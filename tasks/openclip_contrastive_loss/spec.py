@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from pkb_env.contract import (Comm, Compute, Const, Cost, Custom, Group, Output, PerRank, Preset, Relative, Sharded,
                               TaskSpec, Tensor)
+from pkb_env.tasks._clauses import own_blocks, sixteen_bit
 
 SCALE, BIAS = 10.0, -10.0
 
@@ -112,6 +113,9 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=TOLERANCE,
+    clauses=(own_blocks("image_features", "text_features", what="every rank's texts are the negatives"),
+             sixteen_bit("fp32_logits", "dot products accumulated in fp32, the logits never rounded to the "
+                         "features' dtype")),
     presets={
         "tiny": Preset({"M": 48, "N": 16}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"M": 1024, "N": 1024}, "bfloat16",

@@ -14,6 +14,7 @@ from pkb_env.contract import (Comm, Compute, Const, Cost, Group, Normal, Output,
                               TaskSpec, Tensor)
 from pkb_env.tasks._conv import BIAS_ROUNDING, fan_in_normal
 from pkb_env.tasks._gemm import split_k_tolerance
+from pkb_env.tasks._clauses import own_blocks
 
 
 def golden(inputs, world):
@@ -73,6 +74,7 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=TOLERANCE,
+    clauses=(own_blocks("x", "weight", what="every channel block's partial convolution"),),
     presets={
         "tiny": Preset({"B": 1, "C": 24, "O": 4, "T": 4, "H": 5, "X": 5}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"B": 1, "C": 512, "O": 512, "T": 19, "H": 66, "X": 66}, "bfloat16",

@@ -13,6 +13,7 @@ import math
 import torch
 
 from pkb_env.contract import Comm, Compute, Const, Cost, Fft, Group, Output, Preset, Sharded, TaskSpec, Tensor
+from pkb_env.tasks._clauses import own_blocks
 
 
 def golden(inputs, world):
@@ -58,6 +59,7 @@ SPEC = TaskSpec(
     cost=cost,
     tolerance_rule=Fft("H * X", 1, what="a 2-D FFT of H*X points of unit-normal values, 'ortho' (outputs of RMS "
                                         "1)"),
+    clauses=(own_blocks("x", what="the transform mixes every rank's columns"),),
     presets={
         "tiny": Preset({"B": 2, "H": 8, "X": 16}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"B": 16, "H": 1024, "X": 1024}, "float32",

@@ -15,10 +15,12 @@ only how the dequantised values are summed; a code that differs from the definit
 multiply instead of the division, an approximate division, round half away from zero) moves an element by
 a whole quantisation step, s / W, far outside it, and so does skipping the quantisation.
 """
+from functools import lru_cache
+
 import torch
 
-from pkb_env.contract import (Comm, Compute, Const, Cost, Edge, Output, Preset, Relative, Replicated, Sum, TaskSpec,
-                              Tensor)
+from pkb_env.contract import (Clause, Comm, Compute, Const, Cost, Edge, Output, Preset, Relative, Replicated, Sum,
+                              TaskSpec, Tensor)
 
 BLOCK = 128       # values per scale (the block_size Const)
 INT8_MAX = 127.0  # the largest code
@@ -43,6 +45,78 @@ def zero_block(x, draw):
     x = x.clone()
     x[block * BLOCK:(block + 1) * BLOCK] = 0
     return x
+
+
+# -- values on the codes' rounding boundaries -------------------------------------------------------------
+BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
+SCALE = 2.0 ** -5   # the boundary blocks' maxima lie in [4, 8): a gradient's outliers (exact: a power of two)
+
+
+def _quotients(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per value of (n, BLOCK) fp32 blocks: the stated quotient x / s, and x * (127 / amax) and x * (1 / s),
+    the reciprocal multiplies a candidate may use instead (all fp32)."""
+    amax = blocks.abs().amax(dim=1, keepdim=True).clamp(min=AMAX_FLOOR)
+    scale = amax / INT8_MAX
+    return blocks / scale, blocks * (INT8_MAX / amax), blocks * (1.0 / scale)
+
+
+@lru_cache(maxsize=None)
+def _reciprocal_block(dtype: torch.dtype) -> tuple[float, tuple[float, ...]]:
+    """A block maximum in [128, 256) of `dtype`'s grid and the values of that grid below it whose code the
+    stated division rounds otherwise than a reciprocal multiply does (their quotient within an ulp of k + 1/2):
+    the maximum with the most such values (16-bit grids hold a few; float32's many). Searched once per dtype:
+    the grid's values next to (k + 1/2) s for every code k."""
+    bits = BITS[dtype]
+    low, high = (int(torch.tensor(v, dtype=dtype).view(bits)) for v in (128.0, 256.0))
+    step = max(1, (high - low) // 1024)
+    amax = torch.arange(low, high, step, dtype=bits).view(dtype).float()
+    near = ((torch.arange(127.0)[None] + 0.5) * (amax[:, None] / INT8_MAX)).to(dtype)
+    x = (near.view(bits)[..., None] + torch.arange(-3, 4, dtype=bits)).view(dtype).float().flatten(1)
+    exact, whole, each = _quotients(torch.cat([amax[:, None], x], dim=1))
+    differs = ((exact.round() != whole.round()) | (exact.round() != each.round()))[:, 1:] & (x < amax[:, None])
+    differs &= (exact.round() != whole.round())[:, 1:].any(dim=1, keepdim=True)   # the 127 / amax kind present
+    best = int(differs.sum(dim=1).argmax())
+    return float(amax[best]), tuple(sorted(set(x[best][differs[best]].tolist())))
+
+
+def rounding_boundary(x, draw):
+    """On the rank it lands on, two blocks whose codes the stated arithmetic decides: in one, amax = 127 2^-5
+    (so s = 2^-5) and values (k + 1/2) s: quotients exactly half-way, where rounding half to even and half away
+    from zero differ for even k; in the other, a maximum whose grid holds values with quotients within an ulp of
+    a half, which a reciprocal multiply (x * (127 / amax) or x * (1 / s)) rounds the other way. Each block's
+    other values stay below its maximum. Normal gradients hold such values in about 1 call in 200 (issue 42:
+    a reciprocal multiply was caught in 15 of 32 steps)."""
+    blocks = x.shape[0] // BLOCK
+    ties, near = (int(b) for b in torch.randperm(blocks, generator=draw.gen, device=draw.gen.device)[:2])
+    signs = torch.randint(0, 2, (2, BLOCK), generator=draw.gen, device=draw.gen.device).cpu() * 2 - 1
+    if not draw.here:
+        return x
+    top, values = _reciprocal_block(x.dtype)
+    x = x.clone()
+    for block, amax, special in ((ties, INT8_MAX, [k + 0.5 for k in range(0, 126, 2)]), (near, top, list(values))):
+        row = x[block * BLOCK:(block + 1) * BLOCK].float().clamp(-amax * SCALE / 2, amax * SCALE / 2)
+        row[0] = amax * SCALE
+        chosen = torch.tensor(special[:BLOCK - 1], dtype=torch.float32) * SCALE   # exact: a power of two
+        row[1:1 + len(chosen)] = chosen
+        x[block * BLOCK:(block + 1) * BLOCK] = (row * signs[int(block == near)].to(row.device)).to(x.dtype)
+    return x
+
+
+def _blocks(trial):
+    return torch.cat([a["flat_grad"].float().view(-1, BLOCK) for a in trial.inputs])
+
+
+def half_to_even(trial) -> bool:
+    """A quotient exactly half-way between two codes, the lower even: round half to even and round half away
+    from zero differ."""
+    exact = _quotients(_blocks(trial))[0].abs()
+    return bool(((exact - exact.floor() == 0.5) & (exact.floor() % 2 == 0)).any())
+
+
+def stated_division(trial) -> bool:
+    """A value whose code the fp32 division x / s rounds otherwise than x * (127 / amax)."""
+    exact, whole, _ = _quotients(_blocks(trial))
+    return bool((exact.round() != whole.round()).any())
 
 
 def golden(inputs, world):
@@ -108,7 +182,20 @@ SPEC = TaskSpec(
                         "NVLink"),
     },
     dtypes=("float32", "bfloat16", "float16"),
-    edges=(Edge("zero_block", "flat_grad", zero_block, "an all-zero block"),),
+    edges=(Edge("zero_block", "flat_grad", zero_block, "an all-zero block"),
+           Edge("rounding_boundary", "flat_grad", rounding_boundary, "blocks with values on their codes' rounding "
+                "boundaries")),
+    clauses=(
+        Clause("amax_floor", "an all-zero block: s = 1e-8 / 127, codes 0 (no division by zero)",
+               lambda t: bool((_blocks(t).abs().amax(dim=1) == 0).any()), "edge case zero_block", edge="zero_block"),
+        Clause("half_to_even", "q = x / s rounded half to even: a quotient exactly half-way between codes, the "
+               "lower even", half_to_even, "edge case rounding_boundary (a block with amax = 127 s, s = 2^-5, and "
+               "values (k + 1/2) s)", edge="rounding_boundary"),
+        Clause("fp32_division", "q from the fp32 quotient x / s (IEEE division): a value whose quotient lies "
+               "within an ulp of a half, where x * (127 / amax) rounds the other way", stated_division,
+               "edge case rounding_boundary (a block whose maximum's grid holds such values, searched per dtype)",
+               edge="rounding_boundary"),
+    ),
     departures=(
         "inputs come from secret per-trial, per-rank seeds (PKB seeds with 42 + rank + trial, which a candidate "
         "can reproduce to quantise its peers' gradients without communicating)",
@@ -117,8 +204,9 @@ SPEC = TaskSpec(
         "the statement defines the codes exactly (fp32 division, round half to even) and the golden computes "
         "them the same way, then averages in float64, so the output is one function of the inputs (PKB "
         "leaves the arithmetic to its reference's code and compares everything at 1e-2)",
-        "an edge case: one all-zero block in one call of two, where PKB's 1e-8 floor on the block's "
-        "maximum decides the result",
+        "edge cases, each in every step's trials: an all-zero block, where PKB's 1e-8 floor on the block's "
+        "maximum decides the result, and blocks whose values sit on their codes' rounding boundaries, where the "
+        "stated fp32 division and rounding half to even decide them",
         "a `large` preset (8M values a rank) where the bytes moved set the time",
     ),
 )

@@ -9,6 +9,7 @@ import torch
 
 from pkb_env.contract import (Comm, Compute, Const, Cost, Output, PerRank, Preset, Replicated, Rounded, Sharded, Sum,
                               TaskSpec, Tensor)
+from pkb_env.tasks._clauses import own_blocks, quiet_row, quiet_row_edge
 
 
 def golden(inputs, world):
@@ -57,6 +58,10 @@ SPEC = TaskSpec(
     tolerance_rule=(Sum("W", "3 / sqrt(W)", "dtype", what="the sum over ranks, in the dtype (in output units)")
                     + Rounded(3, 1, what="the average, the normalised row and the output, each rounded")
                     + Sum("H", "1 / H", "float32", what="mean of squares, accumulated in fp32")),
+    edges=(quiet_row_edge("x", "T"),),
+    clauses=(quiet_row(lambda t: torch.stack([a["x"].double() for a in t.inputs]).mean(dim=0).view(int(t["T"]), -1)
+                       .pow(2).mean(dim=1), 1e-5),
+             own_blocks("x", what="the average runs over every rank's partials")),
     presets={
         "tiny": Preset({"T": 24, "H": 16}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"T": 1024, "H": 128}, "bfloat16",

@@ -17,6 +17,7 @@ average rank's share of the S(S+1)/2 visible pairs.
 """
 from pkb_env.contract import Compute, Const, Cost, Group, Output, Preset, Rounded, Sharded, Sum, TaskSpec, Tensor
 from pkb_env.tasks._attention import PREDICTABLE_SEEDS, attention, attention_flops, context_exchange
+from pkb_env.tasks._clauses import own_blocks
 
 
 def golden(inputs, world):
@@ -68,6 +69,7 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=TOLERANCE,
+    clauses=(own_blocks("q", "k", "v", what="every earlier block's keys matter"),),
     presets={
         "tiny": Preset({"B": 2, "S": 24, "H": 2, "E": 8}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"B": 16, "S": 16, "H": 8, "E": 64}, "bfloat16",

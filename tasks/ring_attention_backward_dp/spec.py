@@ -22,6 +22,7 @@ from pkb_env.contract import (Comm, Compute, Const, Cost, FromInputs, Group, Mes
                               Rounded, Sum, TaskSpec, Tensor)
 from pkb_env.tasks._attention import (PREDICTABLE_SEEDS, attention, attention_backward, attention_flops,
                                       context_exchange)
+from pkb_env.tasks._clauses import own_blocks
 
 
 def _own_forward(values):
@@ -124,6 +125,7 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=TOLERANCE,
+    clauses=(own_blocks("q", "dout", what="gradients over the whole sequence, averaged over replicas"),),
     presets={
         "tiny": Preset({"B": 2, "S": 12, "H": 2, "E": 8}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"B": 16, "S": 16, "H": 8, "E": 64}, "bfloat16",

@@ -12,6 +12,7 @@ from pkb_env.contract import (Comm, Compute, Const, Cost, Group, Mesh, Normal, O
                               TaskSpec, Tensor)
 from pkb_env.tasks._attention import (PREDICTABLE_SEEDS, attention, attention_flops, context_exchange,
                                       layer_tolerance)
+from pkb_env.tasks._clauses import own_blocks
 
 WEIGHT_STD = 0.02  # PKB's scale of both projections (an initialisation-sized weight)
 
@@ -76,6 +77,7 @@ SPEC = TaskSpec(
     cost=cost,
     tolerance_rule=layer_tolerance(WEIGHT_STD, "5 + cp", "q, k, v, scores, probabilities, the attention output, "
                                                            "one ring merge per step and the stage hand-off"),
+    clauses=(own_blocks("h", what="every earlier block's keys matter"),),
     presets={
         "tiny": Preset({"B": 2, "S": 12, "D": 16, "H": 2, "E": 8}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"B": 16, "S": 16, "D": 512, "H": 8, "E": 64}, "bfloat16",

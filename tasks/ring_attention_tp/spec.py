@@ -10,6 +10,7 @@ and the all-reduce.
 from pkb_env.contract import (Comm, Compute, Const, Cost, Group, Mesh, Normal, Output, Preset, Rounded, Sharded,
                               Sum, TaskSpec, Tensor)
 from pkb_env.tasks._attention import attention, attention_flops, context_exchange
+from pkb_env.tasks._clauses import own_blocks
 
 WEIGHT_STD = 0.02  # PKB's scale of both projections (an initialisation-sized weight)
 
@@ -85,6 +86,7 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=TOLERANCE,
+    clauses=(own_blocks("h", what="every earlier block's keys matter"),),
     presets={
         "tiny": Preset({"B": 2, "S": 16, "D": 32, "H": 4, "E": 8}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"B": 16, "S": 16, "D": 512, "H": 8, "E": 64}, "bfloat16",

@@ -8,6 +8,7 @@ k in one launch) so that the data crosses HBM and the links once.
 import torch
 
 from pkb_env.contract import Comm, Compute, Cost, Output, Preset, Replicated, Rounded, Sharded, TaskSpec, Tensor
+from pkb_env.tasks._clauses import own_blocks
 
 
 def golden(inputs, world):
@@ -61,6 +62,7 @@ SPEC = TaskSpec(
     cost=cost,
     # x * cos and rotate_half(x) * sin (RMS 1 each) and their sum (RMS sqrt(2)) are each rounded once.
     tolerance_rule=Rounded(3, "sqrt(2)", what="the two products and their sum, each rounded to the dtype"),
+    clauses=(own_blocks("q", "k", "cos", "sin", what="every position block is gathered"),),
     presets={
         "tiny": Preset({"B": 2, "S": 24, "H": 2, "E": 8}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"B": 16, "S": 16, "H": 8, "E": 64}, "bfloat16",

@@ -10,11 +10,12 @@ gathering the logits in their own dtype, and binarising once.
 """
 import torch
 
-from pkb_env.contract import (Comm, Compute, Const, Cost, Custom, Edge, Exact, Group, Length, Normal,
+from pkb_env.contract import (Clause, Comm, Compute, Const, Cost, Custom, Edge, Exact, Group, Length, Normal,
                               Output, Preset, Replicated, TaskSpec, Tensor)
 
 GRID = 16  # masks are boxes on a grid of GRID x GRID cells, so that heavy overlaps are common
 TALL, SHORT = 10, 7  # the edge case's columns, in cells: IoU SHORT / TALL = 0.7 (the threshold)
+CHAIN, LINK = 13, 9  # the chain's column (no box reaches it: boxes end by cell 10) and its objects' height
 
 
 def boxes(gen, shape, dtype, env):
@@ -46,6 +47,23 @@ def iou_exactly_at_threshold(masks, draw):
     return out
 
 
+def overlap_chain(masks, draw):
+    """Three objects in a chain, X, Y and Z (object j of rank j % W, j = 0, 1, 2: the count is 3 on every
+    rank in this case): columns of LINK = 9 cells in cell column CHAIN, starting at rows 0, 1 and 2, so X-Y and
+    Y-Z overlap at IoU 8/10 and X-Z at 7/11 < 0.7. Their occlusion frames rise along the chain
+    (`occlusion_frames`), so X suppresses Y and Y suppresses Z: Z is suppressed by an object that is suppressed
+    itself, which greedy suppression (a suppressed object suppresses nothing) keeps."""
+    cell, rank, world = masks.shape[1] // GRID, draw.coords["world"], int(draw.env["W"])
+    out = masks.clone()
+    for j in range(3):
+        if j % world != rank or j >= masks.shape[0]:
+            continue
+        inside = torch.zeros(masks.shape[1:], dtype=torch.bool, device=masks.device)
+        inside[j * cell:(j + LINK) * cell, CHAIN * cell:(CHAIN + 1) * cell] = True
+        out[j] = torch.where(inside, masks[j].abs(), -masks[j].abs())
+    return out
+
+
 def occlusion_frames(gen, shape, dtype, env, given):
     """The frame each object was last occluded at: -1 to 7 (-1: never), uniform, except where the edge case
     made the object a one-cell-wide column (no box is: their sides are 6-8 cells): 0-3 for a 10-cell column
@@ -61,7 +79,34 @@ def occlusion_frames(gen, shape, dtype, env, given):
     early = torch.randint(0, 4, shape, generator=gen, device=gen.device)
     frames = torch.where((width == 1) & (height == TALL), early, frames)
     frames = torch.where((width == 1) & (height == SHORT), early + 4, frames)
+    top = cells.any(dim=2).int().argmax(dim=1)                      # the chain's links: rising frames
+    frames = torch.where((width == 1) & (height == LINK), 3 * top + early % 2, frames)
     return frames.to(dtype)
+
+
+def _suppressors(trial):
+    """(total, total) bool: [i, j] where object i suppresses object j by the statement's rule, in float64."""
+    masks, last = trial.cat("low_res_masks_local"), trial.cat("last_occluded_local")
+    binary = (masks > 0).flatten(1).double()
+    intersection = binary @ binary.T
+    area = binary.sum(dim=1)
+    iou = intersection / (area[:, None] + area[None, :] - intersection).clamp_min(1.0)
+    over = (iou >= 0.7) & ~torch.eye(len(last), dtype=torch.bool)
+    return over & (last[None, :] > last[:, None]) & (last[:, None] > -1), iou, last
+
+
+def chain(trial) -> bool:
+    """An object suppressed only by objects that are suppressed themselves."""
+    by = _suppressors(trial)[0]
+    suppressed = by.any(dim=0)
+    return any(bool(suppressed[j]) and bool(suppressed[by[:, j]].all()) for j in range(len(suppressed)))
+
+
+def at_threshold(trial) -> bool:
+    """A pair at IoU exactly 0.7 that the rule decides (frames differ, neither -1)."""
+    _, iou, last = _suppressors(trial)
+    pairs = torch.triu(iou == 0.7, diagonal=1).nonzero().tolist()
+    return any(last[i] >= 0 and last[j] >= 0 and last[i] != last[j] for i, j in pairs)
 
 
 def golden(inputs, world):
@@ -136,7 +181,17 @@ SPEC = TaskSpec(
     cost=cost,
     tolerance_rule=Exact("copies of the inputs, a constant, and a decision from integer pixel counts"),
     edges=(Edge("iou_at_threshold", "low_res_masks_local", iou_exactly_at_threshold,
-                "pairs of objects across ranks at IoU exactly 0.7", everywhere=True),),
+                "pairs of objects across ranks at IoU exactly 0.7", everywhere=True),
+           Edge("overlap_chain", "low_res_masks_local", overlap_chain, "a chain of three overlapping objects, "
+                "each suppressing the next", everywhere=True, also=(("count", lambda count, draw: 3),))),
+    clauses=(
+        Clause("iou_at_least", "IoU >= iou_threshold: a pair at IoU exactly 0.7 that the occlusion frames decide",
+               at_threshold, "edge case iou_at_threshold (one-cell columns of 10 and 7 cells)",
+               edge="iou_at_threshold", applies=lambda x: x["W"] > 1, where="the pairs span two ranks"),
+        Clause("every_pair", "every overlapping pair decides (not greedy): an object suppressed only by objects "
+               "that are suppressed themselves", chain, "edge case overlap_chain (three 9-cell columns offset by "
+               "a row, frames rising along the chain)", edge="overlap_chain"),
+    ),
     presets={
         "tiny": Preset({"S": 32}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"S": 256}, "bfloat16", "PKB's shapes: 256 x 256 low-resolution masks, 1 to 3 objects per "
@@ -152,7 +207,9 @@ SPEC = TaskSpec(
         "the pattern i % 5 - 1, -1 to 3; here -1 to 7 drawn per call, so that more overlapping pairs differ in it)",
         "masks are boxes on a coarse grid, so IoUs of 0.7 and more are common and objects are suppressed; "
         "PKB's striped noise masks overlap at IoU ~0.5, so nothing was ever suppressed and a candidate "
-        "skipping the decision passed; an edge case puts pairs at IoU exactly 0.7 (the >= of the rule)",
+        "skipping the decision passed; an edge case puts pairs at IoU exactly 0.7 (the >= of the rule), "
+        "another a chain of three objects each suppressing the next (every pair decides: greedy suppression "
+        "keeps the third)",
         "the IoU comparison is defined on exact pixel counts, which float32 and float64 decide alike at "
         "these sizes; the outputs are compared exactly (PKB: allclose at rtol 1e-2)",
         "the process group is an input the judge builds (PKB passes None for the world group)",

@@ -11,6 +11,7 @@ import torch
 
 from pkb_env.contract import Comm, Compute, Cost, Output, Preset, Propagated, Sharded, Sum, TaskSpec, Tensor
 from pkb_env.tasks._gemm import DTYPES, split_k_tolerance
+from pkb_env.tasks._clauses import own_blocks
 
 
 def golden(inputs, world):
@@ -61,6 +62,7 @@ SPEC = TaskSpec(
     tolerance_rule=(Sum("H", 1, "float32", what="first GEMM, accumulated in fp32")
                     + Propagated("2 * F", "sqrt(H)", what="x @ W1 and its SiLU, each rounded to the dtype")
                     + split_k_tolerance("F", "W", magnitude="sqrt(H)")),
+    clauses=(own_blocks("x", "W1", "W2", what="every rank's tokens and weight blocks enter the result"),),
     presets={
         "tiny": Preset({"M": 24, "H": 8, "F": 24}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"M": 1024, "H": 256, "F": 512}, "bfloat16",

@@ -9,6 +9,7 @@ tables directly through peer memory), send each distinct row once, and keep the 
 import math
 
 from pkb_env.contract import Comm, Cost, Exact, Integers, Output, PerRank, Preset, Sharded, TaskSpec, Tensor
+from pkb_env.tasks._clauses import remote, repeat_edge, repeated
 
 
 def golden(inputs, world):
@@ -57,6 +58,9 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=Exact("a lookup moves rows: every element must arrive bit-exact"),
+    edges=(repeat_edge("indices"),),
+    clauses=(repeated("indices", "each returns its row"),
+             remote("indices", lambda t, ids: ids // int(t["V"]), "rows come from the owner's shard")),
     presets={
         "tiny": Preset({"T": 16, "V": 8, "D": 4}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"T": 1024, "V": 1024, "D": 1024}, "bfloat16",

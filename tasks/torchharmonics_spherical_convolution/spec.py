@@ -17,6 +17,7 @@ import torch
 from pkb_env.contract import (Comm, Compute, Cost, Group, Mesh, Normal, Output, PerRank, Preset, Replicated,
                               Rounded, Sparse, Sum, TaskSpec, Tensor)
 from pkb_env.tasks._conv import fan_in_normal
+from pkb_env.tasks._clauses import own_blocks
 
 NNZ = "K * H * H * X / (polar * R)"
 """psi's stored entries per polar block: 1/R of the dense operator (R = 256 at bench: 128 input points per output
@@ -119,6 +120,7 @@ SPEC = TaskSpec(
     cost=cost,
     tolerance_rule=TOLERANCE,
     mesh=Mesh(("polar", "W / azimuth"), ("azimuth", "min(W, 2)")),
+    clauses=(own_blocks("x", "psi", what="every polar block's contribution"),),
     presets={
         "tiny": Preset({"B": 1, "C": 4, "K": 3, "H": 8, "X": 8, "R": 4}, "float32",
                        "CPU ranks, milliseconds: 8 rotations of a quarter-dense operator"),

@@ -8,10 +8,13 @@ lengths and values by two all-to-all-v, and re-orders what arrived from source-m
 (TorchRec's recat). The output is a dict, its sizes data-dependent. Levers: no host sync (the bounds are
 known), one exchange, the recat fused into the receive.
 """
+from dataclasses import replace
+
 import torch
 
-from pkb_env.contract import (Comm, Cost, Custom, Exact, Group, Integers, Length, Output, PerRank, Preset,
+from pkb_env.contract import (Clause, Comm, Cost, Custom, Exact, Group, Integers, Length, Output, PerRank, Preset,
                               Replicated, TaskSpec, Tensor)
+from pkb_env.tasks._clauses import extreme_rows_edge
 
 
 def _key_splits(gen, shape, dtype, env):
@@ -30,6 +33,22 @@ def _jagged_lengths(gen, shape, dtype, env):
     cuts = torch.sort(torch.randint(0, total + 1, (bags - 1,), generator=gen, device=gen.device)).values
     bounds = torch.cat([cuts.new_zeros(1), cuts, cuts.new_full((1,), total)])
     return bounds.diff().to(dtype)
+
+
+def empty_first_bag(lengths, draw):
+    """The first bag's ids moved to the second: an empty bag on every rank."""
+    lengths = lengths.clone()
+    lengths[1] += lengths[0]
+    lengths[0] = 0
+    return lengths
+
+
+def one_feature_first(splits, draw):
+    """Rank 0 owns one feature, the last rank the rest of rank 0's: uneven splits (W * Fr > W)."""
+    splits = splits.clone()
+    splits[-1] += splits[0] - 1
+    splits[0] = 1
+    return splits
 
 
 def golden(inputs, world):
@@ -97,6 +116,19 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=Exact("ids and lengths are moved, never rounded"),
+    edges=(replace(extreme_rows_edge("B", "B0 - B0 / 4", "B0 + B0 / 4"), name="kjt_corners",
+                   text="the fewest bags on rank 0 and the most on the last, an empty first bag on every rank, one "
+                        "feature on rank 0", also=(("lengths", empty_first_bag), ("key_splits", one_feature_first))),),
+    clauses=(Clause("empty_bags", "bag lengths include empty bags", lambda t: any(bool((n == 0).any()) for n in
+                                                                          t.each("lengths")),
+                    "edge case kjt_corners (most plain draws too)", edge="kjt_corners"),
+             Clause("ragged_batches", "every rank its own batch B_s: stride_per_rank differs by rank", lambda t: len(
+                 {a["lengths"].numel() for a in t.inputs}) > 1, "edge case kjt_corners (the fewest on rank 0, the "
+                 "most on the last rank)", edge="kjt_corners", applies=lambda x: x["W"] > 1, where="one rank"),
+             Clause("uneven_keys", "key_splits uneven: ranks owning different numbers of features",
+                    lambda t: len(set(t.inputs[0]["key_splits"].tolist())) > 1,
+                    "edge case kjt_corners (most plain draws too)", edge="kjt_corners",
+                    applies=lambda x: x["W"] > 1 and x["Fr"] > 1, where="one rank, or one feature a rank")),
     presets={
         "tiny": Preset({"Fr": 2, "B0": 4, "L": 3, "V": 1000}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"Fr": 2, "B0": 512, "L": 12, "V": 1000000}, "bfloat16",

@@ -9,6 +9,7 @@ that produces it.
 """
 from pkb_env.contract import (Comm, Compute, Const, Cost, Group, Output, Preset, Rounded, Sharded, Sum, TaskSpec,
                               Tensor)
+from pkb_env.tasks._clauses import own_blocks
 
 STEPS = 5
 QUINTIC = ((4.0848, -6.8946, 2.9270), (3.9505, -6.3029, 2.6377), (3.7418, -5.5913, 2.3037),
@@ -78,6 +79,7 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=TOLERANCE,
+    clauses=(own_blocks("x", what="the Gram matrix and norm over every rank's columns"),),
     presets={
         "tiny": Preset({"R": 32, "C": 48}, "float32", "CPU ranks, milliseconds; W = 2, 3, 4, 6, 8"),
         "bench": Preset({"R": 512, "C": 512}, "bfloat16",

@@ -8,6 +8,7 @@ sums through peer memory, scale, write once) instead of five launches and an NCC
 """
 from pkb_env.contract import (Comm, Compute, Const, Cost, Output, Preset, Rounded, Sharded, Sum, TaskSpec,
                               Tensor)
+from pkb_env.tasks._clauses import own_blocks, quiet_row, quiet_row_edge
 
 
 def golden(inputs, world):
@@ -53,6 +54,9 @@ SPEC = TaskSpec(
     # more exact candidate, issue 31).
     tolerance_rule=(Sum("N", "1 / N", "float32", what="mean of squares, accumulated in fp32")
                     + Rounded(3, 1, what="the inverse RMS, the normalised value and its product with the weight")),
+    edges=(quiet_row_edge("hidden_states", "M"),),
+    clauses=(quiet_row(lambda t: t.world.assemble(t.inputs, "hidden_states").double().pow(2).mean(dim=1), 1e-5),
+             own_blocks("hidden_states", what="each row's mean runs over every rank's columns")),
     presets={
         "tiny": Preset({"M": 8, "N": 48}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"M": 1024, "N": 1024}, "bfloat16",

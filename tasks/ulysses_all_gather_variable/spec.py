@@ -9,7 +9,8 @@ peers' memory), one launch.
 """
 import torch
 
-from pkb_env.contract import Comm, Const, Cost, Group, Length, Output, Preset, Replicated, Tensor
+from pkb_env.contract import Clause, Comm, Const, Cost, Group, Length, Output, Preset, Replicated, Tensor
+from pkb_env.tasks._clauses import extreme_rows_edge
 from pkb_env.tasks._ulysses import ulysses_primitive
 
 
@@ -45,6 +46,11 @@ SPEC = ulysses_primitive(
              "large": Preset({"M": 4096, "N": 2048}, "bfloat16", "16 MiB per rank on average: bandwidth-bound")},
     departures=("the rows differ by rank and by call (PKB gives every rank the same (M, N), so the size "
                 "exchange it pays for never matters)",),
+    edges=(extreme_rows_edge("rows", "3 * M / 4", "5 * M / 4"),),
+    clauses=(Clause("ragged", "every rank's own number of rows: blocks of different sizes",
+                    lambda t: len({a["x"].shape[0] for a in t.inputs}) > 1, "edge case extreme_rows (rank 0 3M/4 "
+                    "rows, the last rank 5M/4); most plain draws too", edge="extreme_rows",
+                    applies=lambda x: x["W"] > 1, where="one block"),),
 )
 
 # -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------

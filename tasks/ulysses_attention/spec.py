@@ -10,6 +10,7 @@ and prologue, and pick the exchange by size (at W=2 a ring of key/value blocks m
 from pkb_env.contract import Compute, Const, Cost, Group, Normal, Output, Preset, Replicated, Sharded, TaskSpec, Tensor
 from pkb_env.tasks._attention import (PREDICTABLE_SEEDS, attention, attention_flops, context_exchange,
                                       layer_tolerance)
+from pkb_env.tasks._clauses import own_blocks
 
 WEIGHT_STD = 0.02  # an initialisation-sized weight, the scale PKB gives the projections of 55 and 56
 
@@ -64,6 +65,7 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=TOLERANCE,
+    clauses=(own_blocks("h", what="every block's keys matter"),),
     presets={
         "tiny": Preset({"B": 2, "S": 16, "D": 32, "H": 8, "E": 4}, "float32", "CPU ranks, milliseconds"),
         "bench": Preset({"B": 16, "S": 16, "D": 512, "H": 8, "E": 64}, "bfloat16",

@@ -9,6 +9,7 @@ into one (an online log-sum-exp carries max and sum together), and overlapping i
 """
 from pkb_env.contract import (Comm, Compute, Cost, Group, Integers, Output, Preset, Replicated, Sharded, Sum,
                               TaskSpec, Tensor)
+from pkb_env.tasks._clauses import own_blocks, sixteen_bit
 
 
 def golden(inputs, world):
@@ -60,6 +61,9 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=TOLERANCE,
+    clauses=(own_blocks("vocab_parallel_logits", what="the log-sum-exp runs over every rank's block"),
+             sixteen_bit("fp32_loss", "computed in float32 or wider: a 16-bit input's log-sum-exp not taken in "
+                         "its own dtype")),
     presets={
         "tiny": Preset({"B": 2, "S": 8, "V": 48}, "float32", "CPU ranks, milliseconds; W = 2, 3, 4, 6, 8"),
         "bench": Preset({"B": 8, "S": 1024, "V": 512}, "bfloat16",

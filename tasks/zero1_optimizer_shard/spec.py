@@ -13,6 +13,7 @@ from pkb_env.contract import Comm, Compute, Cost, Output, Replicated, Sharded, T
 from pkb_env.tasks._mlp_step import (DTYPES, FIRST_MOMENT, MLP_STATE_DEPARTURES, NAMES, P, SECOND_MOMENT, SHAPES,
                                      WEIGHTS, adam, flat_params, full_gradient, grad_tolerance, hyper,
                                      param_tolerance, presets, sharded_adam_state, split, step_flops)
+from pkb_env.tasks._clauses import own_blocks, sixteen_bit
 
 
 def golden(inputs, world):
@@ -81,6 +82,9 @@ SPEC = TaskSpec(
     golden=golden,
     cost=cost,
     tolerance_rule=param_tolerance(),
+    clauses=(own_blocks("X", "y", what="the gradient averages every rank's rows"),
+             sixteen_bit("fp32_compute", "forward and backward in fp32 from rows in the task dtype (a 16-bit "
+                         "forward rounds every activation)")),
     presets=presets(),
     dtypes=DTYPES,
     departures=(

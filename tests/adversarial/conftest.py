@@ -51,7 +51,8 @@ class Baseline:
     as the exploit): the distribution an exploit's time must not beat by more than its own noise.
     """
 
-    NOISE_FLOOR = 1.5  # honest times of one code on loaded CPU ranks differ by up to this (docs/timing.md)
+    # honest times of one code on loaded CPU ranks differ by up to this (docs/measurements/2026-12-01-timing-cpu.md)
+    NOISE_FLOOR = 1.5
 
     def __init__(self, env):
         self.env = env

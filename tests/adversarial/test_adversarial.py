@@ -20,7 +20,6 @@ import time
 import psutil
 import pytest
 
-from conftest import judge_of
 
 from .conftest import ADVERSARIAL, WORLD_SIZE, CANARY, uncontained
 from .exploits import BY_NAME as EXPLOITS_BY_NAME, EXPLOITS, FLAGGED, RUNTIME_ERROR, WRONG
@@ -35,7 +34,7 @@ RESULTS: dict[str, dict] = {"exploits": {}, "legit": {}}
 def _exploit_params():
     """Every exploit, as a strict xfail where its hole is open here. A racy hole (the judge sometimes wins)
     cannot be a strict xfail and a non-strict one can never fail, so it is not run where it is open: the
-    hole is listed in docs/adversarial_table.md's known holes instead, and the test runs where it is closed."""
+    hole is listed in docs/known_holes.md instead, and the test runs where it is closed."""
     exposed = uncontained()
     for e in EXPLOITS:
         open_here = e.hole and (e.hole_if == "always" or exposed)
@@ -64,14 +63,15 @@ def test_legit_candidate_is_correct(adv_env, name):
 @pytest.mark.parametrize("name", list(_exploit_params()))
 def test_exploit_is_defeated(adv_env, baseline, name):
     e = EXPLOITS_BY_NAME[name]
-    executor = judge_of(adv_env).executor
+    judge = adv_env.unwrapped.client   # its JudgeService's public methods, on the judge's thread (client.run)
+    directory = judge.run(lambda service: service.directory())
     baseline.prime(e.task)
     obs, _ = adv_env.reset(options={"task": e.task})
     _remove(e.files)
     if e.fresh_reference_time:  # as on the first step of a task in a real run
-        judge_of(adv_env).forget_reference_timing(e.task)
-    processes_before = len(executor.process_ids())
-    root_before = executor.directory_bytes()
+        judge.run(lambda service: service.forget_reference_timing(e.task))
+    processes_before = len(judge.run(lambda service: service.process_ids()))
+    root_before = judge.run(lambda service: service.directory_bytes())
 
     problems: list[str] = []
     verdict, reward, speedup, feedback, believed = "judge_error", None, None, "", None
@@ -100,24 +100,24 @@ def test_exploit_is_defeated(adv_env, baseline, name):
     # Nothing of the candidate survives the step.
     if e.settle_s:
         time.sleep(e.settle_s)  # an escaping process must have finished escaping by now
-    strays = list({p.pid: p for p in _marker_processes(e.marker) + _strays_under(executor)}.values())
+    strays = list({p.pid: p for p in _marker_processes(e.marker) + _strays_under(judge, directory)}.values())
     strays = psutil.wait_procs(strays, timeout=1.0)[1] if strays else []  # dying on their own is fine
     if strays:
         problems.append(f"{len(strays)} process(es) of the candidate outlived the step: "
                         f"{[' '.join(p.info['cmdline'] or [])[:60] for p in strays][:4]}")
-        _kill(strays, executor.root)  # this exploit's: cleaned up so later tests run on a quiet machine
+        _kill(strays, directory)  # this exploit's: cleaned up so later tests run on a quiet machine
     left = [f for f in e.files if os.path.exists(f)]
     if left:
         problems.append(f"files outside the rank set directory survived the step: {left}")
         _remove(left)
-    root_after = executor.directory_bytes()
+    root_after = judge.run(lambda service: service.directory_bytes())
     if root_after > root_before + ROOT_GROWTH_BYTES:
         problems.append(f"the executor's directory grew by {(root_after - root_before) >> 20} MiB")
-    processes_after = len(executor.process_ids())
+    processes_after = len(judge.run(lambda service: service.process_ids()))
     if processes_after > processes_before + WORLD_SIZE:
         problems.append(f"the executor owns {processes_after} processes, {processes_before} before the step")
     if e.fresh_reference_time:  # the reference ranks may have been tampered with: start clean
-        judge_of(adv_env).restart_reference()
+        judge.run(lambda service: service.restart_reference())
 
     # The judge is intact: the reference itself is judged correct on the next step (and its time joins the
     # honest distribution, measured under the load the exploit ran under).
@@ -148,15 +148,15 @@ def _marker_processes(marker: str | None) -> list[psutil.Process]:
             if p.pid != me and marker in " ".join(p.info["cmdline"] or [])]
 
 
-def _strays_under(executor) -> list[psutil.Process]:
-    """Live processes working in the executor's directory that the executor does not own."""
-    owned = set(executor.process_ids())
+def _strays_under(judge, directory: str) -> list[psutil.Process]:
+    """Live processes working in the judge's directory that the judge does not own."""
+    owned = set(judge.run(lambda service: service.process_ids()))
     found = []
     for p in psutil.process_iter(["cmdline"]):
         if p.pid in owned:
             continue
         try:
-            if p.cwd().startswith(executor.root) and p.status() != psutil.STATUS_ZOMBIE:
+            if p.cwd().startswith(directory) and p.status() != psutil.STATUS_ZOMBIE:
                 found.append(p)
         except psutil.Error:
             continue
@@ -164,7 +164,7 @@ def _strays_under(executor) -> list[psutil.Process]:
 
 
 def _kill(processes: list[psutil.Process], root: str) -> None:
-    """Kill, by pid, the processes among `processes` that run in the executor's directory (ours only)."""
+    """Kill, by pid, the processes among `processes` that run in the judge's directory (ours only)."""
     ours = []
     for p in processes:
         try:
@@ -194,7 +194,7 @@ def _write_table():
     yield
     path = os.environ.get("PKB_ADVERSARIAL_TABLE")
     if path:
-        try:  # keep what was written by hand above the marker (the known holes)
+        try:  # keep what was written by hand above the marker
             with open(path) as f:
                 text = f.read()
             head = text.partition(GENERATED_BELOW)[0] if GENERATED_BELOW in text else ""

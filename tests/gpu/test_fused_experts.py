@@ -10,7 +10,7 @@ reduce-scatter, TP RMSNorm, ring attention, vocab-parallel cross entropy), throu
   takes (three peers to pull from, the reduce-scatter's staging blocks, a ring of four); the GEMM experts
   also with a chunk size small enough to send bench shapes down their pipelined path (side stream,
   copy-engine chunks, a barrier per chunk), which on real GPUs only `large` takes.
-Speed is measured, not asserted: benchmarks/multi_gpu.py records it (docs/multi_gpu.md).
+Speed is measured, not asserted: benchmarks/multi_gpu.py records it (docs/measurements/2026-12-01-gpu-suite-h200.md).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Containment on a GPU host: ranks in the allowlisted root still find the driver, the NVIDIA nodes, NVRTC and
 the CUDA libraries; a CUDA extension is built in a build cell and runs on GPU ranks; nothing of the judge's
-home is visible to a GPU rank either. (The CPU-rank tests of tests/test_compile_containment.py and
-tests/test_file_access.py run here too.)"""
+home is visible to a GPU rank either. (The CPU-rank tests of tests/sandbox/test_compile_containment.py and
+tests/sandbox/test_file_access.py run here too.)"""
 import os
 import secrets
 import shutil
@@ -10,7 +10,6 @@ import gymnasium
 import pytest
 
 import pkb_env  # noqa: F401
-from conftest import judge_of
 
 COPY_EXTENSION = r'''
 #include <torch/extension.h>
@@ -36,7 +35,7 @@ def cuda1():
 
 
 def test_gpu_ranks_see_the_driver_and_nothing_of_the_home(cuda1):
-    isolation = judge_of(cuda1).isolation()
+    isolation = cuda1.unwrapped.client.run(lambda service: service.isolation())
     assert isolation["filesystem"].startswith("allowlisted root") and "nvidia" in isolation["filesystem"], isolation
     home = os.path.join(os.path.expanduser("~"), f".pkb-env-gpu-test-{secrets.token_hex(4)}")
     os.makedirs(home, mode=0o700)
@@ -111,7 +110,7 @@ def solution(tensor):
 
 
 def test_a_candidate_cannot_reach_an_earlier_candidates_symmetric_memory(cuda1):
-    facts = judge_of(cuda1).reference_facts()
+    facts = cuda1.unwrapped.client.run(lambda service: service.reference_facts())
     assert all("symmetric_s" in f for f in facts), facts   # the start set it up (not "unavailable")
     _, _, _, _, info = cuda1.step(SYMMETRIC_WRITER)
     assert info["verdict"] == "correct", info["feedback"]

@@ -4,7 +4,8 @@ the GPU gets its memory back (measured with NVML from the judge, which holds no 
 Faults: an illegal address in one rank, a device-side trap in every rank, a kernel that never ends in one
 rank, a CUDA out-of-memory allocation, and a side stream still writing when the rank is killed. After each,
 the GPU's used memory and compute-process count are compared with what they were after a clean step. The
-measurements are written to $PKB_GPU_FAULTS_JSON when set (docs/benchmarks.md quotes them).
+measurements are written to $PKB_GPU_FAULTS_JSON when set (docs/measurements/2026-11-29-cuda-faults-h200.md
+quotes them).
 """
 from __future__ import annotations
 

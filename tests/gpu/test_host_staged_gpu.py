@@ -1,6 +1,6 @@
 """Point-to-point and collectives of CUDA tensors on emulated ranks (pkb_env/ranks/host_staged.py), one GPU.
 
-* The staging scenarios of tests/host_staged_ranks.py (rings, pairwise exchanges, halos, results landing at
+* The staging scenarios of tests/ranks/host_staged_ranks.py (rings, pairwise exchanges, halos, results landing at
   wait, every collective the references call: all_reduce incl. AVG, reduce, broadcast, all_gather(_into_tensor),
   reduce_scatter(_tensor), all_to_all(_single) even and uneven, gather, scatter, barrier, subgroups, bf16) on
   four ranks sharing cuda:0.
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import pkb_env  # noqa: F401
-from test_host_staged import SCENARIOS, run_ranks  # the same scenarios as on CPU ranks (tests/ is on sys.path)
+from ranks.test_host_staged import SCENARIOS, run_ranks  # the same scenarios as on CPU ranks (tests/ is on sys.path)
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 import pkb_env  # noqa: F401
-from conftest import judge_of
 from pkb_env.task import runnable_tasks
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -81,7 +80,7 @@ def test_calibration_measured_nvlink(cuda_all):
 
     links = detect().links
     assert links and set(links.values()) == {"NVLink"}, links
-    calibration = judge_of(cuda_all).calibration()
+    calibration = cuda_all.unwrapped.client.run(lambda service: service.calibration())
     assert calibration.world_size == GPUS and calibration.bandwidth_gbps > PCIE5_X16_GBPS, calibration
     across = {(src, dst): gbps for src, dst, gbps in calibration.peer_copy_gbps if src != dst}
     assert set(across) == {(a, b) for a in range(GPUS) for b in range(GPUS) if a != b}, calibration.peer_copy_gbps
@@ -91,10 +90,10 @@ def test_calibration_measured_nvlink(cuda_all):
 def test_calibration_measured_the_compute_and_memory_peaks_under_the_datasheet(cuda_all):
     """A large bf16 matmul and a device copy, measured in the reference rank set: real (above a third of
     the datasheet) and possible (under it), so the calibrated bound stays a lower bound."""
-    judge = judge_of(cuda_all)
-    calibration, sheet = judge.calibration(), judge.topology.datasheet_peaks()
+    calibration, topology = cuda_all.unwrapped.client.run(lambda service: (service.calibration(), service.topology))
+    sheet = topology.datasheet_peaks()
     if sheet is None:
-        pytest.skip(f"no datasheet for {judge.topology.name}")
+        pytest.skip(f"no datasheet for {topology.name}")
     matmul = dict(calibration.matmul_tflops)
     assert sheet.matmul_tflops["bfloat16"] / 3 < matmul["bfloat16"] <= sheet.matmul_tflops["bfloat16"], calibration
     assert sheet.hbm_gbps / 3 < calibration.copy_gbps <= sheet.hbm_gbps, calibration

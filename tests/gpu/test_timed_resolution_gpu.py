@@ -8,7 +8,7 @@ import gymnasium
 import pytest
 
 import pkb_env  # noqa: F401
-from test_timed_resolution import NUDGE  # the same candidate as on CPU ranks (tests/ is on sys.path)
+from judge.test_timed_resolution import NUDGE  # the same candidate as on CPU ranks (tests/ is on sys.path)
 
 STEPS = 20
 

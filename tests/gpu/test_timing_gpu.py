@@ -14,13 +14,12 @@ import pytest
 import torch
 
 import pkb_env  # noqa: F401
-from conftest import judge_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from adversarial.exploits import BY_NAME as EXPLOITS  # noqa: E402
-from test_timing import ADDRESS_CACHE, HOST_BOUND, NOW_AND_THEN  # noqa: E402
+from judge.test_timing import ADDRESS_CACHE, HOST_BOUND, NOW_AND_THEN  # noqa: E402
 
-# Wrong in one timed call out of 40 at any world size (NOW_AND_THEN reduces half a tensor: right at world size 1).
+# Wrong in one timed call out of 8 at any world size (NOW_AND_THEN reduces half a tensor: right at world size 1).
 NOW_AND_THEN_ZEROS = NOW_AND_THEN.replace("dist.all_reduce(half)", "half.zero_()")
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -51,7 +50,7 @@ def test_bursts_start_at_a_device_gate(cuda_env):
     obs, _ = cuda_env.reset(options={"task": "all_reduce"})
     _, _, _, _, info = cuda_env.step(obs["reference"])
     assert info["correct"], info["feedback"]
-    facts = judge_of(cuda_env).reference_facts()
+    facts = cuda_env.unwrapped.client.run(lambda service: service.reference_facts())
     assert [f["gate"] for f in facts] == ["device"] * GPUS, facts
     t = info["record"].timing
     assert t.clock == "cuda" and t.statistic == "burst-median" and t.suspect is None and t.clock_margin_s > 0

@@ -42,7 +42,7 @@ writes everything under `<dir>/wandb/offline-run-<time>-<id>/` and contacts no s
 
 (`wandb leet <dir>/wandb/offline-run-...` browses one in the terminal, also offline.) The run's history lives
 in `run-<id>.wandb`, written by wandb-core in its own process: close() can return a moment before the
-last records reach the file (tests/test_wandb_logging.py reads it, waiting for the exit record).
+last records reach the file (tests/doors/test_wandb_logging.py reads it, waiting for the exit record).
 
 ## Secrets
 The wrapper never reads an API key's value into anything it logs: the config is built from the env's own

@@ -108,7 +108,7 @@ def server_reward(base_url: str):
     completion is one episode's first turn on its row's `task` (reset, then step), over one session per call.
     A completion with no text at all gets None (TRL leaves that sample out of this reward) rather than the
     server's refusal of empty code."""
-    from pkb_env.entrypoints.trl import completion_text
+    from pkb_env.agents.messages import completion_text
 
     def pkb_server(prompts: list, completions: list, task: list[str], **kwargs: Any) -> list[float | None]:
         rewards: list[float | None] = []

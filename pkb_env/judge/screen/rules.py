@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import re
 
-from pkb_env.judge.multicast import MULTICAST_FIX, MULTICAST_TEXT, multicast_use  # noqa: F401 (the screen's)
+from pkb_env.sources import MULTICAST_FIX, MULTICAST_TEXT, multicast_use  # noqa: F401 (the screen's)
 from pkb_env.record import Severity
 
 INFO, EXPLOIT = Severity.INFO, Severity.EXPLOIT
@@ -58,7 +58,7 @@ THREAD_MODULES = {"threading", "_thread", "concurrent"}
 PROCESS_MODULES = {"multiprocessing", "subprocess", "torch.multiprocessing", "pty"}
 BUILTIN_NAMES = set(dir(builtins))
 
-# -- NVLink multicast (NVLS). What asks for it in text (strings, names) is judge/multicast.py's table, which the
+# -- NVLink multicast (NVLS). What asks for it in text (strings, names) is pkb_env/sources.py's table, which the
 # compile service uses too; these are the Python routes around it: the driver reached by name, and the switches.
 # A shared library of the CUDA driver or runtime, named to ctypes/cffi (cuMulticastCreate is one symbol away).
 DRIVER_LIBRARY = re.compile(r"(?:^|/|\blib)(?:cuda|cudart|nvidia[\w-]*)(?:\.so|\.dll|\b|$)", re.IGNORECASE)

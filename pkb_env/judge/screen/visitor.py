@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Iterable
 
-from pkb_env.judge.compile_checks import without_comments
+from pkb_env.sources import without_comments
 from pkb_env.judge.screen.rules import (ANSWER_KEY_PATHS, BUILTIN_NAMES, COLLECTIVES, CTYPES_MEMORY, DRIVER_HANDLES,
                                          DRIVER_LIBRARY, DRIVER_MODULES, DYNAMIC_CODE, ENV_ALL, ENV_KEYED, ENV_MAPPING,
                                          ENV_READ, ENV_WRITE, EXPLOIT, FRAME_ATTRS, FRAMES, GC_SCAN, IMPORT_PATH_WRITES,
@@ -329,7 +329,7 @@ class Screen(ast.NodeVisitor):
     def _check_library(self, named: ast.AST | str, node: ast.AST) -> None:
         """A shared library loaded by name (ctypes, cffi): the CUDA driver's, or one named at run time, is refused."""
         if isinstance(named, ast.Constant) and named.value is None:
-            return   # the process's own symbols (dlopen(NULL)): docs/threat_model.md's known holes
+            return   # the process's own symbols (dlopen(NULL)): docs/known_holes.md, "Code in a rank"
         text = Text(named, True) if isinstance(named, str) else self.strings.text(named)
         if text is None or not text.complete:
             self._flag("multicast", EXPLOIT, node, f"loads a shared library by a computed name (the judge cannot "

@@ -3,8 +3,8 @@
 
 float32 only: PKB draws the adapters' A and B standard normal, so outputs reach several hundred, and in bfloat16
 (float16) PKB's own reference is up to 16 (1.9) away from the exact answer at tiny, 2% and beyond: PKB's tolerance of
-1e-2 then passes only code that rounds as PKB's reference does (measured with tests/test_pkb_variants.py's golden
-check at W = 2 and 4). Judged at PKB's bench sizes in float32."""
+1e-2 then passes only code that rounds as PKB's reference does (measured with tests/compat/test_pkb_variants.py's
+golden check at W = 2 and 4). Judged at PKB's bench sizes in float32."""
 from pkb_env.contract import Preset, WorldSizes
 from pkb_env.tasks._pkb_moe import pkb_call, variant
 

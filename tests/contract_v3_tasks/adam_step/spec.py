@@ -1,5 +1,6 @@
 """contract_v3_tasks.adam_step (an example spec outside the suite): state updated in place and outputs that are not
-plain tensors, judged end to end (tests/test_contract_outputs.py; docs/task_contract.md, "Contract v3").
+plain tensors, judged end to end (tests/contract/test_output_kinds.py; docs/task_contract.md, "State updated in place"
+and "Outputs").
 
 A data-parallel Adam step with gradient clipping: param, exp_avg and exp_avg_sq are InPlace (compared after
 the call; param's replicas bit-identical), the gradient norm is a Python float every rank returns

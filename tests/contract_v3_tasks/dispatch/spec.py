@@ -1,6 +1,6 @@
 """contract_v3_tasks.dispatch (an example spec outside the suite): variable-length outputs with a bound, float rows
-in any order keyed by an id output, and integer indices with a stated tie rule (tests/test_contract_outputs.py;
-docs/task_contract.md, "Contract v3")."""
+in any order keyed by an id output, and integer indices with a stated tie rule (tests/contract/test_output_kinds.py;
+docs/task_contract.md, "Outputs" and "Comparison and tolerance")."""
 
 import torch
 

@@ -1,9 +1,9 @@
 """expert_groups: a mesh sized by a preset dim, and groups over one and over two of its dimensions.
 
-Contract v3's mesh (docs/task_contract.md, "Contract v3: meshes sized by the preset, groups over several
-dimensions"): the expert-parallel dimension is as wide as the experts allow, `ep = min(E, W)`, data
-parallelism takes the rest, `dp = W / ep`; a group over `ep` (narrower than the world where E < W) and one
-over `("dp", "ep")`. A world size that does not factor (E = 2 at W = 3) is refused, naming `dp`.
+Contract v3's mesh (docs/task_contract.md, "Meshes and process groups"): the expert-parallel dimension is as wide as
+the experts allow, `ep = min(E, W)`, data parallelism takes the rest, `dp = W / ep`; a group over `ep` (narrower
+than the world where E < W) and one over `("dp", "ep")`. A world size that does not factor (E = 2 at W = 3) is
+refused, naming `dp`.
 """
 from pkb_env.contract import Comm, Cost, Group, Mesh, Output, PerRank, Preset, Replicated, Sum, TaskSpec, Tensor
 

@@ -1,6 +1,6 @@
 """contract_v3_tasks.rfft (an example spec outside the suite): a complex output of the task dtype, compared on both
-parts at a tolerance that the FFT's size sets (tests/test_contract_outputs.py; docs/task_contract.md,
-"Contract v3: complex outputs")."""
+parts at a tolerance that the FFT's size sets (tests/contract/test_output_kinds.py; docs/task_contract.md,
+"Complex outputs")."""
 
 import torch
 

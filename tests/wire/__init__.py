@@ -1,0 +1,1 @@
+"""What crosses between the judge and its ranks (pkb_env/wire/): messages, requests, the release page."""
