@@ -9,7 +9,7 @@ Model-backed agents load on first use, so importing this package never imports t
 from importlib import import_module
 
 from pkb_env.agents.base import Agent
-from pkb_env.agents.files import FileAgent
+from pkb_env.agents.files import FileAgent, PkbFileAgent
 from pkb_env.agents.messages import SYSTEM_PROMPT, build_messages, render_prompt
 from pkb_env.agents.reference import ReferenceAgent
 
@@ -17,7 +17,8 @@ _LAZY = {"TransformersAgent": "pkb_env.agents.transformers_agent",
          "OpenAIAgent": "pkb_env.agents.openai_agent",
          "OpenAIAgentError": "pkb_env.agents.openai_agent"}
 
-__all__ = ["Agent", "FileAgent", "ReferenceAgent", "SYSTEM_PROMPT", "build_messages", "render_prompt", *_LAZY]
+__all__ = ["Agent", "FileAgent", "PkbFileAgent", "ReferenceAgent", "SYSTEM_PROMPT", "build_messages", "render_prompt",
+           *_LAZY]
 
 
 def __getattr__(name: str):

@@ -1,4 +1,5 @@
-"""Submits candidate files from disk: one file, or each `*.py` of a folder in turn."""
+"""Submits candidate files from disk: one file, or each `*.py` of a folder in turn; or a folder of PKB-format files
+named as ParallelKernelBench names them (`PkbFileAgent`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,6 +25,10 @@ class FileAgent:
         self.by_task = by_task
         self._next = 0
 
+    def has(self, task: str) -> bool:
+        """Whether a by-task folder holds a file for `task`."""
+        return any(f.stem == task for f in self.files)
+
     def act(self, observation: dict[str, Any]) -> str:
         if self.by_task:
             matches = [f for f in self.files if f.stem == observation["task_id"]]
@@ -32,6 +37,37 @@ class FileAgent:
             return _read(matches[0])
         path = self.files[self._next % len(self.files)]
         self._next += 1
+        return _read(path)
+
+
+class PkbFileAgent(FileAgent):
+    """A folder of PKB-format files (`12_allgather_gemm_cuda.py`), each mapped to its task by PKB's problem name and
+    number (pkb_env.compat.files); judged with `JudgeConfig(pkb=True)`. Where several files map to one task (a
+    CUDA and a Triton one), the first in name order is taken; `skipped` says which were left out and why."""
+
+    name = "pkb"
+
+    def __init__(self, path: str | Path):
+        from pkb_env.compat.files import pkb_files
+
+        super().__init__(path, by_task=True)
+        self.tasks: dict[str, Path] = {}
+        self.skipped: list[tuple[Path, str]] = []
+        for found in pkb_files(path):
+            if found.task is None:
+                self.skipped.append((found.path, found.why))
+            elif found.task in self.tasks:
+                self.skipped.append((found.path, f"{self.tasks[found.task].name} is already the file for {found.task}"))
+            else:
+                self.tasks[found.task] = found.path
+
+    def has(self, task: str) -> bool:
+        return task in self.tasks
+
+    def act(self, observation: dict[str, Any]) -> str:
+        path = self.tasks.get(observation["task_id"])
+        if path is None:
+            raise FileNotFoundError(f"no PKB file for task {observation['task_id']} among {len(self.files)} files")
         return _read(path)
 
 

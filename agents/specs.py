@@ -2,6 +2,8 @@
 
     reference        the task's own reference (the speedup-1 baseline)
     files:DIR        one <task>.py per task in DIR
+    pkb:DIR          PKB-format files in DIR (<N>_<problem>_<backend>.py), judged through each task's PKB mapping
+                     (JudgeConfig(pkb=True), docs/pkb_compat.md)
     openai:MODEL     MODEL on an OpenAI-compatible server (vLLM, SGLang, a hosted API): base URL from base_url,
                      else PKB_OPENAI_BASE_URL or OPENAI_BASE_URL; key from OPENAI_API_KEY (any value, e.g. EMPTY,
                      for a local server that checks none)
@@ -16,7 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-SPECS = "reference | files:DIR | openai:MODEL | hf:PATH"
+SPECS = "reference | files:DIR | pkb:DIR | openai:MODEL | hf:PATH"
 
 
 def check_spec(spec: str, base_url: str | None = None, concurrency: int | None = None) -> None:
@@ -43,6 +45,11 @@ def check_spec(spec: str, base_url: str | None = None, concurrency: int | None =
         if folder.is_file():
             raise ValueError(f"--agent files:{folder} is a file; pass a folder holding one <task>.py per task "
                              f"(to judge a single file use `pkb-env eval TASK {folder}`)")
+        return
+    if kind == "pkb":
+        if not rest or not Path(rest).expanduser().is_dir():
+            raise ValueError(f"--agent {spec}: pass a folder of PKB-format files, e.g. --agent pkb:solutions_cuda/ "
+                             f"(files named <N>_<problem>_<backend>.py)")
         return
     if kind == "openai":
         if not rest:
@@ -83,6 +90,13 @@ def agent_from_spec(spec: str, base_url: str | None = None, temperature: float |
         folder = Path(rest).expanduser()
         agent = FileAgent(folder, by_task=True)  # FileNotFoundError names a folder without .py files
         agent.name = f"files:{folder}"
+        return agent
+    if kind == "pkb":
+        from pkb_env.agents.files import PkbFileAgent
+
+        folder = Path(rest).expanduser()
+        agent = PkbFileAgent(folder)
+        agent.name = f"pkb:{folder}"
         return agent
     if kind == "openai":
         from pkb_env.agents.openai_agent import OpenAIAgent

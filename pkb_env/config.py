@@ -145,6 +145,10 @@ class JudgeConfig:
     mapping): the clock is the placement's, known only where the judge runs (`executor="auto"`), and its
     defaults differ (2 ms bursts on GPUs, 40 ms on CPU ranks; interval-min there). Unused with `protocol`."""
     max_action_chars: int = 200_000
+    pkb: bool = False
+    """Candidates are PKB-format files (ParallelKernelBench's signatures, outputs and `utils.*` helpers): each is
+    screened against PKB's signature and called through the task's PKB adapter, on the task's PKB variant where
+    it has one, with pkb-env's own verdict beside it where both statements apply (docs/pkb_compat.md)."""
     """An action (a model's completion) longer than this is refused unread: no kernel module needs more."""
 
     # -- deadlines (seconds) --------------------------------------------------------------------------
@@ -270,7 +274,7 @@ class JudgeConfig:
                 isinstance(self.calibration_sizes, tuple) and self.calibration_sizes
                 and all(isinstance(s, int) and s > 0 for s in self.calibration_sizes)):
             yield f"calibration_sizes must be a tuple of positive byte counts or None, got {self.calibration_sizes!r}"
-        for name in ("namespaces", "require_containment", "drop_privileges", "pin_ranks"):
+        for name in ("namespaces", "require_containment", "drop_privileges", "pin_ranks", "pkb"):
             if not isinstance(getattr(self, name), bool):
                 yield f"{name} must be true or false, got {getattr(self, name)!r}"
         if not isinstance(self.cache_dir, str) or not self.cache_dir:

@@ -161,6 +161,7 @@ class VerifyResult:
     checked: int = 0                       # output sets compared (calls x ranks)
     mismatches: list[Mismatch] = field(default_factory=list)
     error: str | None = None
+    pkb_rule: bool | None = None           # PKB-format files: whether PKB's own check passes (compat/rule.py)
     cause: str | None = None               # timed calls: the data the failing calls held (judge/timed_causes.py)
 
 
@@ -261,6 +262,23 @@ class RooflineResult:
         return self.bound.bound_s
 
 
+@dataclass
+class PkbJudgement:
+    """How a PKB-format file was judged (JudgeConfig.pkb; docs/pkb_compat.md): by which statement, and what the
+    other statement says where both apply."""
+
+    pkb_id: int | None
+    problem: str                          # PKB's name of the problem ("allgather_gemm_AT")
+    statement: str                        # "pkb-env": the task's own, through its mapping | "pkb": PKB's (variant) |
+                                          # "none": no statement judges PKB files of this problem (unjudged)
+    judged_on: str                        # the task (or variant) whose statement gave the verdict
+    differs: str = ""                     # how pkb-env's function departs from PKB's, where it does on purpose
+    pkb_rule: bool | None = None          # whether PKB's own check passes on the trials (compat/rule.py)
+    pkb_env_verdict: str | None = None    # pkb-env's own verdict, where PKB's statement judged and both apply
+    pkb_env_error: str | None = None
+    note: str = ""                        # the two statements' verdicts in words, where they differ
+
+
 @dataclass(eq=False)
 class EvaluationRecord:
     """All that is known about one evaluation of one action (the module docstring)."""
@@ -292,6 +310,7 @@ class EvaluationRecord:
     # What protected the judge while the candidate ran (the executor's isolation(), in words): pid, network,
     # filesystem, privileges (and user where a user namespace was needed). Empty when nothing ran.
     containment: dict[str, str] = field(default_factory=dict)
+    pkb: PkbJudgement | None = None       # a PKB-format file (JudgeConfig.pkb): the statement that judged it
 
     @property
     def correct(self) -> bool:

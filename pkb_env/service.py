@@ -32,6 +32,7 @@ from pkb_env.signals import signals_held
 from pkb_env.task import TaskSpec, load_task, runnable_tasks, size_problem
 from pkb_env.tracing import Sink
 from pkb_env.topology import Calibration, calibration_path, load_calibration, load_topology, save_calibration
+from pkb_env.wire.services import BuildRequest
 
 
 class JudgeService:
@@ -164,6 +165,15 @@ class JudgeService:
         or where candidates run as the reference's user (no namespaces) and may have reached its processes."""
         self.executor.discard_reference()
         self._judge.reference.forget(None)
+
+    def prebuild(self, request: BuildRequest, until: float | None = None) -> str | None:
+        """Build one extension or kernel ahead of the steps that will ask for it (`request`: what pkb_env.runtime
+        sends, e.g. runtime.kernels.extension_request's), through the compile service
+        and its cache, as a step's rank would: None when built (or cached), else the refusal or the compiler's
+        messages. `until` (time.monotonic()): the build is stopped then, as a step's are at its deadline. For batch
+        runs (benchmarks/pkb_corpus.py); several services over one cache_dir build in parallel, each one at a time."""
+        header, _ = self._judge.kernels.handle({"event": "request", **request.message()}, until)
+        return None if header.get("ok") else header.get("error", "failed")
 
     @property
     def compile_requests(self) -> int:

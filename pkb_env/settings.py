@@ -88,6 +88,8 @@ def judge_config(args: argparse.Namespace) -> JudgeConfig:
     for name in ("executor", "world_size", "preset", "dtype"):
         if hasattr(args, name):
             settings[name] = getattr(args, name)
+    if getattr(args, "pkb", False):   # eval --pkb: PKB-format files
+        settings["pkb"] = True
     return JudgeConfig.from_mapping(settings)
 
 

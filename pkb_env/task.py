@@ -26,7 +26,8 @@ from pkb_env.contract.signature import reference_parameters
 from pkb_env.suite_index import unknown_task
 
 __all__ = ["DTYPES", "EXACT", "InputContext", "Preset", "TaskError", "TaskSpec", "Tolerance", "WorldSizes",
-           "derive_seed", "task_names", "size_problem", "runnable_tasks", "load_task", "load_reference", "TASKS_PACKAGE"]
+           "derive_seed", "task_names", "size_problem", "runnable_tasks", "load_task", "load_reference", "pkb_variant",
+           "pkb_variants", "TASKS_PACKAGE"]
 
 TASKS_PACKAGE = "pkb_env.tasks"
 
@@ -72,12 +73,33 @@ def load_task(name: str) -> TaskSpec:
     if spec.name != name:
         raise TaskError(f"{_package(name).replace('.', '/')}/spec.py declares name {spec.name!r}; it must be "
                         f"{name!r} (the folder's name, or the dotted path of a package outside the suite)")
-    spec = replace(spec, reference_path=Path(module.__file__).with_name("reference.py"))
+    pkb = getattr(module, "PKB", None)
+    if pkb is not None:
+        try:
+            pkb.check({d.name: d for d in spec.inputs}, {o.name: o for o in spec.outputs},
+                      f"{_package(name).replace('.', '/')}/spec.py")
+        except ValueError as exc:
+            raise TaskError(str(exc)) from None
+    spec = replace(spec, reference_path=Path(module.__file__).with_name("reference.py"), pkb=pkb)
     params = reference_parameters(spec.reference_source)
     if params != spec.parameters:
         raise TaskError(f"task {name!r}: reference.py's solution takes {params} but spec.py declares inputs "
                         f"{spec.parameters}; declare one input per parameter, in order")
     return spec
+
+
+def pkb_variant(spec: TaskSpec) -> TaskSpec | None:
+    """The sibling spec stating PKB's problem as PKB states it (tasks/<name>/pkb/, docs/pkb_compat.md), where the
+    task declares one."""
+    if spec.pkb is None or spec.pkb.variant is None:
+        return None
+    return load_task(f"{_package(spec.name)}.{spec.pkb.variant}")
+
+
+def pkb_variants() -> tuple[str, ...]:
+    """The names of every PKB variant of the suite (docs/pkb_compat.md): tasks outside the suite, judged only for
+    PKB-format files."""
+    return tuple(variant.name for variant in (pkb_variant(load_task(n)) for n in task_names()) if variant is not None)
 
 
 def load_reference(name: str) -> Callable[..., Any]:

@@ -26,6 +26,8 @@ A task writer imports from here only:
    with a bound), `dtype="complex"` and the `Fft` rule, `order_by` (float rows in any order, keyed by an
    integer output), `ties` (the tie rule in the prompt) and `identical` (replicas bit for bit).
 .. versionchanged:: 0.5
+   `Pkb` (a module-level `PKB` beside `SPEC`): PKB's call and outputs mapped onto the task's, so that a
+   PKB-format file is judged unchanged (docs/pkb_compat.md).
    `Clause` (a rule of the statement with a test of whether a trial's inputs exercise it; every step's trials
    reach every declared one), edge cases that rewrite a `Routing`'s gate logits or several inputs at once
    (`Edge(..., also=...)`), and rewrites that see the inputs their input reads (`EdgeDraw.given`).
@@ -41,6 +43,7 @@ from pkb_env.contract.inputs import InputContext, derive_seed, rank_seeds
 from pkb_env.contract.io import (DTYPES, TASK_COMPLEX, TASK_DTYPE, Const, Group, InPlace, Input, Length, OnRanks, Output,
                                  PerRank, Replicated, Scalar, Sharded, Tensor)
 from pkb_env.contract.mesh import FLAT, GroupCache, GroupInfo, Mesh, MeshLayout, build_groups
+from pkb_env.contract.pkb import Arg, Computed, Harness, Listed, Pkb, PkbCall, Ret, Sizes
 from pkb_env.contract.routing import Routed, RoutedLoad, Routing
 from pkb_env.contract.sparse import Sparse
 from pkb_env.contract.spec import CostContext, Preset, TaskError, TaskSpec, World, WorldSizes
@@ -55,6 +58,7 @@ __all__ = [
     "derive_seed", "rank_seeds",
     "DTYPES", "TASK_COMPLEX", "TASK_DTYPE", "Const", "Group", "InPlace", "Input", "Length", "OnRanks", "Output", "PerRank", "Replicated", "Scalar", "Sharded",
     "Tensor", "FLAT", "GroupCache", "GroupInfo", "Mesh", "MeshLayout", "build_groups",
+    "Arg", "Computed", "Harness", "Listed", "Pkb", "PkbCall", "Ret", "Sizes",
     "Routed", "RoutedLoad", "Routing", "Sparse",
     "CostContext", "Preset", "TaskError", "TaskSpec", "World", "WorldSizes",
     "EXACT", "Check", "Exact", "Fft", "Fixed", "Propagated", "Relative", "Rounded", "Rule", "Sum", "Tolerance", "Ulps",

@@ -26,6 +26,7 @@ from pkb_env.contract.families import FAMILIES
 from pkb_env.contract.inputs import InputContext, RankSeeds, make_inputs, reads, size_env
 from pkb_env.contract.io import DTYPES, Group, Input, Length, Output, PerRank, Replicated, Scalar, Tensor, mesh_dims
 from pkb_env.contract.mesh import FLAT, Mesh, MeshError, MeshLayout
+from pkb_env.contract.pkb import Pkb
 from pkb_env.contract.routing import Routed, Routing, realised_load
 from pkb_env.contract.sized import CostContext, World
 from pkb_env.contract.tolerance import EXACT, Check, Rule, Tolerance
@@ -122,6 +123,8 @@ class TaskSpec:
     returns: str = "auto"             # "auto" (one output: the tensor; several: a tuple) | "tuple" | "dict"
     collectives_allowed: bool = True
     reference_path: Path | None = None
+    pkb: Pkb | None = None            # PKB's call and outputs mapped onto this task's (contract/pkb.py): load_task
+                                      # reads it from the spec module's `PKB`
 
     def __post_init__(self) -> None:
         where = f"task {self.name!r}"

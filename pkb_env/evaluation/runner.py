@@ -149,7 +149,7 @@ def resolve_tasks(spec: str | None, agent=None) -> list[str] | None:
     if spec is None or spec.strip() in ("", "all"):
         if not by_task:
             return None
-        names = [n for n in task_names() if any(f.stem == n for f in agent.files)]
+        names = [n for n in task_names() if agent.has(n)]
         if not names:
             raise ValueError(f"none of the {len(agent.files)} .py files of {agent.name} is named after a task; "
                              f"name them <task>.py (`pkb-env tasks` lists the task names)")
@@ -158,7 +158,7 @@ def resolve_tasks(spec: str | None, agent=None) -> list[str] | None:
     for name in names:
         load_task(name)  # TaskError naming the closest tasks
     if by_task:
-        missing = [n for n in names if not any(f.stem == n for f in agent.files)]
+        missing = [n for n in names if not agent.has(n)]
         if missing:
             raise ValueError(f"{agent.name} has no file for task(s) {', '.join(missing)}; add "
                              f"{', '.join(m + '.py' for m in missing)} or leave them out of --tasks")

@@ -89,9 +89,9 @@ class TimedSession(Protocol):
 class CandidateSession(TimedSession, Protocol):
     containment: dict[str, str]   # what protects the judge while these ranks run, in words (for the record)
 
-    def load(self, task: str, source: str) -> float:
+    def load(self, task: str, source: str, pkb: bool = False) -> float:
         """Load `task` (its process groups are built first), then execute the candidate's module on every
-        rank; the slowest rank's seconds."""
+        rank; the slowest rank's seconds. `pkb`: a PKB-format module, called through the task's PKB adapter."""
 
     def trials(self, workload: Workload, seeds: list[list[Seeds]], dtypes: tuple[str, ...] = ()
                ) -> list[TrialOutputs]:

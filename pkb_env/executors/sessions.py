@@ -142,9 +142,9 @@ class CandidateRanks(Session):
         self.containment = containment
         self.timing_ended = False   # else the executor's spares move on once the session is closed
 
-    def load(self, task: str, source: str) -> float:
+    def load(self, task: str, source: str, pkb: bool = False) -> float:
         with self.tracer.span("load"):
-            self.ranks.ask(Load(task, source))
+            self.ranks.ask(Load(task, source, pkb))
             got = self.ranks.collect("built", 1, self._deadline(self.config.build_timeout_s), Load.label,
                                      limit=self._limit("build_timeout_s"))
         return max(d[0].header["seconds"] for d in got)

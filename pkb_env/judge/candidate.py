@@ -24,10 +24,11 @@ from pkb_env.judge.timing import (BurstLog, TimedWork, check_claims, clock_allow
 from pkb_env.record import BuildResult, RankFailure, RunResult, Stage, StageFailure, TimingResult
 
 
-def build(ctx: StepContext, ranks: CandidateSession, source: str) -> BuildResult | StageFailure:
-    """Import the candidate's module on every rank (the task's process groups exist by then)."""
+def build(ctx: StepContext, ranks: CandidateSession, source: str, pkb: bool = False) -> BuildResult | StageFailure:
+    """Import the candidate's module on every rank (the task's process groups exist by then); `pkb`: a
+    PKB-format module, called through the task's PKB adapter."""
     try:
-        return BuildResult(seconds=ranks.load(ctx.task.name, source))
+        return BuildResult(seconds=ranks.load(ctx.task.name, source, pkb))
     except RankSetFailed as exc:
         return failure(Stage.BUILD, exc)
 

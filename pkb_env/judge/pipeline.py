@@ -35,7 +35,7 @@ from pkb_env.config import JudgeConfig
 from pkb_env.contract import Peaks
 from pkb_env.contract.signature import reference_parameters
 from pkb_env.executors.interface import CandidateSession, Executor, TrialOutputs
-from pkb_env.judge import candidate
+from pkb_env.judge import candidate, pkb
 from pkb_env.judge.compiler import KernelService
 from pkb_env.judge.context import StepContext
 from pkb_env.judge.feedback import write_feedback
@@ -46,7 +46,7 @@ from pkb_env.judge.roofline import roofline
 from pkb_env.judge.screen import screen_source
 from pkb_env.judge.stopwatch import Stopwatch
 from pkb_env.judge.verdict import decide
-from pkb_env.judge.verify import verify_timed, verify_trials
+from pkb_env.judge.verify import pkb_rule_holds, verify_timed, verify_trials
 from pkb_env.record import EvaluationRecord, ReferenceWork, Severity, Stage, StageFailure
 from pkb_env.redaction import Redactor
 from pkb_env.task import TaskSpec, load_task
@@ -80,17 +80,31 @@ class Judge:
 
     def evaluate(self, task: TaskSpec, action: object, preset: str, dtype: str) -> EvaluationRecord:
         """Judge `action` on `task` (the size and dtype already checked by the service); JudgeError when the
-        judge itself fails (never a candidate's fault, never a record)."""
+        judge itself fails (never a candidate's fault, never a record). With `config.pkb` the action is a
+        PKB-format file, judged on PKB's statement or through the task's mapping (judge/pkb.py)."""
+        if self.config.pkb:
+            return pkb.evaluate(self, task, action, preset, dtype)
+        return self.statement(task, action, preset, dtype)
+
+    def statement(self, task: TaskSpec, action: object, preset: str, dtype: str, pkb: bool = False) -> EvaluationRecord:
+        """Judge `action` on one task's statement; `pkb`: a PKB-format file, screened against PKB's signature and
+        called through the task's PKB adapter (contract/pkb.py)."""
         started, record = time.perf_counter(), self._record(task, preset, dtype)
-        if self._static(task, action, record):
-            self._stages(task, record)
+        if self._static(task, action, record, pkb):
+            self._stages(task, record, pkb)
         return self._finish(record, started)
 
     def screen(self, task: TaskSpec, action: object, preset: str, dtype: str) -> EvaluationRecord | None:
         """Parse and screen alone, in this process (no rank is needed): the finished record where they end the
         step (unparsable, flagged), else None (the code must be run to be judged)."""
+        if self.config.pkb:
+            return pkb.screen(self, task, action, preset, dtype)
+        return self.screened(task, action, preset, dtype)
+
+    def screened(self, task: TaskSpec, action: object, preset: str, dtype: str,
+                 pkb: bool = False) -> EvaluationRecord | None:
         started, record = time.perf_counter(), self._record(task, preset, dtype)
-        return None if self._static(task, action, record) else self._finish(record, started)
+        return None if self._static(task, action, record, pkb) else self._finish(record, started)
 
     def _record(self, task: TaskSpec, preset: str, dtype: str) -> EvaluationRecord:
         info = self.executor.info
@@ -120,17 +134,20 @@ class Judge:
         return self.reference.time_for(ctx, hardware, sizes, physical_floor(ctx.cost, self.topology.datasheet_peaks()))
 
     # -- the stages, in order ----------------------------------------------------------------------
-    def _static(self, task: TaskSpec, action: object, record: EvaluationRecord) -> bool:
-        """Parse and screen; True when the code is to be run."""
+    def _static(self, task: TaskSpec, action: object, record: EvaluationRecord, pkb: bool = False) -> bool:
+        """Parse and screen (a PKB-format file against PKB's signature); True when the code is to be run."""
         with _stage(record, Stage.PARSE):
             record.parse = parse_action(action, self.config.max_action_chars)
         if record.parse.error:
             return False
+        parameters = _parameters(task.name)
+        if pkb and task.pkb is not None:   # PKB's signature; where none is declared, the file's own (not checked)
+            parameters = task.pkb.parameters(parameters) or _own_parameters(record.parse.code)
         with _stage(record, Stage.SCREEN):
-            record.screen = screen_source(record.parse.code, _parameters(task.name), task.collectives_allowed)
+            record.screen = screen_source(record.parse.code, parameters, task.collectives_allowed)
         return not (record.screen.error or any(f.severity is Severity.EXPLOIT for f in record.screen.flags))
 
-    def _stages(self, task: TaskSpec, record: EvaluationRecord) -> None:
+    def _stages(self, task: TaskSpec, record: EvaluationRecord, pkb: bool = False) -> None:
         """The stages that run code: the reference's part, then the candidate's ranks."""
         ctx = self.context(task, record.preset, record.dtype)
         # The reference's outputs (and time, measured once per task and cached) first, while no process of
@@ -147,15 +164,16 @@ class Judge:
             work.timing_s = time.perf_counter() - start
         with self.executor.candidate(self.kernels.handle, ctx.deadline) as ranks:
             record.containment = ranks.containment
-            timed = self._candidate(ctx, record, ranks, expected, reference)
+            timed = self._candidate(ctx, record, ranks, expected, reference, pkb)
             if timed is not None:   # checked while the candidate's ranks come down and the spares move on
                 self._timed_check(ctx, record, timed)
 
     def _candidate(self, ctx: StepContext, record: EvaluationRecord, ranks: CandidateSession,
-                   expected: list[TrialOutputs], reference: ReferenceTiming | None) -> candidate.Timed | None:
+                   expected: list[TrialOutputs], reference: ReferenceTiming | None,
+                   pkb: bool = False) -> candidate.Timed | None:
         """Build, trials, verification and timing on the candidate's ranks; what was timed, if it was."""
         with _stage(record, Stage.BUILD):
-            built = candidate.build(ctx, ranks, record.parse.code)
+            built = candidate.build(ctx, ranks, record.parse.code, pkb)
         if _stopped(record, built):
             return
         record.build = built
@@ -166,6 +184,10 @@ class Judge:
         record.run, got = ran
         with _stage(record, Stage.VERIFY):
             record.verify = verify_trials(ctx, expected, got)
+            if pkb:   # what PKB's own check would say of these trials (beside the verdict: judge/pkb.py)
+                returned = frozenset(r.target for r in (ctx.task.pkb.returns or ()) if r.target) \
+                    if ctx.task.pkb else frozenset()
+                record.verify.pkb_rule = pkb_rule_holds(expected, got, returned & set(ctx.task.inplace_positions))
         if not record.verify.correct or reference is None:
             return None
         reuses = any(shares for trial in got for shares in trial.shares)
@@ -202,6 +224,13 @@ def _stopped(record: EvaluationRecord, result: object) -> bool:
         record.failure = result
         return True
     return False
+
+
+def _own_parameters(code: str) -> list[str]:
+    try:
+        return reference_parameters(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []   # the screen reports what is wrong with the module
 
 
 @lru_cache(maxsize=None)

@@ -6,6 +6,7 @@ size; exact for integers, booleans and data movement; rows as a set for unordere
 """
 from __future__ import annotations
 
+from pkb_env.compat.rule import pkb_close
 from pkb_env.executors.interface import TrialOutputs
 from pkb_env.contract.results import UPDATED
 from pkb_env.judge import replicas, timed_causes
@@ -57,6 +58,18 @@ def _untouched(state: list[Mismatch], unchanged: list[str], places: dict[str, st
                             f"were given, e.g. state.copy_(new) or state.add_(...); returning a new tensor does not "
                             f"update it)", kind="untouched"))
     return out
+def pkb_rule_holds(expected: list[TrialOutputs], got: list[TrialOutputs], updates: frozenset[str] = frozenset()
+                   ) -> bool:
+    """Whether every rank's trial outputs pass PKB's own check (compat/rule.py); `updates`: the inputs updated
+    in place whose values PKB checks (those its `solution` returns)."""
+    for exp, cand in zip(expected, got):
+        for rank, (e, g) in enumerate(zip(exp.outputs, cand.outputs)):
+            if not pkb_close(e, g):
+                return False
+            for name in updates:
+                if not pkb_close((exp.updated[rank] or {}).get(name), (cand.updated[rank] or {}).get(name)):
+                    return False
+    return True
 
 
 def verify_timed(ctx: StepContext, log: BurstLog, expected: list[list[dict]]) -> VerifyResult | StageFailure:

@@ -9,7 +9,8 @@ killed; reference ranks never run candidate code and are reused.
 Requests are the typed ones of wire/requests.py (read back as strictly as they were made); every answer
 echoes the request's nonce (wire/messages.py has the answers' schemas):
   Start        -> started, or ready {facts} after the last phase (the phases up to the asked one not run yet)
-  Load         -> built {seconds}    (and the task's process groups, before candidate code)
+  Load         -> built {seconds}    (and the task's process groups, before candidate code; a PKB-format
+                                     file with PKB's helpers importable, called through the task's adapter)
   Trials       -> trial {index, seconds, aliases, mutated, shares, ...} + outputs, per seed
   Burst        -> gated, then (after the judge's release) burst {times}
   Fingerprints -> fingerprints + payload (of the last burst)
@@ -37,6 +38,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from pkb_env.compat import helpers
+from pkb_env.compat.adapter import adapt
 from pkb_env.contract import GroupCache
 from pkb_env.ranks import bursts, compilers, fingerprints, host_staged, probes  # noqa: F401 (compilers: wrapped)
 from pkb_env.ranks.clocks import BurstTimes, make_clock
@@ -86,6 +89,7 @@ class RankServer:
         self.groups: dict[Any, dict[str, Any]] = {}  # the loaded task's process groups: per mesh layout, by span
         self.group_cache = GroupCache()
         self.solution: Callable[..., Any] | None = None
+        self.pkb = False   # the loaded solution is a PKB-format file: called through the task's PKB adapter
         self.held: bursts.HeldBurst | None = None
         self.staged: tuple[bursts.Workload, list[tuple]] | None = None  # the last burst's inputs, to refill
         self._workloads: dict[Workload, bursts.Workload] = {}
@@ -216,6 +220,9 @@ class RankServer:
         self.groups = {layout: self.group_cache.groups(layout, self.rank, self.task.group_dims)
                        for layout in self.task.layouts(self.world_size)}
         source = request.source
+        self.pkb = request.pkb
+        if self.pkb:
+            helpers.install()   # PKB's `utils.*` helpers, for this candidate's imports (pkb_env/compat/helpers)
         self.solution = load_reference(self.task.name) if source is None else load_candidate(source, self.rank)
         self._workloads.clear()
         self.check_tools()  # module-level code of the candidate has run
@@ -323,7 +330,10 @@ class RankServer:
                     if problems:
                         raise OutputError("; ".join(problems[:3]))
 
-                self._workloads[key] = bursts.Workload(self.solution, make, task.inplace_positions, check)
+                solution = self.solution
+                if self.pkb:   # the judge's adapter around the PKB file's solution (contract/pkb.py, compat/adapter.py)
+                    solution = adapt(task, solution, task.env(dims, world), self.rank, world, layout)
+                self._workloads[key] = bursts.Workload(solution, make, task.inplace_positions, check)
         return self._workloads[key]
 
 

@@ -9,7 +9,7 @@ to and another forgets (the old `capture_every` and `rules` went through four la
 
     judge                                    rank (ranks/server.py)
     Start(phase)                          -> started | ready {facts}
-    Load(task, source)                    -> built {seconds}
+    Load(task, source, pkb)               -> built {seconds}
     Trials(workload, seeds, dtypes)       -> trial {...} + outputs, one per seed
     Burst(workload, seeds, calls, ...)    -> gated, then burst {times}
     Fingerprints(burst, seed, rules, ...) -> fingerprints + payload
@@ -134,15 +134,18 @@ class Start(Request):
 @dataclass(frozen=True)
 class Load(Request):
     """Load the task (and build its process groups, before any candidate code); then the candidate's module
-    from `source`, or the task's reference where `source` is None."""
+    from `source`, or the task's reference where `source` is None. `pkb`: the source is a PKB-format file (PKB's
+    signature, outputs and `utils.*` helpers), called through the task's PKB adapter (pkb_env/compat/)."""
 
     op: ClassVar[str] = "load"
     label: ClassVar[str] = "build"
     task: str
     source: str | None = None
+    pkb: bool = False
 
     def __post_init__(self) -> None:
         _require(self.source is None or len(self.source) <= MAX_SOURCE_CHARS, "a source over the size limit")
+        _require(not (self.pkb and self.source is None), "a PKB-format load needs a candidate's source")
 
 
 @dataclass(frozen=True)

@@ -20,3 +20,7 @@ SPEC = primitive(
     collective="all_reduce", size="tensor",
     tolerance=SUM,
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+PKB = Pkb('allreduce')

@@ -23,3 +23,7 @@ SPEC = primitive(
     tolerance=EXACT,
     bench_note="2 MiB per chunk",
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+PKB = Pkb('alltoall')

@@ -52,3 +52,9 @@ SPEC = TaskSpec(
         "a `large` preset (M=8192, K=4096, N=2048) where the all-gather and the GEMM take similar time",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("allgather_gemm_AT", aliases=("gemm_allgather_AT",),
+          params=(Arg("A_local", "A_t", to="transpose"), Arg("B")))

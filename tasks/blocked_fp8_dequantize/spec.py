@@ -76,3 +76,16 @@ SPEC = TaskSpec(
         "a `large` preset (chunks of 2048 x 7168) where the exchanged bytes set the time",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Pkb, Ret  # noqa: E402  (kept apart from the task's own)
+
+
+def _pkb_out_dtype(out, call):
+    """PKB returns float32; this task returns out_dtype (the task dtype)."""
+    return out.to(call.values["out_dtype"])
+
+
+PKB = Pkb("blocked_fp8_dequantize", params=(Arg("local_y", "y"), Arg("local_s", "s"), Arg("block_size")),
+          returns=(Ret("out", fn=_pkb_out_dtype, text="cast to out_dtype (PKB returns float32)"),),
+          needs="Triton: PKB's reference dequantizes with a Triton kernel")

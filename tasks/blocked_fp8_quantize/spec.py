@@ -95,3 +95,9 @@ SPEC = TaskSpec(
         "a `large` preset (4096 tokens of 7168 per rank) where the gathered bytes set the time",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("blocked_fp8_quantize", params=(Arg("local_tensor", "x"), Arg("block_size")),
+          needs="Triton: PKB's reference quantizes with a Triton kernel")

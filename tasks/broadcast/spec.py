@@ -22,3 +22,7 @@ SPEC = primitive(
     tolerance=EXACT,
     departures=(RANDOM_ROOT,),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+PKB = Pkb('broadcast')

@@ -147,3 +147,10 @@ SPEC = TaskSpec(
         "returned norm)",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Listed, Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("clip_grad_norm_ep", params=(Listed("non_ep_grad_tensors", ("non_ep_grad",)),
+                                        Listed("ep_grad_tensors", ("ep_grad",)), Arg("max_norm"), Arg("norm_type"),
+                                        Arg("ep_size"), Arg("fsdp_group"), Arg("ep_fsdp_group"), Arg("ep_group")))

@@ -121,3 +121,9 @@ SPEC = TaskSpec(
         "compared after the call (PKB checks only the returned norm)",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Listed, Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("clip_grad_norm_no_ep", params=(Listed("grad_tensors", ("grad_0", "grad_1", "grad_2")), Arg("max_norm"),
+                                           Arg("norm_type"), Arg("fsdp_group")))

@@ -95,3 +95,7 @@ SPEC = TaskSpec(
         "process group is an input the judge builds (PKB passes None for the default group)",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+PKB = Pkb('conv2d_boundary_exchange')

@@ -101,3 +101,15 @@ SPEC = TaskSpec(
         "256); any world size dividing the batch's rows",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Pkb, Ret  # noqa: E402  (kept apart from the task's own)
+from pkb_env.tasks._pkb import RELU  # noqa: E402
+
+PKB = Pkb("ddp", params=(Arg("X_local", "X"), Arg("y_local", "y"), *(Arg(n) for n in (
+              "W1", "b1", "W2", "b2", "exp_avg_W1", "exp_avg_b1", "exp_avg_W2", "exp_avg_b2", "exp_avg_sq_W1",
+              "exp_avg_sq_b1", "exp_avg_sq_W2", "exp_avg_sq_b2", "lr", "beta1", "beta2", "eps", "step"))),
+          returns=tuple(Ret(n) for n in ("W1", "b1", "W2", "b2", "exp_avg_W1", "exp_avg_b1", "exp_avg_W2",
+                                         "exp_avg_b2", "exp_avg_sq_W1", "exp_avg_sq_b1", "exp_avg_sq_W2",
+                                         "exp_avg_sq_b2")),
+          differs=RELU, variant="pkb")

@@ -128,3 +128,22 @@ SPEC = TaskSpec(
         "synchronisation in PKB); the process group is an input the judge builds (PKB uses the default group)",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Computed, Pkb, Ret  # noqa: E402  (kept apart from the task's own)
+
+
+def _pkb_columns(name):
+    """PKB passes a list of (N, 1) columns, one per block; this task stacks the blocks as rows."""
+    return lambda call: [row.reshape(-1, 1) for row in call.values[name]]
+
+
+PKB = Pkb("deepmd_kalman_filter_optimizer",
+          params=(Computed("H", _pkb_columns("H"), "this rank's blocks of H as (N, 1) columns"), Arg("error"),
+                  Computed("weights", _pkb_columns("weights"), "this rank's weight blocks as (N, 1) columns"),
+                  Computed("P", lambda call: list(call.values["P"]), "this rank's covariances, a list"),
+                  Arg("kalman_lambda"), Arg("kalman_nue")),
+          returns=(Ret("new_weights", fn=lambda v, call: torch.stack([w.reshape(-1) for w in v]),
+                       text="every rank's (N, 1) columns stacked as rows"),
+                   Ret("new_P", fn=lambda v, call: torch.stack(list(v)), text="the list stacked"),
+                   Ret("next_lambda")))

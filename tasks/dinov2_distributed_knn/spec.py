@@ -114,3 +114,10 @@ SPEC = TaskSpec(
         "group is an input the judge builds",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("dinov2_distributed_knn",
+          differs="pkb-env states the tie rule of the top-k (the lower global train index first) and draws "
+                  "features that tie, compared exactly; PKB takes torch.topk's order and checks labels at 1%", variant="pkb")

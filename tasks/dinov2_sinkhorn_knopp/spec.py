@@ -113,3 +113,18 @@ SPEC = TaskSpec(
         "builds",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Computed, Pkb  # noqa: E402  (kept apart from the task's own)
+
+
+def _pkb_n_masked(call):
+    """PKB passes this rank's sample count as a (1,) int64 tensor (its reference all-reduces it)."""
+    rows = call.values["teacher_output"]
+    return torch.tensor([rows.shape[0]], dtype=torch.int64, device=rows.device)
+
+
+PKB = Pkb("dinov2_distributed_sinkhorn_knopp",
+          params=(Arg("teacher_output"), Arg("teacher_temp"),
+                  Computed("n_masked_patches_tensor", _pkb_n_masked, "this rank's rows, a (1,) int64 tensor"),
+                  Arg("n_iterations"), Arg("group")))

@@ -109,3 +109,8 @@ SPEC = TaskSpec(
         "passes None for the world group)",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("distributed_sample_sort", params=(Arg("local_shard", "values"), Arg("group")))

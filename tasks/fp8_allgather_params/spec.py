@@ -75,3 +75,7 @@ SPEC = TaskSpec(
         "the values in the dtype (the same values, twice the bytes)",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+PKB = Pkb('fp8_allgather_params')

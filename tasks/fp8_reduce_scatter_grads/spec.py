@@ -70,3 +70,7 @@ SPEC = TaskSpec(
     dtypes=DTYPES,
     departures=DEPARTURES,
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+PKB = Pkb('fp8_reduce_scatter_grads')

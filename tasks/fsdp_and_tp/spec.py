@@ -117,3 +117,10 @@ SPEC = TaskSpec(
         "the process groups are arguments instead of n_tp and n_fsdp (their sizes)",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Harness, Pkb, Sizes  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("fsdp_and_tp", params=(Arg("x_local", "x"), Arg("W1_shard"), Arg("W2_shard"), Arg("W3_shard"),
+                                  Harness("n_tp", Sizes("tp", single=True)),
+                                  Harness("n_fsdp", Sizes("fsdp", single=True))))

@@ -107,3 +107,22 @@ SPEC = TaskSpec(
         "the hidden layer until they do",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Computed, Pkb, Ret  # noqa: E402  (kept apart from the task's own)
+from pkb_env.tasks._pkb import RELU  # noqa: E402
+
+
+def _pkb_param_shapes(call):
+    """PKB passes the shapes of W1, b1, W2, b2; this task passes the hidden width H (D and O: X's and y's widths)."""
+    hidden, d_in, d_out = call.values["hidden"], call.values["X"].shape[1], call.values["y"].shape[1]
+    return ((hidden, d_in), (hidden,), (d_out, hidden), (d_out,))
+
+
+PKB = Pkb("fsdp_step_e2e",
+          params=(Arg("X_local", "X"), Arg("y_local", "y"), Arg("flat_param_shard"),
+                  Computed("param_shapes", _pkb_param_shapes, "((H, D), (H,), (O, H), (O,))"), Arg("exp_avg_shard"),
+                  Arg("exp_avg_sq_shard"), Arg("lr"), Arg("beta1"), Arg("beta2"), Arg("eps"), Arg("weight_decay"),
+                  Arg("step")),
+          returns=(Ret("flat_param_shard"), Ret("exp_avg_shard"), Ret("exp_avg_sq_shard")), differs=RELU,
+          variant="pkb")

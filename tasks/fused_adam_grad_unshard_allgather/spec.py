@@ -100,3 +100,7 @@ SPEC = TaskSpec(
         "latency-bound)",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+PKB = Pkb('fused_adam_grad_unshard_allgather')

@@ -38,3 +38,9 @@ SPEC = fused_moe_spec(
         "the adapter's output, of RMS ~90, swamps the base projection's ~0.6, so the layer is the adapter's)",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+from pkb_env.tasks._pkb import MOE_ROUTER, MOE_UNMAPPED  # noqa: E402
+
+PKB = Pkb('fused_moe_fwd_lora', differs=MOE_ROUTER, unmapped=MOE_UNMAPPED, variant="pkb")

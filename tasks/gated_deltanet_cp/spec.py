@@ -107,3 +107,21 @@ SPEC = TaskSpec(
         "a `large` preset (4096 positions per rank) where moving the inputs dominates",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Computed, Pkb  # noqa: E402  (kept apart from the task's own)
+
+
+def _pkb_heads(name):
+    """PKB passes this rank's heads' a_log and dt_bias (H / W each); this task passes all H."""
+    def part(call):
+        heads = call.values[name]
+        share = heads.shape[0] // call.world_size
+        return heads[call.rank * share:(call.rank + 1) * share]
+    return part
+
+
+PKB = Pkb("fla_gated_deltanet_cp",
+          params=(Arg("q"), Arg("k"), Arg("v"), Arg("gate"), Arg("beta"),
+                  Computed("a_log", _pkb_heads("a_log"), "this rank's H / W heads"),
+                  Computed("dt_bias", _pkb_heads("dt_bias"), "this rank's H / W heads"), Arg("group")))

@@ -26,3 +26,7 @@ SPEC = primitive(
     bench_note="2 MiB in per rank",
     departures=(RANDOM_ROOT, "ranks other than dst return None (PKB returns their input there)"),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+PKB = Pkb('gather')

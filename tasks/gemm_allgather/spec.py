@@ -70,3 +70,8 @@ SPEC = TaskSpec(
         "a `large` preset (M=K=N=8192) where the all-gather and the GEMM are both substantial",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("gemm_allgather", aliases=("gemm_allscatter",))

@@ -62,3 +62,8 @@ SPEC = TaskSpec(
         "a `large` preset (M=N=8192, K=4096) where the GEMM and the all-reduce take similar time",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("gemm_allreduce", params=(Arg("A_local", "A"), Arg("B_local", "B")))

@@ -69,3 +69,8 @@ SPEC = TaskSpec(
         "a `large` preset (M=N=8192, K=4096) where the reduce-scatter and the GEMM take similar time",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("gemm_reducescatter", params=(Arg("A_local", "A"), Arg("B_local", "B")))

@@ -66,3 +66,8 @@ SPEC = TaskSpec(
         "a `large` preset (8 sequences, 16K rows of 8192 per rank) where streaming the weight sets the time",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("gemv_decode", params=(Arg("hidden_states"), Arg("weight_shard", "weight"), Arg("bias_shard", "bias")))

@@ -107,3 +107,17 @@ SPEC = TaskSpec(
         "says): the tolerance follows the per-node sums in that dtype",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Computed, Pkb  # noqa: E402  (kept apart from the task's own)
+
+
+def _pkb_counts(call):
+    """PKB passes R rows for every peer as Python lists; this task's shapes give R."""
+    return [call.values["seed_inverse_ids"].shape[0] // call.world_size] * call.world_size
+
+
+PKB = Pkb("gnn_feature_exchange_all2all_backward",
+          params=(Arg("grad_output"), Arg("seed_inverse_ids"), Arg("seed_size", "num_local"),
+                  Computed("counts_sent", _pkb_counts, "[R] * W"), Computed("counts_received", _pkb_counts, "[R] * W"),
+                  Arg("group")))

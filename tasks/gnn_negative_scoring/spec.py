@@ -107,3 +107,11 @@ SPEC = TaskSpec(
         "the process group is an input the judge builds",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("gnn_negative_scoring", params=(Arg("local_pos_scores", "pos_score"), Arg("local_neg_scores", "neg_score"),
+                                          Arg("group")),
+          differs="pkb-env states the tie rule of a rank (ties count against the positive score) and draws scores "
+                  "that tie, compared exactly; PKB's ties follow its reference's comparison, checked at 1%", variant="pkb")

@@ -175,3 +175,13 @@ SPEC = TaskSpec(
         "process group is an input the judge builds",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("gnn_neighbor_sampling",
+          differs="pkb-env passes this rank's part of a random graph (colptr, row and an edge priority that orders "
+                  "the sampled neighbours) and returns the sampled edges of both hops as (src, dst) pairs; PKB "
+                  "replicates a fixed ring-lattice graph on every rank, takes the first neighbours, and returns "
+                  "(node, row, col, edge)",
+          unmapped="PKB's outputs (node ids, relabelled rows and columns, edge ids) are another function")

@@ -112,3 +112,11 @@ SPEC = TaskSpec(
         "the process group is an input the judge builds",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("gnn_sparse_embedding_all2all", params=(Arg("idx"), Arg("value"), Arg("num_nodes", "num_embeddings"),
+                                                   Arg("group")),
+          differs="pkb-env states which rank owns an index (ceil(V / W) ids a rank) and the order of the rows each "
+                  "owner returns, and compares them exactly; PKB's owner rule and order are its reference's")

@@ -75,3 +75,10 @@ SPEC = TaskSpec(
         "the owner of a node is its contiguous block of N rows; the process group is an input the judge builds",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Harness, Pkb, Sizes  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("gnn_sparse_feature_fetch_projection",
+          params=(Arg("local_embedding_shard", "shard"), Arg("input_node_ids", "node_ids"), Arg("proj_matrix", "proj"),
+                  Harness("num_total_nodes", Sizes("W * N", single=True)), Arg("group")))

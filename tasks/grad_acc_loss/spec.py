@@ -114,3 +114,7 @@ SPEC = TaskSpec(
         "the upstream gradients are the same on every rank (the loss is), drawn per call",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+PKB = Pkb('grad_acc_loss')

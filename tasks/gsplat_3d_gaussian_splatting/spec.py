@@ -276,3 +276,10 @@ SPEC = TaskSpec(
         "so a projection without it passed every step",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("gsplat_3d_gaussian_splatting", params=tuple(Arg(n) for n in (
+    "means", "quats", "scales", "opacities", "colors", "viewmats", "Ks", "image_width", "image_height", "eps2d",
+    "near_plane", "far_plane", "camera_model")))

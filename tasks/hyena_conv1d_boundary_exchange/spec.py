@@ -105,3 +105,7 @@ SPEC = TaskSpec(
         "the time",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+PKB = Pkb('hyena_conv1d_boundary_exchange')

@@ -122,3 +122,11 @@ SPEC = TaskSpec(
         "is 1) and always zigzag; the process group is an input the judge builds (PKB passes None)",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Harness, Pkb, Sizes  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("hyena_forward_cp",
+          params=(Arg("x1_seq", "x1"), Arg("x2_seq", "x2"), Arg("v_seq", "v"), Arg("h"), Arg("conv_bias", "bias"),
+                  Harness("num_groups", Sizes("D", single=True)), Harness("group_dim", 1), Arg("group"),
+                  Harness("with_zigzag_splitting", True)))

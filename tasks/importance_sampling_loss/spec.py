@@ -200,3 +200,9 @@ SPEC = TaskSpec(
         "masked minimum of an empty rank is already inf",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb, Ret  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("importance_sampling_loss", returns=(Ret("loss"), Ret("aux"), Ret("logprobs"), Ret("pg"),
+                                                Ret("metrics", to="fields")))

@@ -107,3 +107,11 @@ SPEC = TaskSpec(
         "a `large` preset (8192 positions per cp rank, 32 heads)",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("fla_kimi_delta_attention_cp_tp",
+          differs="pkb-env's tensor-parallel ranks split the heads and its context ranks pass the recurrent state "
+                  "along the sequence; PKB's tp ranks each compute an output on different inputs that are summed, "
+                  "and its inputs are drawn otherwise")

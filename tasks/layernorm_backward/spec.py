@@ -76,3 +76,7 @@ SPEC = TaskSpec(
         "a `large` preset (16384 tokens per rank, N=8192) where reading the inputs sets the time",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+PKB = Pkb('layernorm_backward')

@@ -104,3 +104,11 @@ SPEC = TaskSpec(
         "one tensor)",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Harness, Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("load_balancing_loss_fn", params=(Arg("gate_logits"), Arg("num_experts"), Arg("top_k"),
+                                             Harness("attention_mask", None)),
+          differs="pkb-env states the tie rule of the top-k (the lower expert index first) and draws logits that "
+                  "tie; PKB takes torch.topk's order, which defines none", variant="pkb")

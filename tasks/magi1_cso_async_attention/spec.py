@@ -119,3 +119,20 @@ SPEC = TaskSpec(
         "range's outputs are in flight during each attention, as separate all-to-alls (PKB packs them into one)",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Computed, Harness, Pkb, Ret, Sizes  # noqa: E402  (kept apart from the task's own)
+
+
+def _pkb_tokens(name):
+    """PKB passes this rank's tokens of every range as one (R * N/W, heads, dim) tensor, range-major."""
+    return lambda call: call.values[name].flatten(0, 1)
+
+
+PKB = Pkb("magi1_cso_async_attention",
+          params=(Computed("query", _pkb_tokens("query"), "(R * N/W, HQ, D), range-major"),
+                  Computed("key_value", _pkb_tokens("key_value"), "(R * N/W, HKV, 2 D), range-major"),
+                  Arg("k_ranges"), Harness("cp_shuffle_num", Sizes("R", single=True)),
+                  Harness("clip_token_nums", Sizes("N", single=True)), Arg("group")),
+          returns=(Ret("out", fn=lambda out, call: out.view(call.values["query"].shape),
+                       text="(R, N/W, HQ, D): PKB's rows are range-major"),))

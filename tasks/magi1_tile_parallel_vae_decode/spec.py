@@ -143,3 +143,16 @@ SPEC = TaskSpec(
         "the video must be bit-identical on every rank (identical=True): every rank holds the same frames",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Harness, Pkb, Ret  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("magi1_tile_parallel_vae_decode",
+          params=(Arg("z"), Arg("tile_latent_min_length"), Arg("tile_latent_min_height"), Arg("tile_latent_min_width"),
+                  Arg("spatial_tile_overlap_factor"), Arg("temporal_tile_overlap_factor"), Arg("spatial_upsample"),
+                  Arg("temporal_upsample"), Harness("sr_ratio", 1), Harness("first_frame_as_image", False),
+                  Arg("group")),
+          returns=(Ret("video", fn=lambda video, call: video.to(call.values["z"].dtype),
+                       text="in z's dtype (PKB returns bfloat16 whatever z's)"),),
+          differs="pkb-env blends the tiles in float32 (docs/tasks.md); PKB casts to bfloat16 and fades in it, "
+                  "column by column")

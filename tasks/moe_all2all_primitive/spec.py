@@ -89,3 +89,9 @@ SPEC = TaskSpec(
         "can reproduce to make its peers' rows without communicating)",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("moe_all2all_primitive", params=(Arg("local_tensor"), Arg("input_split_sizes", to="list"),
+                                            Arg("output_split_sizes", to="list"), Arg("group")))

@@ -40,3 +40,9 @@ SPEC = fused_moe_spec(
         "with new_group on its first call and caches them in a module global)",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+from pkb_env.tasks._pkb import MOE_ROUTER, MOE_UNMAPPED  # noqa: E402
+
+PKB = Pkb('moe_ep_narrow', differs=MOE_ROUTER, unmapped=MOE_UNMAPPED, variant="pkb")

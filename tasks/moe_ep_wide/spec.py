@@ -28,3 +28,9 @@ SPEC = fused_moe_spec(
     },
     departures=COMMON_DEPARTURES,
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+from pkb_env.tasks._pkb import MOE_ROUTER, MOE_UNMAPPED  # noqa: E402
+
+PKB = Pkb('moe_ep_wide', differs=MOE_ROUTER, unmapped=MOE_UNMAPPED, variant="pkb")

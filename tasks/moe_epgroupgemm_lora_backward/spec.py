@@ -64,3 +64,9 @@ SPEC = TaskSpec(
         "the judge passes the group (every rank); PKB passes None and falls back to WORLD inside the call",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb, Ret  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("moe_epgroupgemm_lora_backward", returns=(Ret("grad_fc1_1_lora_A"), Ret("grad_fc1_2_lora_A"),
+                                                     Ret("grad_fc2_lora_B")))

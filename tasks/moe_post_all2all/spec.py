@@ -128,3 +128,24 @@ SPEC = TaskSpec(
         "can reproduce to make its peers' outputs without communicating)",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Computed, Pkb  # noqa: E402  (kept apart from the task's own)
+
+
+def _pkb_expert_outputs(call):
+    """PKB passes exactly the rows received; this task's buffer holds MAX_RECEIVED rows, the first
+    sum(output_splits) of them outputs."""
+    return call.values["expert_outputs"][:int(call.values["output_splits"].sum())]
+
+
+def _pkb_shape(call):
+    return torch.Size([call.values["routing_weights"].shape[0], call.values["expert_outputs"].shape[1]])
+
+
+PKB = Pkb("moe_post_all2all",
+          params=(Computed("expert_outputs", _pkb_expert_outputs, "the first sum(output_splits) rows"),
+                  Arg("routing_weights"), Arg("selected_experts"), Arg("num_experts"), Arg("input_splits", to="list"),
+                  Arg("output_splits", to="list"), Arg("num_global_tokens_per_local_expert"), Arg("routing_map"),
+                  Arg("local_input_permutation_mapping"),
+                  Computed("org_hidden_states_shape", _pkb_shape, "torch.Size([T, N])"), Arg("group")))

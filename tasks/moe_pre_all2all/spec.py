@@ -107,3 +107,12 @@ SPEC = TaskSpec(
         "can reproduce to make its peers' tokens without communicating)",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Pkb, Ret  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("moe_pre_all2all",
+          params=(Arg("hidden_states"), Arg("expert_mask"), Arg("num_experts"), Arg("input_splits", to="list"),
+                  Arg("output_splits", to="list"), Arg("num_global_tokens_per_local_expert"), Arg("group")),
+          returns=(Ret("permuted"), Ret("routing_map", to="bool"), Ret("permutation"),
+                   Ret(None, why="the tokens' torch.Size, which the caller knows")))

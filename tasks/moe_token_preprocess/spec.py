@@ -94,3 +94,10 @@ SPEC = TaskSpec(
         "the process group is an input the judge builds (PKB: WORLD by default)",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb, Ret  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("moe_token_preprocess", returns=(Ret("input_splits", to="int64"), Ret("output_splits", to="int64"),
+                                            Ret("num_global_tokens_per_local_expert"),
+                                            Ret("num_global_sum_tokens_per_local_expert")))

@@ -139,3 +139,7 @@ SPEC = TaskSpec(
         "for the exchange first)",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+PKB = Pkb('openclip_contrastive_loss')

@@ -95,3 +95,9 @@ SPEC = TaskSpec(
         "divide C (1, 2, 4, 8 at bench), and the process group is an input the judge builds",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("opensora_conv3d_allreduce", params=(Arg("input", "x"), Arg("weight"), Arg("bias"), Arg("stride"),
+                                                Arg("padding"), Arg("dilation"), Arg("groups"), Arg("group")))

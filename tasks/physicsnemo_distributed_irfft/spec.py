@@ -89,3 +89,9 @@ SPEC = TaskSpec(
         "1 - 1) (PKB passes s = (720, 1440), dim = (-2, -1)); the process group is an input the judge builds",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Harness, Pkb, Sizes  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("physicsnemo_distributed_irfft", params=(Arg("x"), Harness("s", Sizes("H", "X")), Harness("dim", (-2, -1)),
+                                                    Arg("norm"), Arg("group")))

@@ -77,3 +77,9 @@ SPEC = TaskSpec(
         "float64 fields are accepted too (complex128 spectra); PKB is float32 only",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Harness, Pkb, Sizes  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("physicsnemo_distributed_rfft", params=(Arg("x"), Harness("s", Sizes("H", "X")), Harness("dim", (1, 2)),
+                                                   Arg("norm"), Arg("group")))

@@ -210,3 +210,7 @@ SPEC = TaskSpec(
         "a `large` preset (8M values a rank) where the bytes moved set the time",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+PKB = Pkb('quantized_grad_allreduce')

@@ -24,3 +24,7 @@ SPEC = primitive(
     departures=(RANDOM_ROOT, "ranks other than dst return None (PKB returns their unchanged input there and "
                              "compares it, which tests nothing)"),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+PKB = Pkb('reduce')

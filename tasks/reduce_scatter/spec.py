@@ -21,3 +21,7 @@ SPEC = primitive(
     tolerance=SUM,
     bench_note="2 MiB out per rank",
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+PKB = Pkb('reducescatter')

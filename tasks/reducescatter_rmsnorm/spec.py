@@ -78,3 +78,8 @@ SPEC = TaskSpec(
         "a `large` preset (8192 tokens of width 8192) where the reduce-scatter's bytes set the time",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("reducescatter_fused_rmsnorm", params=(Arg("rs_input_1d", "x"), Arg("gamma"), Arg("eps")))

@@ -87,3 +87,7 @@ SPEC = TaskSpec(
         "size, so overlap and the causal load balance decide the time",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+PKB = Pkb('ring_attention')

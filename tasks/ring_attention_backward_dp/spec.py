@@ -141,3 +141,7 @@ SPEC = TaskSpec(
         "take about as long, so overlap decides the time",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+PKB = Pkb('ring_attention_backward_dp')

@@ -104,3 +104,10 @@ SPEC = TaskSpec(
         "are of one size, so overlapping them decides the time",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("ring_attention_tp", params=(Arg("hidden_states", "h"), Arg("w_qkv"), Arg("w_o"), Arg("num_heads"),
+                                        Arg("softmax_scale", "scale"), Arg("causal"), Arg("tp_group"),
+                                        Arg("cp_group")))

@@ -79,3 +79,9 @@ SPEC = TaskSpec(
         "a `large` preset (one 16K-token sequence, 32 heads of 128) where the gather's bytes set the time",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("rope_allgather", params=(Arg("q_local", "q"), Arg("k_local", "k"), Arg("cos_local", "cos"),
+                                     Arg("sin_local", "sin")))

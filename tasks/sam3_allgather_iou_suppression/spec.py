@@ -215,3 +215,11 @@ SPEC = TaskSpec(
         "the process group is an input the judge builds (PKB passes None for the world group)",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("sam3_allgather_iou_suppression",
+          differs="PKB passes every rank's object count (num_obj_per_gpu) and the global last_occluded; pkb-env's "
+                  "ranks each hold their own count and last_occluded, and learn their peers' only by communicating",
+          unmapped="PKB's arguments hold what this task's ranks must communicate to know")

@@ -24,3 +24,17 @@ SPEC = primitive(
     bench_note="2 MiB out",
     departures=(RANDOM_ROOT, "non-root ranks hold random chunks (PKB: zeros), so reading local data is caught"),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+import torch  # noqa: E402
+from pkb_env.contract import Arg, Computed, Pkb  # noqa: E402  (kept apart from the task's own)
+
+
+def _pkb_tensor(call):
+    """PKB passes the root its (W, M, N) chunks and every other rank a zero (M, N) buffer to receive into."""
+    chunks = call.values["chunks"]
+    return chunks if call.rank == call.values["src"] else torch.zeros_like(chunks[0])
+
+
+PKB = Pkb("scatter", params=(Computed("tensor", _pkb_tensor, "chunks on rank src, a zero (M, N) buffer elsewhere"),
+                              Arg("src")))

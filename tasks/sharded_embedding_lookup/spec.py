@@ -78,3 +78,21 @@ SPEC = TaskSpec(
         "a `large` preset (16K tokens, 16K rows of 4096 per rank) where moving rows sets the time",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+import torch  # noqa: E402
+from pkb_env.contract import Arg, Pkb, Ret  # noqa: E402  (kept apart from the task's own)
+
+
+def _pkb_index_order(out, call):
+    """PKB returns the rows grouped by owner rank (each group in index order); this task in index order."""
+    owners = torch.div(call.values["indices"], call.values["weight"].shape[0], rounding_mode="floor")
+    order = torch.sort(owners, stable=True).indices
+    rows = torch.empty_like(out)
+    rows[order] = out
+    return rows
+
+
+PKB = Pkb("embedding_lookup", params=(Arg("indices"), Arg("local_shard", "weight")),
+          returns=(Ret("out", fn=_pkb_index_order, text="rows put back in index order (PKB's are grouped by owner)"),),
+          needs="CUDA: PKB's reference puts its buffers on device='cuda' and torch.cuda.current_device()")

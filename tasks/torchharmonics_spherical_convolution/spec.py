@@ -142,3 +142,11 @@ SPEC = TaskSpec(
         "are inputs the judge builds once (PKB builds them while making the inputs)",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Harness, Pkb, Sizes  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("torchharmonics_spherical_convolution",
+          params=(Arg("x"), Arg("psi"), Arg("weight"), Harness("groups", 1),
+                  Harness("nlon_out", Sizes("X", single=True)), Harness("nlon_in", Sizes("X", single=True)),
+                  Arg("azimuth_group"), Arg("polar_group"), Arg("bias")))

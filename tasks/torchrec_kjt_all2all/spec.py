@@ -147,3 +147,16 @@ SPEC = TaskSpec(
         "exactly; key_splits is a replicated int64 tensor, the process group an input the judge builds",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Computed, Pkb  # noqa: E402  (kept apart from the task's own)
+
+
+def _pkb_batch_size(call):
+    """PKB passes this rank's batch size; this task's lengths hold W * Fr bags of it."""
+    return call.values["lengths"].shape[0] // int(call.sizes["W"] * call.sizes["Fr"])
+
+
+PKB = Pkb("torchrec_kjt_all2all",
+          params=(Arg("lengths"), Arg("values"), Arg("key_splits", to="list"),
+                  Computed("batch_size", _pkb_batch_size, "this rank's batch B"), Arg("pg", "group")))

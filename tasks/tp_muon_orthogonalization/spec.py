@@ -99,3 +99,9 @@ SPEC = TaskSpec(
         "a `large` preset (a 4096 x 16384 weight) where the Gram all-reduces and the GEMMs are of one size",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Harness, Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("tp_muon_orthogonalization", params=(Arg("x"), Arg("steps"), Harness("coefficient_type", "quintic"),
+                                                Harness("partition_dim", 1), Arg("group")))

@@ -75,3 +75,10 @@ SPEC = TaskSpec(
         "a `large` preset (16384 x 8192) where reading and writing the activations, not latency, sets the time",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("tp_rms_norm", aliases=("rms_norm",),
+          params=(Arg("local_hidden_states", "hidden_states"), Arg("local_weight", "weight"),
+                  Arg("variance_epsilon", "eps")))

@@ -24,3 +24,7 @@ SPEC = ulysses_primitive(
     collective="all_gather", size="out",
     presets=presets("2 MiB in per rank"),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+PKB = Pkb('ulysses_all_gather_into_tensor_primitive')

@@ -52,3 +52,7 @@ SPEC = ulysses_primitive(
                     "rows, the last rank 5M/4); most plain draws too", edge="extreme_rows",
                     applies=lambda x: x["W"] > 1, where="one block"),),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+PKB = Pkb('ulysses_all_gather_variable_primitive')

@@ -36,3 +36,7 @@ SPEC = ulysses_primitive(
     presets={**presets("2 MiB in per rank"),
              "tiny": Preset({"M": 24, "N": 8}, "float32", "CPU ranks, milliseconds; M/W divides at W = 1-4, 6, 8")},
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+PKB = Pkb('ulysses_all_to_all_tensor_primitive')

@@ -84,3 +84,12 @@ SPEC = TaskSpec(
         "a `large` preset (S=8192, 16 heads of 128) where the all-to-alls can hide behind the GEMMs",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("ulysses_attention_e2e", params=(Arg("hidden_states", "h"), Arg("w_qkv"), Arg("w_o"), Arg("group"),
+                                            Arg("num_heads"), Arg("causal")),
+          differs="PKB's reference hands its local attention (B, S, H/W, E) without moving the heads before the "
+                  "sequence, so each position attends over this rank's H/W heads rather than over the sequence; "
+                  "pkb-env's is attention over the sequence, per head")

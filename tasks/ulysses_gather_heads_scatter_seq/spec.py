@@ -33,3 +33,7 @@ SPEC = ulysses_primitive(
     departures=("PKB pads a sequence that W does not divide with zero rows; here S/W must divide, as it does "
                 "for PKB's shapes at its world sizes, so no rank returns padding",),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+PKB = Pkb('ulysses_gather_heads_scatter_seq')

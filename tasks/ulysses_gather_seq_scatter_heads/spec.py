@@ -29,3 +29,7 @@ SPEC = ulysses_primitive(
     presets=head_presets(),
     departures=("PKB's unpadded_dim_size argument is dropped: it is 0 in every trial (no padding to remove)",),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+PKB = Pkb('ulysses_gather_seq_scatter_heads')

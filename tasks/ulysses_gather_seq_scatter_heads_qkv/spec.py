@@ -38,3 +38,8 @@ SPEC = ulysses_primitive(
     departures=("PKB's unpadded_dim_size (None) and restore_shape (True) arguments are dropped: they are the "
                 "same in every trial",),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("ulysses_gather_seq_scatter_heads_qkv", params=(Arg("qkv_tensor", "qkv"), Arg("seq_dim"), Arg("group")))

@@ -84,3 +84,9 @@ SPEC = TaskSpec(
         "a `large` preset (Llama-3's 128256-token vocabulary, 16K tokens) where reading the logits dominates",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's own)
+
+PKB = Pkb("vocab_parallel_cross_entropy_loss",
+          params=(Arg("vocab_parallel_logits", to="clone"), Arg("target"), Arg("group")))

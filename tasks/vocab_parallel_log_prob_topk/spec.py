@@ -23,3 +23,9 @@ SPEC = vocab.task(
     cost=vocab.forward_cost,
     tolerance=vocab.LOG_PROB,
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+from pkb_env.tasks._pkb import TOP_P  # noqa: E402
+
+PKB = Pkb('vocab_parallel_log_prob_topk', differs=TOP_P, variant="pkb")

@@ -58,3 +58,9 @@ SPEC = vocab.task(
                 "1000 MiB at W = 1 and 500 MiB at W = 2, above what the judge takes from one call (256 MiB), so "
                 "`large` runs at W >= 4"),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
+from pkb_env.tasks._pkb import TOP_P  # noqa: E402
+
+PKB = Pkb('vocab_parallel_log_prob_topk_chunked_backward', differs=TOP_P, variant="pkb")

@@ -108,3 +108,13 @@ SPEC = TaskSpec(
         "the hidden layer until they do",
     ),
 )
+
+# -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
+from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's own)
+from pkb_env.tasks._pkb import RELU  # noqa: E402
+
+PKB = Pkb('zero2_optimizer_shard_grad', params=(Arg("X_local", "X"), Arg("y_local", "y"), *(Arg(n) for n in (
+              "W1", "b1", "W2", "b2", "exp_avg_part", "exp_avg_sq_part", "lr", "beta1", "beta2", "eps", "step"))),
+          differs=RELU + "; and pkb-env also returns the flat gradient the step used (grad_part) "
+                  "and updates the parameters and moments in place; PKB returns the six updated tensors",
+          unmapped="PKB's solution does not return the flat gradient this task checks", variant="pkb")

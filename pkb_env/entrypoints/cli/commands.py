@@ -180,6 +180,7 @@ def _short(text, limit: int = 90) -> str:
 
 
 def cmd_evaluate(args) -> int:
+    from pkb_env.agents.files import PkbFileAgent
     from pkb_env.agents.openai_agent import OpenAIAgentError
     from pkb_env.agents.specs import agent_from_spec
     from pkb_env.entrypoints.cli.data import open_recorder
@@ -194,6 +195,11 @@ def cmd_evaluate(args) -> int:
     agent = agent_from_spec(args.agent, base_url=args.base_url, temperature=args.temperature,
                             max_tokens=args.max_tokens, concurrency=args.concurrency)
     tasks = resolve_tasks(args.tasks, agent)
+    config = judge_config(args)
+    if isinstance(agent, PkbFileAgent):   # PKB-format files: judged through each task's PKB mapping
+        config = config.replace(pkb=True)
+        for path, why in agent.skipped:
+            print(f"pkb-env: skipped {path.name}: {why}", file=sys.stderr)
     recorder = open_recorder(args.dataset, agent)   # None without --dataset
     try:
         if args.ray is None:
@@ -201,12 +207,11 @@ def cmd_evaluate(args) -> int:
                 raise ValueError("--actors and --cpus-per-actor size a Ray pool: add --ray local (or --ray auto)")
             from pkb_env.client import LocalClient
 
-            client = LocalClient(judge_config(args))
+            client = LocalClient(config)
         else:
             from pkb_env.pool import JudgePool
 
-            client = JudgePool(judge_config(args), address=args.ray, actors=args.actors,
-                               cpus_per_actor=args.cpus_per_actor)
+            client = JudgePool(config, address=args.ray, actors=args.actors, cpus_per_actor=args.cpus_per_actor)
             print(f"pkb-env: judging on {client.size} Ray actor(s) of {client.shape.describe()}", file=sys.stderr)
         with client:
             report = evaluate(agent, tasks=tasks, client=client, samples=args.samples, ks=ks, reward=args.reward,

@@ -50,6 +50,10 @@ def parser() -> argparse.ArgumentParser:
                                            "with a ```python block), or a folder: each of its .py files in turn")
     p.add_argument("--json", action="store_true", help="print one JSON line per file (the full evaluation record) "
                                                        "instead of the tables")
+    p.add_argument("--pkb", action="store_true",
+                   help="the file is in ParallelKernelBench's format (its signature, outputs and utils.* helpers): "
+                        "judged unchanged through the task's PKB mapping, on PKB's own statement of the problem "
+                        "where the task has one (docs/pkb_compat.md)")
     add_placement(p)
     add_judging(p)
 
@@ -59,7 +63,8 @@ def parser() -> argparse.ArgumentParser:
                                                  "the tasks DIR has files for)")
     p.add_argument("--agent", default="reference",
                    help="reference (the task's own reference: the speedup-1 baseline) | files:DIR (DIR holds one "
-                        "<task>.py per task) | openai:MODEL (MODEL on an OpenAI-compatible server such as vLLM: "
+                        "<task>.py per task) | pkb:DIR (DIR holds PKB-format files, <N>_<problem>_<backend>.py, "
+                        "judged as with eval --pkb) | openai:MODEL (MODEL on an OpenAI-compatible server such as vLLM: "
                         "--base-url or OPENAI_BASE_URL, key from OPENAI_API_KEY) | hf:PATH (a transformers causal LM "
                         "from a folder or a hub name, generating here; pip install 'pkb-env[llm]') (default reference)")
     p.add_argument("--base-url", default=None, metavar="URL",

@@ -1,0 +1,427 @@
+"""PKB's published corpus through the judge: the 383 kernels GPT-5.5, Claude Opus 4.7 and Gemini 3 Pro wrote for
+ParallelKernelBench, judged unchanged (docs/pkb_corpus.md).
+
+    python benchmarks/pkb_corpus.py PKB_CHECKOUT [--models gpt,opus] [--dataset DIR] [--json FILE]
+
+PKB_CHECKOUT: a ParallelKernelBench clone with its history, or its git directory (read with git; PKB's files never
+enter this repository). The five solutions_* folders were deleted from PKB's history and are read at each
+deleting commit's parent (pkb_env/compat/checkout.py, CORPUS). For every file:
+  map      to its task by PKB's problem name, then number (pkb_env/compat/files.py: the corpus has PKB's older
+           88-problem numbering; fsdp_adamw_sharded has no task)
+  screen   parse and screen against the signature of the statement that judges it (PKB's variant where the task has
+           one): NVLink multicast refused with the screen's message (counted), other exploits flagged, signatures
+           the judge cannot call unparsable. This much runs anywhere.
+  build    (a GPU present) every extension a file asks `compile_cuda_extension` for with a literal name and a module
+           string, built ahead of judging by --prebuild-workers judge services at once over one cache, so that the
+           steps find them cached
+  judge    (a GPU present) correctness on cuda-emulated ranks at --world-size (4), preset --preset (bench) in
+           --dtype (bfloat16), PKB's sizes and dtype: pkb-env's verdict, PKB's statement's where a variant exists,
+           and PKB's own allclose check; then the speed of every file correct by some statement at world size
+           --timing-world-size (1) on the cuda executor
+Without a GPU the steps that need one say so. Every judged or screened step is a row of the dataset --dataset DIR
+(pkb_env/data). The table: one row per folder, with PKB's published zero-shot counts beside each model's CUDA row.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import statistics
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from pkb_env import JudgeConfig
+from pkb_env.client import LocalClient
+from pkb_env.compat.checkout import CORPUS, PUBLISHED, Checkout, Folder
+from pkb_env.compat.files import PkbFile, classify
+from pkb_env.compat.helpers.cuda_helpers import cflags
+from pkb_env.record import Severity, Verdict
+from pkb_env.runtime.kernels import CompileError, extension_request
+from pkb_env.wire.services import LoadInline
+from pkb_env.tables import table
+from pkb_env.task import load_task, pkb_variant
+
+
+@dataclass
+class Entry:
+    """One corpus file and what became of it."""
+
+    folder: Folder
+    file: PkbFile
+    source: str
+    screen: str = ""              # "" (passes), "multicast", "flagged", "unparsable", "no statement", "no task", "size"
+    why: str = ""
+    verdict: str | None = None    # pkb-env's (the task's own statement)
+    pkb_verdict: str | None = None   # PKB's statement's where a variant judged, else None
+    pkb_rule: bool | None = None  # PKB's own allclose on the trials
+    failure: str = ""             # "timeout" where a rank hung
+    speedup: float | None = None
+    seconds: float | None = None  # the correctness step's wall time
+    restored: bool = False        # read back from an earlier run's --json (--resume)
+    timed: bool = False           # the speed step ran (or was not possible at its size)
+
+    @property
+    def key(self) -> str:
+        return f"{self.file.path.parent.name}/{self.file.path.name}"
+
+    @property
+    def judged(self) -> bool:
+        return bool(self.screen) or self.verdict is not None
+
+    def row(self) -> dict:
+        return {"key": self.key, "model": self.folder.model, "backend": self.folder.backend,
+                "file": self.file.path.name, "task": self.file.task, "how": self.file.how, "screen": self.screen,
+                "why": self.why, "verdict": self.verdict, "pkb_verdict": self.pkb_verdict, "pkb_rule": self.pkb_rule,
+                "failure": self.failure, "seconds": self.seconds, "timed": self.timed, "speedup": self.speedup}
+
+    def restore(self, row: dict) -> None:
+        for name in ("screen", "why", "verdict", "pkb_verdict", "pkb_rule", "failure", "seconds", "timed",
+                     "speedup"):
+            setattr(self, name, row.get(name, getattr(self, name)))
+        self.restored = True
+
+
+class Results:
+    """The --json file, one line per file and step as each ends (a run stopped by its time limit, or killed, keeps
+    what it decided); with --resume the lines already there are read back and those files are not judged again."""
+
+    def __init__(self, path: Path | None, resume: bool):
+        self.path, self.rows = path, {}
+        if path is not None and resume and path.exists():
+            for line in path.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:   # a line cut by a kill
+                    continue
+                self.rows[row.get("key")] = row
+        self.out = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.out = path.open("a" if resume else "w")
+
+    def restore(self, entries: list[Entry]) -> int:
+        found = [e for e in entries if e.key in self.rows]
+        for e in found:
+            e.restore(self.rows[e.key])
+        return len(found)
+
+    def write(self, e: Entry) -> None:
+        if self.out is not None:
+            self.out.write(json.dumps(e.row()) + "\n")
+            self.out.flush()
+
+    def close(self) -> None:
+        if self.out is not None:
+            self.out.close()
+
+
+class ByModel:
+    """A dataset recorder (pkb_env.data.EpisodeRecorder) whose rows name the model and backend of the file being
+    judged (the judge's service records each step it decides; the benchmark says whose file it is)."""
+
+    def __init__(self, recorder):
+        self.recorder, self.agent = recorder, None
+
+    def record(self, record, completion, messages=None, **meta):
+        self.recorder.record(record, completion, messages, agent=self.agent, **meta)
+
+
+def corpus(checkout: Checkout, models: list[str]) -> list[Entry]:
+    entries = []
+    for folder in CORPUS:
+        label = f"{folder.model} {folder.backend} {folder.name}".lower()
+        if models and not any(m.lower() in label for m in models):
+            continue
+        rev = f"{folder.deleted_in}^"
+        for path in checkout.files(rev, folder.name):
+            entries.append(Entry(folder, classify(Path(path)), checkout.read(rev, path)))
+    entries.sort(key=lambda e: (CORPUS.index(e.folder), e.file.number or 0))
+    return entries
+
+
+# -- screening (anywhere) ------------------------------------------------------------------------------------------
+def screen_all(entries: list[Entry], world_size: int, recorder) -> None:
+    """Map and screen every file (no rank starts): the judge's own parse and screen, PKB's signature."""
+    config = JudgeConfig(executor="cpu", world_size=world_size, preset="tiny", pkb=True)
+    with LocalClient(config, recorder=recorder) as client:
+        for e in entries:
+            if e.restored:   # decided in an earlier run (--resume)
+                continue
+            if recorder is not None:
+                recorder.agent = f"{e.folder.model} ({e.folder.backend})"
+            if e.file.task is None:
+                e.screen, e.why = "no task", e.file.why
+                continue
+            problem = client.problem(e.file.task, "tiny")
+            if problem:
+                e.screen, e.why = "size", problem
+                continue
+            record = client.run(lambda s, e=e: s.screen(s.open(e.file.task, "tiny", None, prestart=False), e.source))
+            if record is None:
+                continue
+            exploits = [f for f in record.flags if f.severity is Severity.EXPLOIT]
+            if record.verdict is Verdict.JUDGE_ERROR:   # no statement of this problem judges PKB files
+                e.screen = "no statement"
+            elif record.verdict is Verdict.FLAGGED:
+                e.screen = "multicast" if any(f.code == "multicast" for f in exploits) else "flagged"
+            else:
+                e.screen = "unparsable"
+            e.why = record.error or ""
+            e.verdict = record.verdict.value
+
+
+# -- building ahead (a GPU) ----------------------------------------------------------------------------------------
+def build_requests(source: str) -> list[LoadInline]:
+    """The extensions a file asks for with `compile_cuda_extension("name", SOURCE[, flags])`, where SOURCE is a
+    string literal or a module-level name bound to one (anything built at run time is built during its step)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    strings = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                value = ast.literal_eval(node.value)
+            except (ValueError, SyntaxError, TypeError):
+                continue
+            if isinstance(value, str):
+                strings[node.targets[0].id] = value
+    found = []
+    for node in ast.walk(tree):
+        name = getattr(getattr(node, "func", None), "id", None) or getattr(getattr(node, "func", None), "attr", None)
+        if not isinstance(node, ast.Call) or name != "compile_cuda_extension" or len(node.args) < 2:
+            continue
+        ext, src = node.args[0], node.args[1]
+        if not (isinstance(ext, ast.Constant) and isinstance(ext.value, str)):
+            continue
+        text = src.value if isinstance(src, ast.Constant) else strings.get(getattr(src, "id", ""))
+        flags = next((k.value for k in node.keywords if k.arg == "extra_cuda_cflags"), None)
+        try:
+            extra = ast.literal_eval(flags) if flags is not None else None
+        except (ValueError, SyntaxError, TypeError):
+            continue
+        if isinstance(text, str):
+            try:
+                found.append(extension_request(ext.value, "", text, extra_cuda_cflags=cflags(extra)))
+            except CompileError:   # refused as asked: the step says so
+                continue
+    return found
+
+
+def prebuild(entries: list[Entry], workers: int, until: float) -> tuple[int, int, int, float]:
+    """The statically known extensions of every file still to judge, built by `workers` judge services at once
+    (each one build at a time) into the judge's cache, none past `until` (time.monotonic(): a build in flight
+    gets what is left of it, then it is stopped; one not started by then is built by its step);
+    (built or cached, failed, not started, seconds)."""
+    from pkb_env.service import JudgeService
+
+    requests = [r for e in entries if not e.judged for r in build_requests(e.source)]
+    unique = list(dict.fromkeys(requests))
+    started = time.perf_counter()
+
+    def run(share: list[LoadInline]) -> list[str | None]:
+        with JudgeService(JudgeConfig(executor="cuda", world_size=1, pkb=True)) as service:
+            return [service.prebuild(r, until) if time.monotonic() < until - 5 else "not started" for r in share]
+
+    shares = [unique[i::workers] for i in range(workers)]
+    with ThreadPoolExecutor(workers) as pool:
+        results = [r for share in pool.map(run, [s for s in shares if s]) for r in share]
+    return (sum(r is None for r in results), sum(r not in (None, "not started") for r in results),
+            sum(r == "not started" for r in results), time.perf_counter() - started)
+
+
+# -- judging (a GPU) -----------------------------------------------------------------------------------------------
+def judge_all(entries: list[Entry], args, recorder, results: Results, until: float) -> int:
+    """Correctness on cuda-emulated ranks, every statement, for each file not judged yet, starting none that
+    could end past `until` (each step's own budget is --step-budget; a PKB variant's file is judged twice, on
+    PKB's statement and on pkb-env's); the files left."""
+    config = JudgeConfig(executor="cuda-emulated", world_size=args.world_size, preset=args.preset, dtype=args.dtype,
+                         pkb=True, step_budget_s=args.step_budget)
+    todo = [e for e in entries if not e.judged]
+    with LocalClient(config, recorder=recorder) as client:
+        for n, e in enumerate(todo):
+            steps = 2 if pkb_variant(load_task(e.file.task)) is not None else 1
+            if time.monotonic() + steps * args.step_budget + 10 > until:
+                return len(todo) - n
+            if recorder is not None:
+                recorder.agent = f"{e.folder.model} ({e.folder.backend})"
+            problem = client.problem(e.file.task, args.preset, args.dtype)
+            if problem:
+                e.screen, e.why = "size", problem
+                results.write(e)
+                continue
+            started = time.perf_counter()
+            record = client.submit(e.file.task, e.source).result()
+            e.seconds = round(time.perf_counter() - started, 1)
+            e.why = record.error or ""
+            e.pkb_rule = record.pkb.pkb_rule if record.pkb else None
+            if record.pkb and record.pkb.statement == "pkb":
+                e.pkb_verdict, e.verdict = record.verdict.value, record.pkb.pkb_env_verdict or "-"
+            else:
+                e.verdict = record.verdict.value
+            if record.failure and any(f.kind == "timeout" for f in record.failure.failures):
+                e.failure = "timeout"
+            results.write(e)
+            print(f"  {e.folder.model:16s} {e.file.path.name:60s} {record.verdict.value:14s} {e.seconds:6.1f} s",
+                  file=sys.stderr, flush=True)
+    return 0
+
+
+def time_all(entries: list[Entry], args, recorder, results: Results, until: float) -> int:
+    """The speed of every file correct by some statement and not timed yet, at --timing-world-size on the cuda
+    executor, starting no step that could end past `until`; the files left."""
+    todo = [e for e in entries if Verdict.CORRECT.value in (e.verdict, e.pkb_verdict) and not e.timed]
+    if not todo:
+        return 0
+    timing = JudgeConfig(executor="cuda", world_size=args.timing_world_size, preset=args.timing_preset,
+                         dtype=args.dtype, pkb=True, step_budget_s=args.step_budget)
+    with LocalClient(timing, recorder=recorder) as client:
+        for n, e in enumerate(todo):
+            if time.monotonic() + 2 * args.step_budget + 10 > until:
+                return len(todo) - n
+            if recorder is not None:
+                recorder.agent = f"{e.folder.model} ({e.folder.backend})"
+            if not client.problem(e.file.task, args.timing_preset, args.dtype):
+                record = client.submit(e.file.task, e.source).result()
+                e.speedup = record.speedup
+            e.timed = True
+            results.write(e)
+    return 0
+
+
+# -- the table -----------------------------------------------------------------------------------------------------
+def summary(entries: list[Entry], judged: bool) -> str:
+    rows = []
+    for folder in CORPUS:
+        mine = [e for e in entries if e.folder == folder]
+        if not mine:
+            continue
+        screens = Counter(e.screen for e in mine)
+        verdicts = Counter(e.verdict for e in mine if not e.screen)
+        waiting = sum(1 for e in mine if not e.screen and e.verdict is None)
+        correct = verdicts[Verdict.CORRECT.value]
+        by_pkb = sum(1 for e in mine if e.pkb_verdict == Verdict.CORRECT.value
+                     or (e.pkb_verdict is None and e.pkb_rule))
+        speedups = [e.speedup for e in mine if e.speedup is not None]
+        faster = sum(1 for s in speedups if s > 1)
+        published = PUBLISHED.get(folder.model) if folder.backend == "cuda" else None
+        gpu = "needs a GPU"
+        rows.append([
+            folder.model, folder.backend, len(mine), len(mine) - screens["no task"],
+            screens["multicast"], screens["flagged"], screens["unparsable"] + screens["size"], screens["no statement"],
+            waiting if not judged else "-",
+            correct if judged else gpu, by_pkb if judged else gpu,
+            verdicts[Verdict.BUILD_ERROR.value] if judged else gpu,
+            sum(1 for e in mine if e.failure == "timeout") if judged else gpu,
+            verdicts[Verdict.RUNTIME_ERROR.value] if judged else gpu,
+            verdicts[Verdict.WRONG.value] if judged else gpu,
+            f"{faster} (median {statistics.median(speedups):.2f}x)" if speedups else ("-" if judged else gpu),
+            f"{published[0]} / {published[1]}" if published else "",
+        ])
+    return table(["model", "backend", "files", "mapped", "multicast refused", "flagged", "unparsable", "no statement",
+                  "to judge",
+                  "correct (pkb-env)", "correct by PKB's rule", "build errors", "deadlocks/timeouts",
+                  "runtime errors", "wrong", "faster at W=1", "PKB published correct / faster"], rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkout", type=Path, help="a ParallelKernelBench clone with its history, its git dir, or a "
+                                                    "folder of the solutions_* folders written by --extract")
+    parser.add_argument("--extract", type=Path, default=None, metavar="DIR",
+                        help="write the five solutions_* folders, each at its revision, into DIR and stop (for a "
+                             "machine without PKB's history: pass DIR as the checkout there)")
+    parser.add_argument("--models", default="", help="comma-separated parts of a model's or folder's name "
+                                                     "(gpt, opus, gemini, triton, parallelkittens; default all)")
+    parser.add_argument("--dataset", type=Path, default=None, help="record every step as a row of this dataset")
+    parser.add_argument("--json", type=Path, default=None, help="write one line per file and step here, as each ends")
+    parser.add_argument("--resume", action="store_true",
+                        help="read --json's lines back and judge only the files it does not hold (append to it)")
+    parser.add_argument("--time-limit", type=float, default=None,
+                        help="seconds for this run: builds stop and no step starts that could end past it; the "
+                             "table is printed and the dataset closed; --resume continues")
+    parser.add_argument("--step-budget", type=float, default=90.0,
+                        help="the hard budget of one judged step, compiles included (JudgeConfig.step_budget_s)")
+    parser.add_argument("--world-size", type=int, default=4, help="ranks of the correctness run (default 4)")
+    parser.add_argument("--preset", default="bench", help="the correctness run's preset (default bench: PKB's sizes)")
+    parser.add_argument("--dtype", default="bfloat16", help="the files' dtype (default bfloat16, as PKB's)")
+    parser.add_argument("--timing-world-size", type=int, default=1)
+    parser.add_argument("--timing-preset", default="bench")
+    parser.add_argument("--prebuild-workers", type=int, default=4,
+                        help="judge services building extensions at once before judging (GPU runs)")
+    args = parser.parse_args()
+    if args.resume and args.json is None:
+        parser.error("--resume reads the --json file of the runs before: name it")
+
+    started = time.monotonic()
+    until = started + args.time_limit if args.time_limit else float("inf")
+    checkout = Checkout(args.checkout)
+    if args.extract is not None:
+        for name, count in checkout.extract(CORPUS, args.extract).items():
+            print(f"{count:3d} files  {args.extract / name}")
+        return 0
+    entries = corpus(checkout, [m for m in args.models.split(",") if m.strip()])
+    results = Results(args.json, args.resume)
+    restored = results.restore(entries)
+    if restored:
+        print(f"{restored} files read back from {args.json}", file=sys.stderr)
+    recorder = None
+    if args.dataset is not None:
+        from pkb_env.data import EpisodeRecorder
+
+        dataset = EpisodeRecorder(args.dataset, agent="pkb-corpus")
+        recorder = ByModel(dataset)
+    left = {}
+    try:
+        screen_all(entries, args.world_size, recorder)
+        for e in entries:
+            if e.screen and not e.restored:
+                results.write(e)
+        print(f"mapped and screened {len(entries)} files in {time.monotonic() - started:.1f} s", file=sys.stderr)
+        judged = gpu_present()
+        if judged:
+            # Builds get at most half of what is left, so that this run judges what they built.
+            built, failed, late, seconds = prebuild(entries, args.prebuild_workers,
+                                                    time.monotonic() + (until - time.monotonic()) / 2)
+            print(f"built {built} extensions ahead ({failed} failed, {late} left to their steps) in {seconds:.0f} s",
+                  file=sys.stderr)
+            left["to judge"] = judge_all(entries, args, recorder, results, until)
+            left["to time"] = (time_all(entries, args, recorder, results, until) if not left["to judge"] else
+                               sum(1 for e in entries if Verdict.CORRECT.value in (e.verdict, e.pkb_verdict)
+                                   and not e.timed))
+        else:
+            waiting = sum(1 for e in entries if not e.screen)
+            print(f"no GPU here: building, judging and timing the {waiting} files that pass the screen needs a GPU "
+                  f"(cuda-emulated ranks for correctness, the cuda executor for speed); run this command where "
+                  f"one is", file=sys.stderr)
+    finally:
+        results.close()
+        if recorder is not None:
+            dataset.close()
+    print(summary(entries, judged))
+    refused = [e for e in entries if e.screen == "multicast"]
+    if refused:
+        print(f"\nmulticast refused: {len(refused)} files, e.g. {refused[0].file.path.name}: {refused[0].why[:300]}")
+    for kind in ("flagged", "unparsable", "no statement", "no task", "size"):
+        for e in (e for e in entries if e.screen == kind):
+            print(f"{kind}: {e.folder.model} {e.folder.backend} {e.file.path.name}: {e.why[:200]}")
+    if any(left.values()):
+        print(f"\nthe time limit ({args.time_limit:.0f} s) ended this run with files left "
+              f"({', '.join(f'{n} {what}' for what, n in left.items() if n)}): run the same command with --resume")
+    print(f"\n{time.monotonic() - started:.0f} s in all")
+    return 0
+
+
+def gpu_present() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.device_count() > 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

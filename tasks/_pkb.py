@@ -1,0 +1,64 @@
+"""What several tasks' PKB declarations share (contract/pkb.py, docs/pkb_compat.md): how pkb-env's function departs
+from PKB's where a family departs alike, and the variants stating PKB's problem where pkb-env's function differs
+from PKB's on ties only (`without_ties`)."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Mapping
+
+from pkb_env.contract import Distribution, Fixed, TaskSpec, Tolerance
+from pkb_env.contract.pkb import PKB_TOLERANCE_TEXT
+
+MOE_ROUTER = ("PKB's router is part of the function: a gate (its weight and bias) scores the tokens, then softmax and "
+              "top-k pick the experts; pkb-env draws the routing jointly over the ranks and passes it (topk_idx, "
+              "topk_weights, with idle ranks and empty experts as edge cases), and its experts are weight tensors "
+              "rather than nn.Linear modules")
+MOE_UNMAPPED = "PKB's gate weights cannot be made from a routing drawn before the call"
+
+TOP_P = ("PKB's reference filters top-k and top-p in the logits' dtype with torch's sort, so ties at the cut and "
+         "bfloat16 rounding decide which tokens survive; pkb-env filters in float32 and states the tie rule (the "
+         "lower vocabulary index first), with tied logits drawn")
+
+PKB_VARIANT = ("PKB's problem as PKB states it, judged with pkb-env's checks: inputs from secret per-call seeds with "
+               "PKB's distributions (not PKB's 42 + rank + trial), every timed call checked, PKB's tolerance")
+
+
+def pkb_rule(dtypes) -> Fixed:
+    """PKB's tolerance at every dtype: torch.allclose(got.float(), expected.float(), atol=1e-2, rtol=1e-2)."""
+    return Fixed({d: Tolerance(1e-2, 1e-2, PKB_TOLERANCE_TEXT) for d in dtypes})
+
+
+def plain_clauses(spec: TaskSpec) -> tuple:
+    """The task's clauses a variant keeps: a variant draws PKB's inputs with none of pkb-env's edge cases, so a
+    clause an edge case draws goes (PKB's statement has no such corner), as does one that adds a trial in a 16-bit
+    dtype (pkb-env's rule of computing in float32 whatever the inputs' dtype: PKB judges a file in one dtype, the
+    one it is run at, and its reference computes in that dtype)."""
+    return tuple(c for c in spec.clauses if not c.edge and not c.dtypes)
+
+
+def without_ties(spec: TaskSpec, *, draws: Mapping[str, Distribution], why: str) -> TaskSpec:
+    """The variant stating PKB's problem where pkb-env's function differs from PKB's only on ties: the same reference
+    and golden (equal to PKB's function wherever nothing ties), with the inputs drawn as PKB draws them (`draws`:
+    continuous, so that nothing ties), none of pkb-env's tie edge cases, PKB's tolerance on every float output, in
+    float32 only (16-bit values tie often, and PKB's statement defines no order for ties: torch.topk's or sort's
+    order is whatever the kernel gives). `why` says what pkb-env states about ties that PKB does not."""
+    inputs = tuple(replace(d, dist=draws[d.name]) if d.name in draws else d for d in spec.inputs)
+    missing = set(draws) - {d.name for d in spec.inputs}
+    if missing:
+        raise ValueError(f"{spec.name}: no input named {sorted(missing)} to draw as PKB does")
+    outputs = tuple(replace(o, tolerance=None, ties="") for o in spec.outputs)
+    presets = {name: replace(p, dtype="float32", note=f"{p.note} (float32: the module docstring)")
+               for name, p in spec.presets.items()}
+    return replace(spec, name=f"pkb_env.tasks.{spec.name}.pkb",
+                   title=f"PKB {spec.pkb_id} as PKB states it: {spec.title}",
+                   inputs=inputs, outputs=outputs, edges=(), clauses=plain_clauses(spec),
+                   presets=presets, dtypes=("float32",),
+                   tolerance_rule=pkb_rule(("float32",)),
+                   departures=(PKB_VARIANT, f"inputs that never tie, as PKB draws them: {why}",
+                               "float32 only: 16-bit values tie, and PKB's statement leaves the order of ties to "
+                               "the kernel (torch.topk's or sort's)"),
+                   reference_path=None, pkb=None)
+
+RELU = ("PKB's MLP is relu(X W1^T + b1) W2^T + b2; pkb-env's uses SiLU (ReLU's kink makes the gradient jump where a "
+        "pre-activation is within rounding of 0, so two correct orders of the same sum disagree by a whole gradient "
+        "there: tasks/_mlp_step.py)")

@@ -1,0 +1,7 @@
+from pkb_env.tasks.vocab_parallel_log_prob_topk_chunked_backward import reference
+
+
+def solution(vocab_parallel_logits, target, grad_output, tp_group, top_k, top_p, chunk_size):
+    """PKB 84 as PKB states it: pkb-env's function, which is PKB's wherever nothing ties (the variant's
+    inputs never tie: tasks/_pkb.py, `without_ties`)."""
+    return reference.solution(vocab_parallel_logits, target, grad_output, tp_group, top_k, top_p, chunk_size)

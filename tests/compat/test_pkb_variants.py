@@ -1,0 +1,52 @@
+"""The PKB variants (tasks/<name>/pkb/: PKB's problem as PKB states it, docs/pkb_compat.md) against their goldens, on
+real gloo ranks, as tests/tasks/test_golden.py checks the suite (its launch and checks, over the variants only, at
+fewer sizes: VARIANT_SIZES); and the variants' declarations."""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from pkb_env.task import load_task, pkb_variants, task_names
+from tasks.test_golden import PRESET, check_golden, launch, rank_server, runnable
+
+VARIANTS = pkb_variants()
+# Fewer than the suite's cases (W = 2, 3, 4, 8, every dtype): a variant reuses the suite's machinery, judges only
+# PKB-format files, and its tolerance is PKB's 1e-2; W = 2 and 4, the tiny dtype, and bfloat16 where taken at W = 4.
+VARIANT_SIZES = (2, 4)
+
+
+def variant_dtypes(task: str, world_size: int) -> tuple[str, ...]:
+    spec = load_task(task)
+    extra = ("bfloat16",) if world_size == 4 and "bfloat16" in spec.dtypes else ()
+    return (spec.presets[PRESET].dtype, *extra)
+
+
+CASES = [(t, w, d) for t in VARIANTS for w in VARIANT_SIZES if runnable(t, w) for d in variant_dtypes(t, w)]
+
+
+@pytest.fixture(scope="module")
+def variant_outputs():
+    results = {}
+    with rank_server(), tempfile.TemporaryDirectory(prefix="pkb_variants_") as tmp:
+        for w in VARIANT_SIZES:
+            if any(runnable(t, w) for t in VARIANTS):
+                out_dir = Path(tmp, f"w{w}")
+                out_dir.mkdir()
+                results[w] = launch(w, out_dir, VARIANTS)
+    return results
+
+
+@pytest.mark.parametrize("task,world_size,dtype", CASES, ids=[f"{t.split('.')[-2]}-w{w}-{d}" for t, w, d in CASES])
+def test_variant_reference_equals_golden(variant_outputs, task, world_size, dtype):
+    check_golden(variant_outputs[world_size], task, world_size, dtype)
+
+
+@pytest.mark.parametrize("task", VARIANTS)
+def test_a_variant_states_its_problem_and_maps_pkbs_call(task):
+    spec = load_task(task)
+    owner = load_task(task.split(".")[-2])
+    assert spec.pkb_id == owner.pkb_id and spec.pkb is not None and spec.pkb.name == owner.pkb.name
+    assert spec.name not in task_names(), "a variant is not part of the suite"
+    assert spec.allowed_world_sizes(PRESET, (2, 4)), f"{task}: PKB's statement runs at world size 2 or 4"
