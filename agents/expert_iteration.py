@@ -249,7 +249,7 @@ def main(argv=None, client: JudgeClient | None = None) -> list[dict]:
             # SFT DATA from the best, then FINE-TUNE (not after the last round)
             if round_ < args.rounds - 1:
                 rows = [r for r in read_rows(dataset) if r["task"] in args.tasks]
-                sft = sft_rows(rows, args.min_speedup, args.top)
+                sft = sft_rows(rows, args.min_speedup, args.top, as_written=bool(menu))   # --tiny: the letter
                 stats["sft_rows"] = len(sft)
                 if sft:
                     write_parquet(sft, SFT_SCHEMA, log_dir / f"sft_round{round_}.parquet")

@@ -125,9 +125,12 @@ def prompts(rows: Iterable[dict[str, Any]]) -> list[Prompt]:
     return list(groups.values())
 
 
-def sft_rows(rows: Iterable[dict[str, Any]], min_speedup: float = 0.0, top: int = 1) -> list[dict[str, Any]]:
+def sft_rows(rows: Iterable[dict[str, Any]], min_speedup: float = 0.0, top: int = 1,
+             as_written: bool = False) -> list[dict[str, Any]]:
     """The best `top` correct solutions of each prompt at speedup >= `min_speedup` (where speed is not
-    measured, a correct solution counts only when `min_speedup` <= 0)."""
+    measured, a correct solution counts only when `min_speedup` <= 0). The reply is the fenced module
+    (`assistant_reply`); `as_written` keeps each completion as the model wrote it, for a policy whose action is
+    not code (agents/expert_iteration.py --tiny names a program with one token)."""
     if not isinstance(top, int) or top < 1:
         raise ValueError(f"top must be a positive integer, got {top!r}")
     out = []
@@ -136,7 +139,8 @@ def sft_rows(rows: Iterable[dict[str, Any]], min_speedup: float = 0.0, top: int 
             continue
         kept = [s for s in prompt.solutions() if s.correct and _fast_enough(s.speedup, min_speedup)][:top]
         for s in kept:
-            out.append({"messages": prompt.messages + [{"role": "assistant", "content": s.reply}],
+            reply = s.completion if as_written else s.reply
+            out.append({"messages": prompt.messages + [{"role": "assistant", "content": reply}],
                         "task": prompt.task, "speedup": s.speedup, "roofline_fraction": s.roofline_fraction,
                         "code_hash": s.code_hash, "agent": s.rows[0]["agent"]})
     return out

@@ -2,6 +2,7 @@
 speedup against roofline fraction (the evaluation's picture, evaluation/plot.py, drawn from the rows)."""
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ class Point:
     correct: bool
     speedup: float | None
     roofline_fraction: float | None
+    interval: tuple[float, float] | None = None   # the speedup's 90% interval, where the step's record has one
 
 
 @dataclass
@@ -63,13 +65,21 @@ def plot(rows: Sequence[dict[str, Any]], path: str | os.PathLike, title: str) ->
     """The speedup-vs-roofline PNG of the rows' correct steps (the `plot` extra: matplotlib)."""
     from pkb_env.evaluation.plot import speedup_vs_roofline
 
-    view = DatasetView(rows=[Point(r["task"], r["correct"], r["speedup"], r["roofline_fraction"]) for r in rows],
+    view = DatasetView(rows=[Point(r["task"], r["correct"], r["speedup"], r["roofline_fraction"], _interval(r))
+                             for r in rows],
                        task_names=list(dict.fromkeys(r["task"] for r in rows)), agent=title,
                        executor=_one(r["executor"] for r in rows), world_size=_one(r["world_size"] for r in rows),
                        preset=_one(r["preset"] for r in rows))
     if view.world_size == "mixed":
         view.world_size = None
     return speedup_vs_roofline(view, path)
+
+
+def _interval(row: dict[str, Any]) -> tuple[float, float] | None:
+    """The speedup's 90% interval, as the row's full record gives it (None where it has none)."""
+    from pkb_env.record import EvaluationRecord
+
+    return EvaluationRecord.from_dict(json.loads(row["record"])).speedup_interval if row.get("record") else None
 
 
 def _one(values) -> Any:

@@ -289,7 +289,7 @@ def test_api_key_never_reaches_candidates(offline_wandb):
     import wandb
 
     assert os.environ["WANDB_API_KEY"] == FAKE_KEY
-    run = wandb.init(project="pkb-env-test", name="env-probe", config={"owner": "test"},
+    run = wandb.init(project="pkb-env-test", name="env-probe", config={"owner": "test"}, mode="offline",
                      dir=str(offline_wandb / "runs"), reinit="create_new")
     env = WandbLogger(make_env(max_turns=1), run=run, table_every=1)
     try:

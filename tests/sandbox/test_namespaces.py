@@ -67,6 +67,8 @@ def _in_child(as_user: bool, workdir: str, plan: rootfs.Plan, paths: dict) -> di
             isolation, init = cell.contain({"namespaces": True, "kind": "ranks", "workdir": workdir,
                                             "owner": (os.geteuid(), os.getegid())}, ours)
             report["isolation"] = isolation
+            if init is None:   # no namespaces: the rank would run on the host's root, so it is not run at all
+                raise RuntimeError(f"the cell could not be contained here: {isolation}")
             inner_read, inner_write = os.pipe()
             rank = os.fork()
             if rank == 0:
