@@ -20,6 +20,8 @@
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh corpus gpt # one GPU: PKB's published corpus (docs/pkb_corpus.md)
 #                                                              # from .corpus/ (pkb_corpus.py --extract), the models
 #                                                              # named (gpt opus gemini triton ...); call again to go on
+#     OUT=/path/to/out bash benchmarks/gpu_batch.sh corpus build gpt  # one GPU: only build their extensions
+#                                                              # (--prebuild-only), for the calls above to judge
 #
 # Part limits are what the parts took on two H200s, with room: repeatability (5 fresh processes, the first
 # with a calibration, then 20 self-steps) needs about 4 minutes there, a soak step at `large` about 11 s,
@@ -75,18 +77,23 @@ if [ "${1:-timing}" = review ]; then   # issues 42, 43, 46 on one GPU: the answe
 fi
 if [ "${1:-timing}" = corpus ]; then   # issue 44 on one GPU: PKB's published corpus from .corpus/ (the five
     # solutions_* folders written by `pkb_corpus.py CLONE --extract .corpus`, carried as an ignored folder): builds
-    # on every core, correctness on 4 emulated ranks, speed at W=1, the models named after `corpus`. State stays
-    # in /tmp/pkb-corpus on the device between calls (the judge's build cache, the results, the dataset), so a
-    # call continues where the last one stopped (--resume) while the machine stays warm; each call ends by its
-    # own time limit, the table printed, the dataset closed; $OUT gets the results so far.
+    # on every core, correctness on 4 emulated ranks, each file correct by some statement timed at W=1 at once, the
+    # models named after `corpus`. State stays in /tmp/pkb-corpus on the device between calls (the judge's build
+    # cache, the results, the dataset), so a call continues where the last one stopped (--resume) while the machine
+    # stays warm; each call ends by its own time limit (a step running then is stopped, its file left to the next
+    # call), the table printed, the dataset closed; $OUT gets the results so far. `corpus build MODELS` only builds
+    # (--prebuild-only, the whole limit; builds otherwise get at most half of a call): a first call that builds
+    # everything into the cache, so that the warm calls after it judge.
     shift
+    BUILD_ONLY=
+    if [ "${1:-}" = build ]; then BUILD_ONLY=--prebuild-only; shift; fi
     STATE=${CORPUS_STATE:-/tmp/pkb-corpus}
     mkdir -p "$STATE/cache"
     export PKB_ENV_CACHE="$STATE/cache"
     MODELS=$(IFS=,; echo "${*:-gpt}")
     part ${CORPUS_LIMIT:-560} python benchmarks/pkb_corpus.py .corpus --models "$MODELS" --resume \
                  --json "$STATE/corpus_${MODELS//,/_}.jsonl" --dataset "$STATE/dataset" --time-limit ${CORPUS_RUN:-520} \
-                 --prebuild-workers ${CORPUS_BUILDERS:-8}
+                 --prebuild-workers ${CORPUS_BUILDERS:-8} $BUILD_ONLY
     cp -r "$STATE"/corpus_*.jsonl "$STATE/dataset" "$OUT/" 2>/dev/null
     echo "== done $(date +%T)" >> "$LOG"
     exit 0

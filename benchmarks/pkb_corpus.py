@@ -13,11 +13,15 @@ deleting commit's parent (pkb_env/compat/checkout.py, CORPUS). For every file:
            the judge cannot call unparsable. This much runs anywhere.
   build    (a GPU present) every extension a file asks `compile_cuda_extension` for with a literal name and a module
            string, built ahead of judging by --prebuild-workers judge services at once over one cache, so that the
-           steps find them cached
+           steps find them cached: with at most half of what is left of --time-limit, or all of it and nothing
+           else with --prebuild-only (a first call that builds; later calls over the same PKB_ENV_CACHE judge).
+           Builds that fail (compiler errors) are told apart from those the deadline stopped (built next call).
   judge    (a GPU present) correctness on cuda-emulated ranks at --world-size (4), preset --preset (bench) in
            --dtype (bfloat16), PKB's sizes and dtype: pkb-env's verdict, PKB's statement's where a variant exists,
-           and PKB's own allclose check; then the speed of every file correct by some statement at world size
-           --timing-world-size (1) on the cuda executor
+           and PKB's own allclose check; each file correct by some statement is timed at once, at world size
+           --timing-world-size (1) on the cuda executor (a second judge beside the first), so that every call
+           yields the speedups of what it judged. Steps start while 15 s are left of --time-limit; one running at
+           the limit is stopped and its file left to the next call (--resume)
 Without a GPU the steps that need one say so. Every judged or screened step is a row of the dataset --dataset DIR
 (pkb_env/data). The table: one row per folder, with PKB's published zero-shot counts beside each model's CUDA row.
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import concurrent.futures
 import json
 import statistics
 import sys
@@ -43,7 +48,6 @@ from pkb_env.record import Severity, Verdict
 from pkb_env.runtime.kernels import CompileError, extension_request
 from pkb_env.wire.services import LoadInline
 from pkb_env.tables import table
-from pkb_env.task import load_task, pkb_variant
 
 
 @dataclass
@@ -102,6 +106,8 @@ class Results:
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.out = path.open("a" if resume else "w")
+            if resume and path.stat().st_size and not path.read_bytes().endswith(b"\n"):
+                self.out.write("\n")   # end a line cut by a kill, so that the next one is a line of its own
 
     def restore(self, entries: list[Entry]) -> int:
         found = [e for e in entries if e.key in self.rows]
@@ -125,9 +131,11 @@ class ByModel:
 
     def __init__(self, recorder):
         self.recorder, self.agent = recorder, None
+        self.muted = False   # after a step stopped by the time limit (Judges.stop): its record is nobody's
 
     def record(self, record, completion, messages=None, **meta):
-        self.recorder.record(record, completion, messages, agent=self.agent, **meta)
+        if not self.muted:
+            self.recorder.record(record, completion, messages, agent=self.agent, **meta)
 
 
 def corpus(checkout: Checkout, models: list[str]) -> list[Entry]:
@@ -213,85 +221,192 @@ def build_requests(source: str) -> list[LoadInline]:
     return found
 
 
-def prebuild(entries: list[Entry], workers: int, until: float) -> tuple[int, int, int, float]:
+@dataclass
+class Builds:
+    """What prebuild did: each extension built (or found cached), failed (the compiler's or the checks' error: its
+    steps will say so), stopped by the deadline (in flight then: built next call) or not started (left to the next
+    call or to its step)."""
+
+    built: int = 0
+    failed: int = 0
+    stopped: int = 0
+    not_started: int = 0
+    seconds: float = 0.0
+    failures: tuple[str, ...] = ()   # "name: the error's first line", one per failed extension
+
+    def __str__(self) -> str:
+        return (f"built {self.built} extensions ahead (new or cached), {self.failed} failed (build errors), "
+                f"{self.stopped} stopped by the deadline and {self.not_started} not started (both built by the "
+                f"next call or their steps) in {self.seconds:.0f} s")
+
+
+def build_outcome(error: str | None, until: float, now: float) -> str:
+    """One build's outcome from the compile service's answer (`error`: None when built) at `now`: "built",
+    "stopped" (an error within a second of the deadline `until`: the compile service stops a build there with an
+    error, and a stopped build is what the next call must retry) or "failed: " and the error."""
+    if error is None:
+        return "built"
+    return "stopped" if now >= until - 1 else f"failed: {error}"
+
+
+def prebuild(entries: list[Entry], workers: int, until: float, config: JudgeConfig | None = None) -> Builds:
     """The statically known extensions of every file still to judge, built by `workers` judge services at once
     (each one build at a time) into the judge's cache, none past `until` (time.monotonic(): a build in flight
-    gets what is left of it, then it is stopped; one not started by then is built by its step);
-    (built or cached, failed, not started, seconds)."""
+    gets what is left of it, then it is stopped; one not started by then is built by its step or a later call).
+    `config`: the services' (default: the cuda executor's build cells, as the steps' own builds)."""
     from pkb_env.service import JudgeService
 
+    config = config or JudgeConfig(executor="cuda", world_size=1, pkb=True)
     requests = [r for e in entries if not e.judged for r in build_requests(e.source)]
     unique = list(dict.fromkeys(requests))
     started = time.perf_counter()
 
-    def run(share: list[LoadInline]) -> list[str | None]:
-        with JudgeService(JudgeConfig(executor="cuda", world_size=1, pkb=True)) as service:
-            return [service.prebuild(r, until) if time.monotonic() < until - 5 else "not started" for r in share]
+    def run(share: list[LoadInline]) -> list[tuple[LoadInline, str]]:
+        done = []
+        with JudgeService(config) as service:
+            for request in share:
+                if time.monotonic() >= until - 5:
+                    done.append((request, "not started"))
+                    continue
+                error = service.prebuild(request, until)
+                done.append((request, build_outcome(error, until, time.monotonic())))
+        return done
 
     shares = [unique[i::workers] for i in range(workers)]
-    with ThreadPoolExecutor(workers) as pool:
+    with ThreadPoolExecutor(max(1, workers)) as pool:
         results = [r for share in pool.map(run, [s for s in shares if s]) for r in share]
-    return (sum(r is None for r in results), sum(r not in (None, "not started") for r in results),
-            sum(r == "not started" for r in results), time.perf_counter() - started)
+    outcomes = Counter(outcome.split(":")[0] for _, outcome in results)
+    failures = tuple(f"{r.name}: {next((line for line in outcome.split(chr(10))[1:] if line.strip()), outcome)}"
+                     for r, outcome in results if outcome.startswith("failed"))
+    return Builds(outcomes["built"], outcomes["failed"], outcomes["stopped"], outcomes["not started"],
+                  time.perf_counter() - started, failures)
 
 
-# -- judging (a GPU) -----------------------------------------------------------------------------------------------
-def judge_all(entries: list[Entry], args, recorder, results: Results, until: float) -> int:
-    """Correctness on cuda-emulated ranks, every statement, for each file not judged yet, starting none that
-    could end past `until` (each step's own budget is --step-budget; a PKB variant's file is judged twice, on
-    PKB's statement and on pkb-env's); the files left."""
-    config = JudgeConfig(executor="cuda-emulated", world_size=args.world_size, preset=args.preset, dtype=args.dtype,
-                         pkb=True, step_budget_s=args.step_budget)
-    todo = [e for e in entries if not e.judged]
-    with LocalClient(config, recorder=recorder) as client:
-        for n, e in enumerate(todo):
-            steps = 2 if pkb_variant(load_task(e.file.task)) is not None else 1
-            if time.monotonic() + steps * args.step_budget + 10 > until:
-                return len(todo) - n
-            if recorder is not None:
-                recorder.agent = f"{e.folder.model} ({e.folder.backend})"
-            problem = client.problem(e.file.task, args.preset, args.dtype)
-            if problem:
-                e.screen, e.why = "size", problem
-                results.write(e)
-                continue
-            started = time.perf_counter()
-            record = client.submit(e.file.task, e.source).result()
-            e.seconds = round(time.perf_counter() - started, 1)
-            e.why = record.error or ""
-            e.pkb_rule = record.pkb.pkb_rule if record.pkb else None
-            if record.pkb and record.pkb.statement == "pkb":
-                e.pkb_verdict, e.verdict = record.verdict.value, record.pkb.pkb_env_verdict or "-"
-            else:
-                e.verdict = record.verdict.value
-            if record.failure and any(f.kind == "timeout" for f in record.failure.failures):
-                e.failure = "timeout"
-            results.write(e)
-            print(f"  {e.folder.model:16s} {e.file.path.name:60s} {record.verdict.value:14s} {e.seconds:6.1f} s",
-                  file=sys.stderr, flush=True)
-    return 0
+# -- judging and timing (a GPU) ------------------------------------------------------------------------------------
+MIN_LEFT_S = 15.0   # no step starts with less than this left before the run's time limit (a step takes ~2 s)
 
 
-def time_all(entries: list[Entry], args, recorder, results: Results, until: float) -> int:
-    """The speed of every file correct by some statement and not timed yet, at --timing-world-size on the cuda
-    executor, starting no step that could end past `until`; the files left."""
-    todo = [e for e in entries if Verdict.CORRECT.value in (e.verdict, e.pkb_verdict) and not e.timed]
-    if not todo:
-        return 0
-    timing = JudgeConfig(executor="cuda", world_size=args.timing_world_size, preset=args.timing_preset,
-                         dtype=args.dtype, pkb=True, step_budget_s=args.step_budget)
-    with LocalClient(timing, recorder=recorder) as client:
-        for n, e in enumerate(todo):
-            if time.monotonic() + 2 * args.step_budget + 10 > until:
-                return len(todo) - n
-            if recorder is not None:
-                recorder.agent = f"{e.folder.model} ({e.folder.backend})"
-            if not client.problem(e.file.task, args.timing_preset, args.dtype):
-                record = client.submit(e.file.task, e.source).result()
-                e.speedup = record.speedup
-            e.timed = True
-            results.write(e)
-    return 0
+def gpu_configs(args) -> dict[str, JudgeConfig]:
+    """The run's two judges: correctness on cuda-emulated ranks at --world-size, speed on the cuda executor at
+    --timing-world-size."""
+    return {"judge": JudgeConfig(executor="cuda-emulated", world_size=args.world_size, preset=args.preset,
+                                 dtype=args.dtype, pkb=True, step_budget_s=args.step_budget),
+            "time": JudgeConfig(executor="cuda", world_size=args.timing_world_size, preset=args.timing_preset,
+                                dtype=args.dtype, pkb=True, step_budget_s=args.step_budget)}
+
+
+class Judges:
+    """The two judges of a run (`configs`: gpu_configs'), each a LocalClient opened when first needed; both stay
+    alive for the whole run (one GPU holds both), so that each file is timed right after it is judged correct and
+    every call yields speedups for what it judged. A step starts while at least `min_left` seconds are left before
+    `until` (time.monotonic()) and is waited for until then; one still running at `until` is stopped by closing
+    the judges (LocalClient.close interrupts the step in progress), its file left for the next call (--resume),
+    its record unrecorded, and no step starts after."""
+
+    def __init__(self, configs: dict[str, JudgeConfig], recorder, until: float, min_left: float = MIN_LEFT_S):
+        self.configs, self.recorder, self.until, self.min_left = configs, recorder, until, min_left
+        self.clients: dict[str, LocalClient] = {}
+        self.stopped = False
+
+    def client(self, kind: str) -> LocalClient:
+        if kind not in self.clients:
+            self.clients[kind] = LocalClient(self.configs[kind], recorder=self.recorder)
+        return self.clients[kind]
+
+    def time_left(self) -> bool:
+        return not self.stopped and self.until - time.monotonic() >= self.min_left
+
+    def step(self, kind: str, e: Entry):
+        """`e`'s file judged by the `kind` judge: its EvaluationRecord, or None where the time limit stopped it."""
+        if self.recorder is not None:
+            self.recorder.agent = f"{e.folder.model} ({e.folder.backend})"
+        future = self.client(kind).submit(e.file.task, e.source)
+        left = self.until - time.monotonic()
+        try:
+            return future.result(timeout=None if left == float("inf") else max(left, 0.0))
+        except concurrent.futures.TimeoutError:
+            self.stop()
+            return None
+
+    def stop(self) -> None:
+        """The time limit: whatever a stopped step's judge still records is dropped, and every judge closed."""
+        self.stopped = True
+        if self.recorder is not None:
+            self.recorder.muted = True
+        self.close()
+
+    def close(self) -> None:
+        while self.clients:
+            self.clients.popitem()[1].close()
+
+    def __enter__(self) -> "Judges":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def correct(e: Entry) -> bool:
+    return Verdict.CORRECT.value in (e.verdict, e.pkb_verdict)
+
+
+def judge_all(entries: list[Entry], configs: dict[str, JudgeConfig], recorder, results: Results, until: float,
+              min_left: float = MIN_LEFT_S) -> dict[str, int]:
+    """Each file in turn: its correctness, every statement (a PKB variant's file is judged on PKB's statement and
+    on pkb-env's), unless an earlier call judged it; then, where correct by some statement and not timed yet, its
+    speed, at once (Judges). Each result is written as it ends; a step the time limit stops writes nothing. The
+    files left to judge and to time."""
+    with Judges(configs, recorder, until, min_left) as judges:
+        for e in entries:
+            if not e.judged and judges.time_left():
+                judge_one(judges, e, results)
+            if correct(e) and not e.timed and judges.time_left():
+                time_one(judges, e, results)
+            if not judges.time_left():
+                break
+    return {"to judge": sum(1 for e in entries if not e.judged),
+            "to time": sum(1 for e in entries if correct(e) and not e.timed)}
+
+
+def judge_one(judges: Judges, e: Entry, results: Results) -> None:
+    config = judges.configs["judge"]
+    problem = judges.client("judge").problem(e.file.task, config.preset, config.dtype)
+    if problem:
+        e.screen, e.why = "size", problem
+        results.write(e)
+        return
+    started = time.perf_counter()
+    record = judges.step("judge", e)
+    if record is None:   # stopped by the time limit: judged by the next call
+        return
+    e.seconds = round(time.perf_counter() - started, 1)
+    e.why = record.error or ""
+    e.pkb_rule = record.pkb.pkb_rule if record.pkb else None
+    if record.pkb and record.pkb.statement == "pkb":
+        e.pkb_verdict, e.verdict = record.verdict.value, record.pkb.pkb_env_verdict or "-"
+    else:
+        e.verdict = record.verdict.value
+    if record.failure and any(f.kind == "timeout" for f in record.failure.failures):
+        e.failure = "timeout"
+    results.write(e)
+    print(f"  {e.folder.model:16s} {e.file.path.name:60s} {record.verdict.value:14s} {e.seconds:6.1f} s",
+          file=sys.stderr, flush=True)
+
+
+def time_one(judges: Judges, e: Entry, results: Results) -> None:
+    """The speed of a file correct by some statement, at the timing judge's world size (none where its size
+    cannot run there: timed all the same)."""
+    config = judges.configs["time"]
+    if not judges.client("time").problem(e.file.task, config.preset, config.dtype):
+        record = judges.step("time", e)
+        if record is None:   # stopped by the time limit: timed by the next call
+            return
+        e.speedup = record.speedup
+    e.timed = True
+    results.write(e)
+    speed = f"{e.speedup:.2f}x" if e.speedup is not None else "no speedup"
+    print(f"  {e.folder.model:16s} {e.file.path.name:60s} timed at W={config.world_size}: {speed}", file=sys.stderr,
+          flush=True)
 
 
 # -- the table -----------------------------------------------------------------------------------------------------
@@ -314,7 +429,7 @@ def summary(entries: list[Entry], judged: bool) -> str:
         rows.append([
             folder.model, folder.backend, len(mine), len(mine) - screens["no task"],
             screens["multicast"], screens["flagged"], screens["unparsable"] + screens["size"], screens["no statement"],
-            waiting if not judged else "-",
+            waiting,
             correct if judged else gpu, by_pkb if judged else gpu,
             verdicts[Verdict.BUILD_ERROR.value] if judged else gpu,
             sum(1 for e in mine if e.failure == "timeout") if judged else gpu,
@@ -354,6 +469,10 @@ def main() -> int:
     parser.add_argument("--timing-preset", default="bench")
     parser.add_argument("--prebuild-workers", type=int, default=4,
                         help="judge services building extensions at once before judging (GPU runs)")
+    parser.add_argument("--prebuild-only", action="store_true",
+                        help="build the extensions of the files still to judge into the judge's cache (PKB_ENV_CACHE) "
+                             "with the whole --time-limit, and judge nothing: a first call that builds, so that later "
+                             "calls over the same cache only judge")
     args = parser.parse_args()
     if args.resume and args.json is None:
         parser.error("--resume reads the --json file of the runs before: name it")
@@ -384,16 +503,15 @@ def main() -> int:
                 results.write(e)
         print(f"mapped and screened {len(entries)} files in {time.monotonic() - started:.1f} s", file=sys.stderr)
         judged = gpu_present()
-        if judged:
+        if judged and args.prebuild_only:
+            builds = prebuild(entries, args.prebuild_workers, until)
+            report_builds(builds)
+            print(f"built only (--prebuild-only), into the judge's cache {JudgeConfig().cache_dir}: judge with the "
+                  f"same command without it, that cache kept (PKB_ENV_CACHE)", file=sys.stderr)
+        elif judged:
             # Builds get at most half of what is left, so that this run judges what they built.
-            built, failed, late, seconds = prebuild(entries, args.prebuild_workers,
-                                                    time.monotonic() + (until - time.monotonic()) / 2)
-            print(f"built {built} extensions ahead ({failed} failed, {late} left to their steps) in {seconds:.0f} s",
-                  file=sys.stderr)
-            left["to judge"] = judge_all(entries, args, recorder, results, until)
-            left["to time"] = (time_all(entries, args, recorder, results, until) if not left["to judge"] else
-                               sum(1 for e in entries if Verdict.CORRECT.value in (e.verdict, e.pkb_verdict)
-                                   and not e.timed))
+            report_builds(prebuild(entries, args.prebuild_workers, time.monotonic() + (until - time.monotonic()) / 2))
+            left = judge_all(entries, gpu_configs(args), recorder, results, until)
         else:
             waiting = sum(1 for e in entries if not e.screen)
             print(f"no GPU here: building, judging and timing the {waiting} files that pass the screen needs a GPU "
@@ -415,6 +533,12 @@ def main() -> int:
               f"({', '.join(f'{n} {what}' for what, n in left.items() if n)}): run the same command with --resume")
     print(f"\n{time.monotonic() - started:.0f} s in all")
     return 0
+
+
+def report_builds(builds: Builds) -> None:
+    print(builds, file=sys.stderr)
+    for failure in builds.failures:
+        print(f"  build failed: {failure[:200]}", file=sys.stderr)
 
 
 def gpu_present() -> bool:

@@ -1,0 +1,165 @@
+"""benchmarks/pkb_corpus.py's bookkeeping on CPU ranks (issue 44): a fake extracted corpus of tiny PKB-format files
+read as a plain folder, the --json file read back by --resume, builds told apart by why they did not finish, and
+the judging loop (each file timed right after it is judged correct; a step the time limit stops left unjudged)
+run with CPU judges in place of the GPU's (gpu_configs)."""
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import FAST, ROOT
+from pkb_env.compat.checkout import CORPUS, Checkout, CheckoutError
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import pkb_corpus  # noqa: E402
+
+GPT = CORPUS[0]   # solutions_cuda_bf16_h100_8_openai_gpt-5.5
+
+BROADCAST = """
+    import torch.distributed as dist
+
+    def solution(tensor, src=0):
+        out = tensor.clone()
+        dist.broadcast(out, src=src)
+        return out
+"""
+REDUCE_WRONG = """
+    def solution(tensor, dst=0):
+        return tensor.clone()          # never reduced: dst keeps its own
+"""
+ALLREDUCE_HANGS = """
+    import time
+
+    def solution(tensor):
+        time.sleep(600)
+        return tensor
+"""
+REFUSED_BUILD = '''
+    from utils.cuda_helpers import compile_cuda_extension
+
+    SOURCE = '#include "/etc/passwd"\\n'
+    ext = compile_cuda_extension("sneaky", SOURCE)
+
+    def solution(tensor, dst=0):
+        return tensor
+'''
+
+
+def fake_corpus(root, files: dict[str, str]):
+    """An extracted corpus (pkb_corpus.py --extract's layout): GPT-5.5's folder holding `files`."""
+    folder = root / GPT.name
+    folder.mkdir(parents=True)
+    for name, code in files.items():
+        (folder / name).write_text(textwrap.dedent(code))
+    return pkb_corpus.corpus(Checkout(root), ["gpt"])
+
+
+def test_a_plain_folder_of_the_extracted_corpus_is_read_mapped_and_ordered(tmp_path):
+    entries = fake_corpus(tmp_path, {"4_reduce_cuda.py": REDUCE_WRONG, "47_fsdp_adamw_sharded_cuda.py": "x = 1\n",
+                                     "3_broadcast_cuda.py": BROADCAST})
+    assert [(e.file.path.name, e.file.task) for e in entries] == [
+        ("3_broadcast_cuda.py", "broadcast"), ("4_reduce_cuda.py", "reduce"), ("47_fsdp_adamw_sharded_cuda.py", None)]
+    assert entries[1].source == textwrap.dedent(REDUCE_WRONG)
+    assert entries[1].key == f"{GPT.name}/4_reduce_cuda.py" and entries[1].folder == GPT
+    with pytest.raises(CheckoutError, match="has no folder solutions_cuda_bf16_h100_8_anthropic"):
+        pkb_corpus.corpus(Checkout(tmp_path), ["opus"])
+
+
+def test_resume_reads_back_the_last_line_of_each_file_and_skips_a_line_cut_by_a_kill(tmp_path):
+    entries = fake_corpus(tmp_path / "corpus", {"4_reduce_cuda.py": REDUCE_WRONG, "3_broadcast_cuda.py": BROADCAST})
+    broadcast, reduce = entries
+    path = tmp_path / "state" / "corpus.jsonl"
+    results = pkb_corpus.Results(path, resume=False)
+    reduce.verdict, reduce.pkb_rule, reduce.seconds = "correct", True, 2.0
+    results.write(reduce)                                  # judged ...
+    reduce.speedup, reduce.timed = 1.25, True
+    results.write(reduce)                                  # ... then timed: the later line wins
+    results.close()
+    with path.open("a") as out:
+        out.write('{"key": "' + broadcast.key + '", "verdict": "wro')   # killed mid-line
+
+    again = fake_corpus(tmp_path / "corpus2", {"4_reduce_cuda.py": REDUCE_WRONG, "3_broadcast_cuda.py": BROADCAST})
+    results = pkb_corpus.Results(path, resume=True)
+    assert results.restore(again) == 1
+    broadcast, reduce = again
+    assert (reduce.verdict, reduce.pkb_rule, reduce.seconds, reduce.timed, reduce.speedup, reduce.restored) == (
+        "correct", True, 2.0, True, 1.25, True)
+    assert not broadcast.judged and not broadcast.restored    # judged again by this call
+    results.write(broadcast)
+    results.close()
+    assert len(path.read_text().splitlines()) == 4            # appended, the earlier lines kept
+
+
+def test_a_build_stopped_by_the_deadline_is_not_counted_as_failed():
+    assert pkb_corpus.build_outcome(None, until=100.0, now=99.9) == "built"
+    assert pkb_corpus.build_outcome("the build took longer than 30 s and was stopped", 100.0, 99.5) == "stopped"
+    assert pkb_corpus.build_outcome("error: expected ';'", 100.0, 50.0) == "failed: error: expected ';'"
+
+
+def test_prebuild_counts_a_refused_build_as_failed_and_builds_nothing_past_the_deadline(tmp_path):
+    entries = fake_corpus(tmp_path, {"4_reduce_cuda.py": REFUSED_BUILD})
+    config = FAST.replace(executor="cpu", world_size=1, pkb=True)
+    builds = pkb_corpus.prebuild(entries, 1, float("inf"), config)
+    assert (builds.built, builds.failed, builds.stopped, builds.not_started) == (0, 1, 0, 0)
+    assert builds.failures[0].startswith("sneaky: ") and "1 failed (build errors)" in str(builds)
+    late = pkb_corpus.prebuild(entries, 1, time.monotonic(), config)
+    assert (late.built, late.failed, late.stopped, late.not_started) == (0, 0, 0, 1)
+
+
+class Rows:
+    """A dataset recorder that keeps what it is given (pkb_env.data.EpisodeRecorder's `record`)."""
+
+    def __init__(self):
+        self.rows = []
+
+    def record(self, record, completion, messages=None, **meta):
+        self.rows.append((record.task, record.verdict.value, meta.get("agent")))
+
+
+def cpu_configs():
+    """gpu_configs' two judges on CPU ranks: correctness at world size 2, speed at 1."""
+    return {"judge": FAST.replace(executor="cpu", world_size=2, pkb=True, calibration="cached"),
+            "time": FAST.replace(executor="cpu", world_size=1, pkb=True, calibration="cached")}
+
+
+@pytest.mark.slow   # two CPU judges start (about 12 s on the shared 2-core machine)
+def test_each_file_is_timed_right_after_it_is_judged_correct_and_only_then(tmp_path):
+    entries = fake_corpus(tmp_path, {"3_broadcast_cuda.py": BROADCAST, "4_reduce_cuda.py": REDUCE_WRONG})
+    path = tmp_path / "corpus.jsonl"
+    results, rows = pkb_corpus.Results(path, resume=False), Rows()
+    left = pkb_corpus.judge_all(entries, cpu_configs(), pkb_corpus.ByModel(rows), results, float("inf"))
+    results.close()
+    assert left == {"to judge": 0, "to time": 0}
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["file"], r["verdict"], r["timed"]) for r in lines] == [
+        ("3_broadcast_cuda.py", "correct", False), ("3_broadcast_cuda.py", "correct", True),   # timed at once
+        ("4_reduce_cuda.py", "wrong", False)]
+    assert [(task, agent) for task, _, agent in rows.rows] == [("broadcast", "GPT-5.5 (cuda)")] * 2 + [
+        ("reduce", "GPT-5.5 (cuda)")]
+
+
+def test_no_step_starts_with_less_than_the_minimum_left(tmp_path):
+    entries = fake_corpus(tmp_path, {"3_broadcast_cuda.py": BROADCAST, "4_reduce_cuda.py": REDUCE_WRONG})
+    entries[0].verdict = "correct"   # judged by an earlier call, not timed yet
+    path = tmp_path / "corpus.jsonl"
+    results = pkb_corpus.Results(path, resume=False)
+    left = pkb_corpus.judge_all(entries, cpu_configs(), None, results, time.monotonic() + 10, min_left=15)
+    results.close()
+    assert left == {"to judge": 1, "to time": 1} and path.read_text() == ""
+
+
+@pytest.mark.slow   # the judge starts, and closing waits for its start to end (about 12 s on the 2-core machine)
+def test_a_step_running_at_the_time_limit_is_stopped_and_its_file_left_for_the_next_call(tmp_path):
+    entries = fake_corpus(tmp_path, {"1_allreduce_cuda.py": ALLREDUCE_HANGS, "3_broadcast_cuda.py": BROADCAST})
+    path = tmp_path / "corpus.jsonl"
+    results, rows = pkb_corpus.Results(path, resume=False), Rows()
+    recorder = pkb_corpus.ByModel(rows)
+    left = pkb_corpus.judge_all(entries, cpu_configs(), recorder, results, time.monotonic() + 3, min_left=0)
+    results.close()
+    assert left == {"to judge": 2, "to time": 0}            # the hung one stopped, the next one never started
+    assert path.read_text() == "" and rows.rows == [] and recorder.muted
+    assert all(e.verdict is None and not e.judged for e in entries)
