@@ -116,11 +116,14 @@ def test_a_rank_of_the_checkout_finds_no_answer_key():
     assert record.verdict.value == "correct", record.feedback
 
 
-def test_a_rank_of_a_wheel_install_finds_no_answer_key(tmp_path):
-    """The wheel holds the solutions inside the package (pkb_env/solutions): every cell covers them."""
+def judged_from_a_wheel(tmp_path: Path, executor: str, world_size: int, isolated: bool = True) -> dict:
+    """The searching candidate judged by a wheel of the checkout installed in tmp_path (`pip wheel`, then
+    `pip install --target`), in a fresh interpreter on `executor`: {'package', 'verdict', 'feedback'}.
+    `isolated=False` builds with the installed setuptools and wheel (a machine without a package index)."""
     wheels, target = tmp_path / "wheels", tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(CHECKOUT)],
-                   check=True, capture_output=True, timeout=600)
+    isolation = [] if isolated else ["--no-build-isolation"]
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", str(wheels),
+                    str(CHECKOUT)], check=True, capture_output=True, timeout=600)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
                     *map(str, wheels.glob("*.whl"))], check=True, capture_output=True, timeout=600)
     assert (target / "pkb_env" / "solutions" / "experts" / "all_reduce.py").is_file(), "the wheel ships the experts"
@@ -129,14 +132,21 @@ def test_a_rank_of_a_wheel_install_finds_no_answer_key(tmp_path):
     driver = (
         "import json, sys, pkb_env\n"
         "from pkb_env import JudgeConfig, JudgeService\n"
-        "config = JudgeConfig(executor='cpu', world_size=2, trials=1, trial_timeout_s=240.0)\n"
+        f"config = JudgeConfig(executor={executor!r}, world_size={world_size}, trials=1, trial_timeout_s=240.0)\n"
         "with JudgeService(config) as judge:\n"
         "    record = judge.judge('all_reduce', open(sys.argv[1]).read())\n"
         "print(json.dumps({'package': pkb_env.__file__, 'verdict': record.verdict.value, 'feedback': record.feedback}))\n")
-    env = {**os.environ, "PYTHONPATH": str(target), "PKB_ENV_CACHE": tempfile.mkdtemp(dir=tmp_path)}
+    path = os.pathsep.join(p for p in (str(target), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "PKB_ENV_CACHE": tempfile.mkdtemp(dir=tmp_path)}
     done = subprocess.run([sys.executable, "-c", driver, str(code)], env=env, capture_output=True, text=True,
                           timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["package"].startswith(str(target)), f"the wheel's pkb_env was not the one imported: {result}"
+    return result
+
+
+def test_a_rank_of_a_wheel_install_finds_no_answer_key(tmp_path):
+    """The wheel holds the solutions inside the package (pkb_env/solutions): every cell covers them."""
+    result = judged_from_a_wheel(tmp_path, "cpu", 2)
     assert result["verdict"] == "correct", result["feedback"]
