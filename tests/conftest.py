@@ -9,6 +9,7 @@ checkout's folder first) finds the checkout's (tasks/test_golden.py's fork serve
 """
 from __future__ import annotations
 
+import atexit
 import os
 from contextlib import contextmanager
 import shutil
@@ -22,7 +23,17 @@ from pathlib import Path
 
 # Calibrations and kernels go to a private cache, not the user's ~/.cache; set before any JudgeConfig is made
 # (a config reads PKB_ENV_CACHE when it is made, FAST below at import).
-CACHE = tempfile.mkdtemp(prefix="pkb-test-cache-")
+def scratch(prefix: str) -> str:
+    """A temporary folder made at import, removed when the process that made it exits: every process that imports
+    this file makes its own (each xdist worker, the controller, a `pytest --collect-only` subprocess), and only a
+    worker runs the session's teardown. Not in forked children, which share the folder with their parent."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    maker = os.getpid()
+    atexit.register(lambda: os.getpid() == maker and shutil.rmtree(path, ignore_errors=True))
+    return path
+
+
+CACHE = scratch("pkb-test-cache-")
 os.environ["PKB_ENV_CACHE"] = CACHE
 
 import pkb_env  # noqa: E402,F401  (registers the env)
@@ -66,7 +77,7 @@ def _private_cache():
 
 # contract_v3_tasks/ copied out of the checkout: the cells never show a folder of the checkout beside the package
 # (its tests hold solutions: pkb_env/sandbox/rootfs.py), so the example specs travel to ranks from a copy.
-EXAMPLES = tempfile.mkdtemp(prefix="pkb-test-examples-")   # not under CACHE: no cell shows the judge's cache
+EXAMPLES = scratch("pkb-test-examples-")   # not under CACHE: no cell shows the judge's cache
 os.chmod(EXAMPLES, 0o755)   # readable by the ranks' uid (nobody)
 shutil.copytree(TESTS / "contract_v3_tasks", os.path.join(EXAMPLES, "contract_v3_tasks"),
                 ignore=shutil.ignore_patterns("__pycache__"))

@@ -11,14 +11,13 @@ import glob
 import os
 import shutil
 import signal
-import tempfile
 import time
 
 import pytest
 
 ray = pytest.importorskip("ray")
 
-from conftest import FAST, still_alive  # noqa: E402
+from conftest import FAST, scratch, still_alive  # noqa: E402
 from pkb_env import JudgeService  # noqa: E402
 from pkb_env.errors import PoolError  # noqa: E402
 from pkb_env.entrypoints.gym import RayVectorEnv  # noqa: E402
@@ -39,7 +38,7 @@ CONFIG = FAST.replace(executor="cpu", world_size=2)
 
 # The actors' $TMPDIR: their executors' pkb-env-* folders land here, apart from other judges on the machine, so that
 # what the pool leaves behind can be counted.
-ACTOR_TMP = tempfile.mkdtemp(prefix="pkb-pool-tmp-")
+ACTOR_TMP = scratch("pkb-pool-tmp-")
 
 
 @pytest.fixture(scope="module")
