@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from pkb_env.record import Verdict
+from pkb_env.record import EvaluationRecord, Verdict
 from pkb_env.tables import table
 
 
@@ -77,8 +77,6 @@ def plot(rows: Sequence[dict[str, Any]], path: str | os.PathLike, title: str) ->
 
 def _interval(row: dict[str, Any]) -> tuple[float, float] | None:
     """The speedup's 90% interval, as the row's full record gives it (None where it has none)."""
-    from pkb_env.record import EvaluationRecord
-
     return EvaluationRecord.from_dict(json.loads(row["record"])).speedup_interval if row.get("record") else None
 
 

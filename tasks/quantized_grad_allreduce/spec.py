@@ -96,7 +96,8 @@ def rounding_boundary(x, draw):
     for block, amax, special in ((ties, INT8_MAX, [k + 0.5 for k in range(0, 126, 2)]), (near, top, list(values))):
         row = x[block * BLOCK:(block + 1) * BLOCK].float().clamp(-amax * SCALE / 2, amax * SCALE / 2)
         row[0] = amax * SCALE
-        chosen = torch.tensor(special[:BLOCK - 1], dtype=torch.float32) * SCALE   # exact: a power of two
+        # exact (a power of two), and on the rank's device, as its twin in tasks/_delayed_fp8.py must be
+        chosen = torch.tensor(special[:BLOCK - 1], dtype=torch.float32, device=row.device) * SCALE
         row[1:1 + len(chosen)] = chosen
         x[block * BLOCK:(block + 1) * BLOCK] = (row * signs[int(block == near)].to(row.device)).to(x.dtype)
     return x
