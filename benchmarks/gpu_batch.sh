@@ -95,6 +95,9 @@ if [ "${1:-timing}" = corpus ]; then   # issue 44 on one GPU: PKB's published co
                  --json "$STATE/corpus_${MODELS//,/_}.jsonl" --dataset "$STATE/dataset" --time-limit ${CORPUS_RUN:-520} \
                  --prebuild-workers ${CORPUS_BUILDERS:-8} $BUILD_ONLY
     cp -r "$STATE"/corpus_*.jsonl "$STATE/dataset" "$OUT/" 2>/dev/null
+    # What is still running once the call's judges have closed: nothing of theirs should be (issue 44's leftover check)
+    ps -eo pid,ppid,etimes,rss,args --sort=pid | grep -E "python|nvcc|ninja|cicc|ptxas" | grep -v -E "grep|gpu_batch" \
+        > "$OUT/processes_after.txt"
     echo "== done $(date +%T)" >> "$LOG"
     exit 0
 fi
