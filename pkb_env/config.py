@@ -144,6 +144,11 @@ class JudgeConfig:
     """(field, value) pairs of TimingProtocol changed from the clock's defaults (a config file's `protocol:`
     mapping): the clock is the placement's, known only where the judge runs (`executor="auto"`), and its
     defaults differ (2 ms bursts on GPUs, 40 ms on CPU ranks; interval-min there). Unused with `protocol`."""
+    timing: bool = True
+    """False: verdicts only. A correct candidate is not timed (no speedup, no roofline; the reward's performance
+    term "not measured", as on emulated ranks) and no calibration is made: the untimed part of a step, for a
+    correctness pass over many candidates (an RL batch's wrong majority, a corpus, CI's tests of verdicts), in
+    about half a correct step's time on CPU ranks (docs/timing.md, "Verdicts only")."""
     max_action_chars: int = 200_000
     pkb: bool = False
     """Candidates are PKB-format files (ParallelKernelBench's signatures, outputs and `utils.*` helpers): each is

@@ -321,6 +321,16 @@ class EvaluationRecord:
         return [f for f in self.flags if f.severity is Severity.EXPLOIT]
 
     @property
+    def unmeasured(self) -> str | None:
+        """Why no time of this step can count, where none can: the executor's ranks time-slice one device, or
+        the judge's timing was off (JudgeConfig.timing: verdicts only)."""
+        if self.performance_available:
+            return None
+        if "emulated" in self.executor:
+            return f"the {self.executor} executor time-slices ranks on one device"
+        return "this judge gives verdicts only (its timing is off)"
+
+    @property
     def speedup(self) -> float | None:
         """None when performance is unavailable, not measured, or not believed, or the answer is not correct
         (a step's timed calls are checked after they are timed: a time can exist for a wrong answer)."""

@@ -135,6 +135,9 @@ class JudgeService:
 
     def calibrate(self) -> Calibration:
         """Measure latency, bus bandwidth and the machine's peaks now (judge/calibration.py), cache and use them."""
+        if not self.config.timing:
+            raise TaskError("nothing to calibrate: this judge gives verdicts only (timing=False); calibrate with "
+                            "a judge whose timing is on")
         if not self.measurable:
             raise TaskError(f"nothing to calibrate at world size {self.world_size} on {self.info.name}: "
                             f"calibrate with 2 or more ranks, on an executor that measures times")
@@ -187,8 +190,9 @@ class JudgeService:
 
     @property
     def measurable(self) -> bool:
-        """Whether a calibration means anything here: times are real and there is a link between ranks (W >= 2)."""
-        return self.world_size >= 2 and self.info.performance_available
+        """Whether a calibration means anything here: times are real, taken (JudgeConfig.timing) and there is a
+        link between ranks (W >= 2)."""
+        return self.world_size >= 2 and self.info.performance_available and self.config.timing
 
     def _set_calibration(self, cal: Calibration | None) -> None:
         self._judge.calibration, self._calibration_known = cal, True

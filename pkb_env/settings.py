@@ -90,6 +90,8 @@ def judge_config(args: argparse.Namespace) -> JudgeConfig:
             settings[name] = getattr(args, name)
     if getattr(args, "pkb", False):   # eval --pkb: PKB-format files
         settings["pkb"] = True
+    if getattr(args, "no_timing", False):   # verdicts only
+        settings["timing"] = False
     return JudgeConfig.from_mapping(settings)
 
 
@@ -111,6 +113,9 @@ def add_judging(p: argparse.ArgumentParser) -> None:
                    help="the env's reward: the name of a config in configs/rewards/ (`default`: the shaped reward; "
                         "`fast_1`: 1 for correct and faster, else 0) or the path of a reward YAML file "
                         "(default: default)")
+    p.add_argument("--no-timing", action="store_true",
+                   help="verdicts only: a correct candidate is not timed (no speedup, no roofline; the reward's "
+                        "performance term is 'not measured'), about half a correct step's time (JudgeConfig.timing)")
     p.add_argument("--config", type=Path, default=None, metavar="FILE",
                    help="a YAML file of this command's options and judge settings (see below); the command "
                         "line wins over it")

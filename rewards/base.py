@@ -146,7 +146,7 @@ def performance_status(record: EvaluationRecord) -> tuple[str, str]:
     nothing: rewarding it would reward noise, or the exploit that caused the suspicion.
     """
     if not record.performance_available:
-        return "unavailable", f"executor {record.executor!r} on {record.hardware!r} does not measure performance"
+        return "unavailable", f"not measured on {record.hardware!r}: {record.unmeasured}"
     if record.timing is not None and record.timing.suspect:
         return "suspect", f"timing suspect: {record.timing.suspect}"
     speedup = record.speedup

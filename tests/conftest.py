@@ -45,6 +45,9 @@ from pkb_env.config import TimingProtocol  # noqa: E402
 # speed (tests about timing itself use the production protocol, TimingProtocol.for_clock("host"): PRODUCTION).
 FAST = JudgeConfig(trials=2, trial_timeout_s=6.0, build_timeout_s=20.0, timing_timeout_s=30.0,
                    protocol=TimingProtocol.quick("host"))
+# Tests of verdicts alone (which candidates are correct or wrong, and why): a correct step is not timed (about half
+# its time), as JudgeConfig(timing=False) gives users; tests of the judge's timing keep FAST or PRODUCTION.
+VERDICTS = FAST.replace(timing=False)
 PRODUCTION = JudgeConfig(trials=2, trial_timeout_s=10.0, timing_timeout_s=30.0,
                          protocol=TimingProtocol.for_clock("host"))
 
@@ -123,6 +126,15 @@ def judge2():
 def judge4():
     """One judge on 4 CPU ranks for the module, its ranks started and the machine calibrated."""
     with cpu_judge(4) as judge:
+        judge.open("all_reduce")
+        yield judge
+
+
+@pytest.fixture(scope="module")
+def verdicts4():
+    """One judge of verdicts only (VERDICTS) on 4 CPU ranks for the module, its ranks started: for tests of which
+    code is correct or wrong, where a correct step's timing would only add time."""
+    with cpu_judge(4, VERDICTS) as judge:
         judge.open("all_reduce")
         yield judge
 

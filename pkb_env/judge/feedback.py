@@ -56,7 +56,7 @@ def write_feedback(record: EvaluationRecord) -> str:
         if t.suspect:
             lines.append(f"Timing not believed: {t.suspect}.")
     elif record.verdict is Verdict.CORRECT and not record.performance_available:
-        lines.append(f"Performance not measured: the {record.executor} executor time-slices ranks on one device.")
+        lines.append(f"Performance not measured: {record.unmeasured}.")
     r = record.roofline
     if r is not None:
         b = r.bound

@@ -110,7 +110,7 @@ class Judge:
         info = self.executor.info
         return EvaluationRecord(task=task.name, world_size=self.executor.world_size, preset=preset, dtype=dtype,
                                 executor=info.name, hardware=info.hardware,
-                                performance_available=info.performance_available)
+                                performance_available=info.performance_available and self.config.timing)
 
     def _finish(self, record: EvaluationRecord, started: float) -> EvaluationRecord:
         """The verdict from the results, the judge's secrets redacted, the feedback written."""

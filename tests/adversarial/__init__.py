@@ -4,6 +4,6 @@ and why"; each exploit names where it was seen: a published reward hack of a pee
 environment, or "new").
 
 `exploits.py` and `legit.py` hold the candidate programs as data; `test_adversarial.py` runs them
-through a CPU environment at world size 4 and asserts the outcomes. Exploits that still get through
+through a CPU environment at world size 2 and asserts the outcomes. Exploits that still get through
 are marked `xfail(strict=True)` with the hole named, so the suite documents what is open.
 """

@@ -1,4 +1,4 @@
-"""Fixtures of the adversarial suite: one CPU environment at world size 4 for the whole module, with
+"""Fixtures of the adversarial suite: one CPU environment at world size 2 for the whole module, with
 short time limits (hanging exploits are cut in seconds) and a light timing protocol, and the rewards of
 the correct reference submission per task, the bar no exploit may clear."""
 from __future__ import annotations
@@ -13,7 +13,10 @@ from pkb_env.sandbox.containment import Containment
 from pkb_env.config import JudgeConfig
 from pkb_env.config import TimingProtocol
 
-WORLD_SIZE = 4
+# Two ranks: every exploit here needs a peer (another rank's inputs, buffers or process), none needs three; at
+# 4 ranks the module was the suite's largest (314-426 of 2800-3500 worker-seconds on the 2-core machine:
+# docs/measurements/2026-12-05-suite-time-cpu.md), every exploit's step and the reference's after it on 4 processes.
+WORLD_SIZE = 2
 # Short time limits (a hang costs trial_timeout_s) and the production timing protocol of CPU ranks: an
 # exploit's gain is judged against the honest figures of the protocol that pays rewards.
 ADVERSARIAL = JudgeConfig(trials=2, trial_timeout_s=4.0, build_timeout_s=15.0, timing_timeout_s=15.0,

@@ -64,6 +64,12 @@ def recorded(tmp_path_factory):
     return dataset
 
 
+# Sequences cut to their last tokens for the trainers' two steps: a prompt (statement, reference, topology) is
+# thousands of the tiny tokenizer's tokens, and the tiny model's attention over whole rows cost ~50 s a test on
+# CPU; the answer, at the end, is what is trained.
+TRAIN_TOKENS = 768
+
+
 @pytest.fixture(scope="module")
 def tiny():
     from pkb_env.agents.train_grpo import make_tiny_model, make_tiny_tokenizer
@@ -269,7 +275,8 @@ def test_sft_rows_load_in_trl_sft_trainer(recorded, tmp_path, tiny, capsys):
     assert "no correct solution at speedup >= 1000" in capsys.readouterr().err
     tokenizer, model = tiny
     config = trl.SFTConfig(output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=2, use_cpu=True,
-                           report_to=[], logging_steps=1, save_strategy="no", seed=0, max_length=None)
+                           report_to=[], logging_steps=1, save_strategy="no", seed=0, max_length=TRAIN_TOKENS,
+                           truncation_mode="keep_end")
     trainer = trl.SFTTrainer(model=model(), processing_class=tokenizer, train_dataset=ds, args=config)
     assert trainer.train().global_step == 2
 
@@ -295,7 +302,8 @@ def test_pairs_load_in_trl_dpo_trainer(recorded, tmp_path, tiny, capsys):
     tokenizer, model = tiny
     policy = model()
     config = trl.DPOConfig(output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=2, use_cpu=True,
-                           report_to=[], logging_steps=1, save_strategy="no", seed=0, max_length=None)
+                           report_to=[], logging_steps=1, save_strategy="no", seed=0, max_length=TRAIN_TOKENS,
+                           truncation_mode="keep_end")
     trainer = trl.DPOTrainer(model=policy, ref_model=copy.deepcopy(policy), processing_class=tokenizer,
                              train_dataset=ds, args=config)
     assert trainer.train().global_step == 2

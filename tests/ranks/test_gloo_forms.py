@@ -74,14 +74,14 @@ def solution(tensor):
 
 
 @pytest.mark.parametrize("form", sorted(FORMS))
-def test_a_candidate_using_a_form_nccl_takes_is_correct_on_cpu_ranks(judge4, form):
+def test_a_candidate_using_a_form_nccl_takes_is_correct_on_cpu_ranks(verdicts4, form):
     task, code = FORMS[form]
-    record = judge4.judge(task, code)
+    record = verdicts4.judge(task, code)
     assert record.verdict.value == "correct", record.feedback
 
 
-def test_sizes_nccl_refuses_are_a_runtime_error_naming_them_not_a_crash(judge4):
+def test_sizes_nccl_refuses_are_a_runtime_error_naming_them_not_a_crash(verdicts4):
     """gloo's reduce-scatter aborts its process on sizes that do not fit; NCCL raises, and so does the group."""
-    record = judge4.judge("reduce_scatter", MISMATCHED)
+    record = verdicts4.judge("reduce_scatter", MISMATCHED)
     assert record.verdict.value == "runtime_error", record.feedback
     assert "must hold the world size times the output's" in record.feedback, record.feedback

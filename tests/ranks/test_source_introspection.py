@@ -55,10 +55,10 @@ def solution(tensor):
 '''
 
 
-def test_a_torchscript_helper_builds_and_is_correct_on_every_rank_in_every_step(judge4):
+def test_a_torchscript_helper_builds_and_is_correct_on_every_rank_in_every_step(verdicts4):
     verdicts = []
     for _ in range(STEPS):
-        record = judge4.judge("all_reduce", SCRIPTED)
+        record = verdicts4.judge("all_reduce", SCRIPTED)
         verdicts.append(record.verdict.value if record.verdict.value == "correct" else record.feedback[:600])
     assert verdicts == ["correct"] * STEPS, verdicts
 

@@ -17,7 +17,7 @@ def make_record(verdict: Verdict | None = Verdict.CORRECT, speedup: float | None
                 fraction: float | None = None, suspect: str | None = None, available: bool = True,
                 flags: list[Flag] | None = None) -> EvaluationRecord:
     record = EvaluationRecord(task="all_reduce", world_size=4, preset="small", dtype="float32",
-                              executor="cuda" if available else "cpu-emulated",
+                              executor="cuda" if available else "cuda-emulated",
                               hardware="h200" if available else "cpu", verdict=verdict,
                               performance_available=available, flags=list(flags or []))
     if speedup is not None or suspect is not None:
@@ -153,7 +153,7 @@ def test_unavailable_performance_gives_correct_base(shaped):
     assert result.value == 0.3
     assert result.terms["performance"] == "unavailable"
     assert result.terms["speedup_term"] == 0.0 and result.terms["roofline_term"] == 0.0
-    assert "cpu-emulated" in result.terms["reason"]
+    assert "cuda-emulated executor time-slices" in result.terms["reason"]
     assert "speedup" not in result.terms
 
 
@@ -219,7 +219,7 @@ def test_fast_1_truth_table():
 def test_fast_p_terms_say_why():
     fast = load_reward("fast_1")
     unavailable = fast(make_record(speedup=3.0, available=False)).terms
-    assert unavailable["performance"] == "unavailable" and "does not measure" in unavailable["reason"]
+    assert unavailable["performance"] == "unavailable" and "time-slices ranks on one device" in unavailable["reason"]
     assert fast(make_record(speedup=3.0, suspect="outlier calls")).terms["performance"] == "suspect"
     slow = fast(make_record(speedup=0.9)).terms
     assert slow["speedup"] == 0.9 and "not above p=1" in slow["reason"]

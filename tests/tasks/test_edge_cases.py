@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import cpu_judge, variant
+from conftest import VERDICTS, cpu_judge, variant
 
 from pkb_env.contract import Edge, Normal, Output, Preset, Sharded, Sum, TaskSpec, Tensor, TaskError
 from pkb_env.contract.edges import edge_of
 from pkb_env.contract.mesh import SHARED, Mesh
 from pkb_env.judge.seeds import SeedPlan
 from pkb_env.record import EvaluationRecord
+from pkb_env.rewards import load_reward
 from pkb_env.task import load_task
 
 STEPS = 4
@@ -38,7 +39,8 @@ TIES_BY_SORT = variant(TOPK, '''        kth = logits.topk(min(top_k, logits.shap
 
 @pytest.fixture(scope="module", params=[2, 4])
 def judge(request):
-    with cpu_judge(request.param) as service:
+    """Verdicts only: what is tested here is which code is correct; a correct step is not timed."""
+    with cpu_judge(request.param, VERDICTS) as service:
         service.open("all_reduce")
         yield service
 
@@ -62,6 +64,22 @@ def test_a_bug_on_an_edge_case_is_wrong_in_every_step(judge, task, source, case,
 def test_correct_code_stays_correct_on_the_edge_cases(judge, task, source):
     for record in steps(judge, task, source or load_task(task).reference_source):
         assert record.verdict.value == "correct", record.feedback
+
+
+def test_a_judge_of_verdicts_only_times_nothing_and_says_so(judge):
+    """JudgeConfig(timing=False): the correct step ends at its trials' check; the record, its feedback and the
+    reward say that speed was not measured and why; the judge refuses to calibrate, naming the setting."""
+    record = judge.judge(FP8, load_task(FP8).reference_source)
+    assert record.verdict.value == "correct", record.feedback
+    assert record.timing is None and record.roofline is None and record.timed_check is None
+    assert not record.performance_available and record.speedup is None
+    assert "time" not in record.stage_seconds and "roofline" not in record.stage_seconds
+    assert "Performance not measured: this judge gives verdicts only" in record.feedback
+    reward = load_reward("default")(record)
+    assert reward.terms["performance"] == "unavailable" and "verdicts only" in reward.terms["reason"]
+    assert reward.value == pytest.approx(reward.terms["base"])
+    with pytest.raises(TaskError, match="timing=False"):
+        judge.calibrate()
 
 
 # -- the contract and the plan, in this process -----------------------------------------------------

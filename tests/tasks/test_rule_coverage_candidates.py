@@ -16,8 +16,8 @@ STEPS = 2
 
 
 @pytest.mark.parametrize("candidate", CANDIDATES, ids=[c.name.replace(" ", "-") for c in CANDIDATES])
-def test_a_bug_in_a_stated_corner_is_wrong_in_every_step(judge4, candidate):
+def test_a_bug_in_a_stated_corner_is_wrong_in_every_step(verdicts4, candidate):
     for _ in range(STEPS):
-        record = judge4.judge(candidate.task, candidate.source)
+        record = verdicts4.judge(candidate.task, candidate.source)
         assert record.verdict.value == "wrong", record.feedback
         assert "elements differ" in record.feedback or "shape" in record.feedback, record.feedback

@@ -9,7 +9,7 @@ of ~95 steps at world size 8, because the float32 reference itself was up to 2.3
 from __future__ import annotations
 
 import pytest
-from conftest import cpu_judge
+from conftest import VERDICTS, cpu_judge
 
 from pkb_env.task import load_task
 
@@ -41,7 +41,8 @@ def in_float64() -> str:
 
 @pytest.fixture(scope="module")
 def judge8():
-    with cpu_judge(8) as judge:
+    """Verdicts only: what is tested is that the candidate is judged correct; its speed is no question here."""
+    with cpu_judge(8, VERDICTS) as judge:
         yield judge
 
 
