@@ -1,13 +1,14 @@
 """What several tasks' PKB declarations share (contract/pkb.py, docs/pkb_compat.md): how pkb-env's function departs
 from PKB's where a family departs alike, and the variants stating PKB's problem where pkb-env's function differs
-from PKB's on ties only (`without_ties`)."""
+from PKB's on ties only (`without_ties`) or in a 16-bit dtype's precision only (`in_inputs_dtype`)."""
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Mapping
 
-from pkb_env.contract import Distribution, Fixed, TaskSpec, Tolerance
+from pkb_env.contract import DTYPES, TASK_DTYPE, Distribution, Fixed, Output, TaskSpec, Tolerance
 from pkb_env.contract.pkb import PKB_TOLERANCE_TEXT
+from pkb_env.contract.results import returns_of
 
 MOE_ROUTER = ("PKB's router is part of the function: a gate (its weight and bias) scores the tokens, then softmax and "
               "top-k pick the experts; pkb-env draws the routing jointly over the ranks and passes it (topk_idx, "
@@ -21,6 +22,9 @@ TOP_P = ("PKB's reference filters top-k and top-p in the logits' dtype with torc
 
 PKB_VARIANT = ("PKB's problem as PKB states it, judged with pkb-env's checks: inputs from secret per-call seeds with "
                "PKB's distributions (not PKB's 42 + rank + trial), every timed call checked, PKB's tolerance")
+PKB_VARIANT_OWN_INPUTS = ("PKB's problem as PKB states it, judged with pkb-env's checks: the task's inputs from secret "
+                          "per-call seeds and its edge cases (PKB's function is defined on them as the task's), every "
+                          "timed call checked, PKB's tolerance")
 
 
 def pkb_rule(dtypes) -> Fixed:
@@ -62,3 +66,63 @@ def without_ties(spec: TaskSpec, *, draws: Mapping[str, Distribution], why: str)
 RELU = ("PKB's MLP is relu(X W1^T + b1) W2^T + b2; pkb-env's uses SiLU (ReLU's kink makes the gradient jump where a "
         "pre-activation is within rounding of 0, so two correct orders of the same sum disagree by a whole gradient "
         "there: tasks/_mlp_step.py)")
+
+
+def in_dtype(what: str, returns: str, pkb: str, pkb_env: str) -> str:
+    """The `differs` of a task whose function is PKB's in float32 and departs in a 16-bit dtype only: PKB's
+    reference computes `what` in the inputs' dtype and returns `returns` in it (`pkb`: what that rounds), pkb-env
+    computes `pkb_env` in float32."""
+    return (f"PKB's reference computes {what} in the inputs' dtype and returns {returns} in it ({pkb}); pkb-env "
+            f"states {pkb_env} in float32 whatever the inputs' dtype, which its bfloat16 trial checks (in float32 "
+            f"the two are one function)")
+
+
+def pkb_tolerance(output: Output) -> Output:
+    """`output` compared by the variant's tolerance_rule (PKB's): its own rule dropped, its fields' too."""
+    return replace(output, tolerance=None, fields=tuple(pkb_tolerance(f) for f in output.fields))
+
+
+def in_inputs_dtype(spec: TaskSpec, outputs: tuple[str, ...], why: str, *, float32_only: str = "") -> TaskSpec:
+    """The variant stating PKB's problem where pkb-env's function is PKB's except in a 16-bit dtype, where PKB
+    computes in the inputs' dtype and returns `outputs` in it and pkb-env computes in float32 (a clause of the task
+    adds a bfloat16 trial to every step to check it). The task with `outputs` in the task dtype (the golden's
+    rounded to it, the reference's too: tasks/<name>/pkb/reference.py), PKB's tolerance on every float output, and
+    none of the task's 16-bit clauses; its inputs, edge cases and other clauses stay, since PKB's function is the
+    task's on them (PKB's reference handles the corners the edge cases draw as the task states them). `why` says
+    what PKB's reference computes in the dtype. `float32_only` (the reason) keeps the variant to float32, where PKB's
+    own reference in a 16-bit dtype is past PKB's tolerance."""
+    returned = [o.name for o in spec.outputs if not o.inplace]
+    unknown = set(outputs) - set(returned)
+    if unknown or returns_of(spec.outputs, spec.returns) not in ("tensor", "tuple"):
+        raise ValueError(f"{spec.name}: in_inputs_dtype rounds returned outputs of a tensor or tuple: "
+                         f"{sorted(unknown) or spec.returns} cannot be")
+    positions = {returned.index(name) for name in outputs}
+    single = returns_of(spec.outputs, spec.returns) == "tensor"
+    golden = spec.golden
+
+    def rounded(inputs, world):
+        """The task's golden (float64, rounded once to float32), `outputs` rounded on to the trial's dtype."""
+        dtype = DTYPES[world.dtype]
+        if single:
+            return [value.to(dtype) for value in golden(inputs, world)]
+        return [tuple(v.to(dtype) if i in positions else v for i, v in enumerate(rank))
+                for rank in golden(inputs, world)]
+
+    dtypes = ("float32",) if float32_only else spec.dtypes
+    presets = spec.presets if not float32_only else {
+        name: replace(p, dtype="float32", note=f"{p.note} (float32: the module docstring)")
+        for name, p in spec.presets.items()}
+    names = ", ".join(outputs)
+    departures = (PKB_VARIANT_OWN_INPUTS,
+                  f"computed in the inputs' dtype with {names} returned in it, as PKB's reference does: {why}",
+                  *((f"float32 only: {float32_only}",) if float32_only else ()))
+    return replace(spec, name=f"pkb_env.tasks.{spec.name}.pkb",
+                   title=f"PKB {spec.pkb_id} as PKB states it: {spec.title}",
+                   description=f"{spec.description} As PKB states it: where this says fp32, compute in the inputs' "
+                               f"dtype as PKB's reference does, {names} returned in the task dtype; outputs within "
+                               f"PKB's tolerance (allclose, atol = rtol = 1e-2) are correct.",
+                   outputs=tuple(pkb_tolerance(replace(o, dtype=TASK_DTYPE) if o.name in outputs else o)
+                                 for o in spec.outputs),
+                   golden=rounded, clauses=tuple(c for c in spec.clauses if not c.dtypes), presets=presets,
+                   dtypes=dtypes, tolerance_rule=pkb_rule(dtypes), departures=departures,
+                   reference_path=None, pkb=None)

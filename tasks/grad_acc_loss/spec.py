@@ -116,5 +116,13 @@ SPEC = TaskSpec(
 )
 
 # -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
-from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
-PKB = Pkb('grad_acc_loss')
+from pkb_env.contract import Pkb, Ret  # noqa: E402  (kept apart from the task's own)
+from pkb_env.tasks._pkb import in_dtype  # noqa: E402
+
+PKB = Pkb("grad_acc_loss",
+          returns=tuple(Ret(n, to="float32", text="cast to float32: PKB returns the loss's dtype")
+                        for n in ("normalized_loss", "loss_sum", "grad_loss")),
+          differs=in_dtype("the products, their sum over ranks and the gradient", "all three",
+                           "a bf16 sum of W products of up to M N tokens times a loss",
+                           "the products, the sum and the three outputs"),
+          variant="pkb")

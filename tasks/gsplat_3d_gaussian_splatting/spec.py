@@ -278,8 +278,19 @@ SPEC = TaskSpec(
 )
 
 # -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
-from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's own)
+from pkb_env.contract import Arg, Pkb, Ret  # noqa: E402  (kept apart from the task's own)
 
+_IDS = "cast to int32: PKB's reference returns int64 (torch.cumsum promotes its int32 offsets)"
+_FLOATS = "cast to float32: PKB returns the inputs' dtype"
 PKB = Pkb("gsplat_3d_gaussian_splatting", params=tuple(Arg(n) for n in (
     "means", "quats", "scales", "opacities", "colors", "viewmats", "Ks", "image_width", "image_height", "eps2d",
-    "near_plane", "far_plane", "camera_model")))
+    "near_plane", "far_plane", "camera_model")),
+          returns=(Ret("camera_ids", to="int32", text=_IDS), Ret("gaussian_ids", to="int32", text=_IDS),
+                   Ret("radii"), *(Ret(n, to="float32", text=_FLOATS) for n in ("means2d", "depths", "conics")),
+                   Ret("opacities"), Ret("colors")),
+          differs="PKB's reference, as gsplat's distributed projection, adds the offset of the rank receiving a "
+                  "Gaussian (rank * N: its camera's owner) to the Gaussian's index, where pkb-env's gaussian_ids "
+                  "are global (source rank * N + index): the two agree only on a rank's own Gaussians; and PKB "
+                  "projects in the inputs' dtype, pkb-env in float64 (in bfloat16 PKB's rounding decides which "
+                  "Gaussians are visible)",
+          variant="pkb")

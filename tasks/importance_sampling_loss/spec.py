@@ -203,6 +203,13 @@ SPEC = TaskSpec(
 
 # -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
 from pkb_env.contract import Pkb, Ret  # noqa: E402  (kept apart from the task's own)
+from pkb_env.tasks._pkb import in_dtype  # noqa: E402
 
-PKB = Pkb("importance_sampling_loss", returns=(Ret("loss"), Ret("aux"), Ret("logprobs"), Ret("pg"),
-                                                Ret("metrics", to="fields")))
+PKB = Pkb("importance_sampling_loss",
+          returns=(Ret("loss"), Ret("aux"),
+                   Ret("logprobs", to="float32", text="cast to float32: PKB returns the logits' dtype"),
+                   Ret("pg"), Ret("metrics", to="fields")),
+          differs=in_dtype("the log-softmax", "the log-probabilities", "they, and the ratios, losses and metrics "
+                           "made from them, carry bf16's rounding", "the log-softmax (of the logits rounded to the "
+                           "task dtype)"),
+          variant="pkb")

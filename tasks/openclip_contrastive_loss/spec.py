@@ -141,5 +141,11 @@ SPEC = TaskSpec(
 )
 
 # -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
-from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
-PKB = Pkb('openclip_contrastive_loss')
+from pkb_env.contract import Pkb, Ret  # noqa: E402  (kept apart from the task's own)
+from pkb_env.tasks._pkb import in_dtype  # noqa: E402
+
+PKB = Pkb("openclip_contrastive_loss",
+          returns=(Ret("loss", to="float32", text="cast to float32: PKB returns the features' dtype"),),
+          differs=in_dtype("the logits, log-sigmoids and loss", "the loss",
+                           "a bf16 loss of ~16 rounds to steps of 0.06", "the logits, log-sigmoids, sum and loss"),
+          variant="pkb")

@@ -86,7 +86,12 @@ SPEC = TaskSpec(
 )
 
 # -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
-from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's own)
+from pkb_env.contract import Arg, Pkb, Ret  # noqa: E402  (kept apart from the task's own)
+from pkb_env.tasks._pkb import in_dtype  # noqa: E402
 
 PKB = Pkb("vocab_parallel_cross_entropy_loss",
-          params=(Arg("vocab_parallel_logits", to="clone"), Arg("target"), Arg("group")))
+          params=(Arg("vocab_parallel_logits", to="clone"), Arg("target"), Arg("group")),
+          returns=(Ret("loss", to="float32", text="cast to float32: PKB returns the logits' dtype"),),
+          differs=in_dtype("the log-sum-exp and the loss", "the loss", "bf16 rounds a loss of ~6 to steps of 0.03",
+                           "the log-sum-exp and the loss"),
+          variant="pkb")

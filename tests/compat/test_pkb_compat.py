@@ -100,6 +100,20 @@ def test_a_metrics_tensor_becomes_the_dict_output_in_its_declared_order():
     assert list(out[4]) == fields and [float(out[4][f]) for f in fields] == [0.0, 1.0, 2.0, 3.0, 4.0]
 
 
+def test_values_pkb_returns_in_another_dtype_are_cast_to_the_dtype_the_task_states():
+    loss = adapted("vocab_parallel_cross_entropy", lambda logits, target, group: logits.sum(-1))(
+        torch.ones(2, 3, 4, dtype=torch.bfloat16), torch.zeros(2, 3, dtype=torch.int64), None)
+    assert loss.dtype == torch.float32 and torch.equal(loss, torch.full((2, 3), 4.0))
+
+    def pkb_gsplat(*args):   # PKB's ids come back int64 (torch.cumsum promotes its int32 offsets)
+        ids = torch.arange(3, dtype=torch.int64)
+        return ids, ids + 8, torch.ones(3, 2, dtype=torch.int32), *(torch.zeros(3, k) for k in (2, 1, 3, 1, 3))
+
+    task = "gsplat_3d_gaussian_splatting"
+    out = adapted(task, pkb_gsplat)(*[None] * len(load_task(task).inputs))
+    assert out[0].dtype == out[1].dtype == torch.int32 and out[1].tolist() == [8, 9, 10]
+
+
 def test_a_result_of_another_structure_says_what_pkbs_problem_returns():
     with pytest.raises(PkbResultError, match="a tuple of 12 values .*got a tensor"):
         adapted("ddp", lambda *args: torch.zeros(1))(*[torch.zeros(1)] * len(load_task("ddp").inputs))
