@@ -1,6 +1,8 @@
-"""Judged steps per second on a fixed mixed batch, judged back to back on one JudgeService (issue 23, item 3).
+"""Judged steps per second on a fixed mixed batch, judged back to back on one JudgeService (issue 23, item 3), or
+through a client's verdicts-only lanes with its correct candidates timed alone (--lanes N; pkb_env/lanes.py).
 
     python benchmarks/throughput.py --executor cpu --world-size 2                      # CPU ranks over gloo
+    python benchmarks/throughput.py --executor cpu --world-size 2 --lanes 2            # the same batch on 2 lanes
     python benchmarks/throughput.py --executor cuda --world-size 1 --preset bench --json throughput.json
 
 What an RL loop feeds the judge is not one candidate again and again but a mix: correct NCCL code, kernels
@@ -37,7 +39,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from pkb_env import JudgeConfig, JudgeService
+from pkb_env import JudgeConfig, JudgeService, LocalClient
 from pkb_env.tables import table
 from pkb_env.task import load_task
 
@@ -94,25 +96,44 @@ def run(args) -> dict:
         if timing["on"]:
             operations[name] += seconds
 
-    with JudgeService(config, trace=trace) as judge:
-        cuda = judge.info.name != "cpu"
-        tasks = [t for t in args.tasks if t in judge.tasks()]
-        batch = make_batch(tasks, cuda, args.rounds)
-        start = time.perf_counter()
-        for task in tasks:               # the ranks started, the calibration known, each reference timed once
-            judge.reference_timing(task)
-        ready_s = time.perf_counter() - start
-        timing["on"] = True
-        steps = []
-        start = time.perf_counter()
-        for task, kind, code in tqdm(batch, desc="batch", unit="step", disable=None, file=sys.stderr):
-            record = judge.judge(task, code)
-            steps.append({"task": task, "kind": kind, "verdict": record.verdict.value, "wall_s": record.wall_s,
-                          "stages": dict(record.stage_seconds), "speedup": record.speedup,
-                          "reference": vars(record.reference) if record.reference else {}})
-        wall = time.perf_counter() - start
+    def step(task: str, kind: str, record) -> dict:
+        return {"task": task, "kind": kind, "verdict": record.verdict.value, "wall_s": record.wall_s,
+                "stages": dict(record.stage_seconds), "speedup": record.speedup,
+                "reference": vars(record.reference) if record.reference else {}}
+
+    if args.lanes:   # the batch through a client's verdicts-only lanes, its correct candidates timed alone
+        with LocalClient(config.replace(verify_lanes=args.lanes), trace=trace) as client:
+            cuda = client.info.name != "cpu"
+            tasks = [t for t in args.tasks if t in client.tasks()]
+            batch = make_batch(tasks, cuda, args.rounds)
+            start = time.perf_counter()
+            for task in tasks:
+                client.run(lambda service, task=task: service.reference_timing(task))
+            client.map([(task, code) for task, kind, code in batch if kind == "wrong"][:args.lanes])  # lanes up
+            ready_s = time.perf_counter() - start
+            timing["on"] = True
+            start = time.perf_counter()
+            records = client.map([(task, code) for task, _, code in batch])
+            wall = time.perf_counter() - start
+        steps = [step(task, kind, record) for (task, kind, _), record in zip(batch, records)]
+    else:
+        with JudgeService(config, trace=trace) as judge:
+            cuda = judge.info.name != "cpu"
+            tasks = [t for t in args.tasks if t in judge.tasks()]
+            batch = make_batch(tasks, cuda, args.rounds)
+            start = time.perf_counter()
+            for task in tasks:               # the ranks started, the calibration known, each reference timed once
+                judge.reference_timing(task)
+            ready_s = time.perf_counter() - start
+            timing["on"] = True
+            steps = []
+            start = time.perf_counter()
+            for task, kind, code in tqdm(batch, desc="batch", unit="step", disable=None, file=sys.stderr):
+                steps.append(step(task, kind, judge.judge(task, code)))
+            wall = time.perf_counter() - start
     gpus = gpus_used(config)
     return {"executor": args.executor, "world_size": args.world_size, "preset": args.preset, "tasks": tasks,
+            "lanes": args.lanes,
             "gpus": gpus, "ready_s": ready_s, "wall_s": wall, "steps": steps, "operations": dict(operations),
             "steps_per_s": len(steps) / wall, "steps_per_s_per_gpu": len(steps) / wall / gpus if gpus else None}
 
@@ -122,7 +143,9 @@ def report(result: dict) -> str:
     lat = [s["wall_s"] for s in steps]
     per_gpu = result["steps_per_s_per_gpu"]
     lines = [f"{len(steps)} steps over {', '.join(result['tasks'])}: {result['executor']} at world size "
-             f"{result['world_size']}, {result['preset']}; ready in {result['ready_s']:.1f} s (ranks started, "
+             f"{result['world_size']}, {result['preset']}"
+             + (f", {result['lanes']} verdicts-only lanes" if result.get("lanes") else "")
+             + f"; ready in {result['ready_s']:.1f} s (ranks started, "
              f"each reference timed), then the batch in {wall:.1f} s",
              f"judged steps per second {result['steps_per_s']:.2f}"
              + (f", per GPU {per_gpu:.2f} ({result['gpus']} GPU(s))" if per_gpu is not None else " (CPU ranks)")
@@ -162,6 +185,9 @@ def main() -> int:
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--tasks", nargs="+", default=list(TASKS))
     parser.add_argument("--rounds", type=int, default=1, help="times the batch's list is judged")
+    parser.add_argument("--lanes", type=int, default=0,
+                        help="judge the batch through a LocalClient with this many verdicts-only lanes "
+                             "(JudgeConfig.verify_lanes: pkb_env/lanes.py); 0: one step after another")
     parser.add_argument("--json", default=None, help="write the steps and the summary here")
     args = parser.parse_args()
     result = run(args)

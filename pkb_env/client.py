@@ -26,13 +26,14 @@ TaskError at `submit`, naming the fix. pkb_env/shared.py gives every caller of a
 from __future__ import annotations
 
 import concurrent.futures
-import queue
 import threading
 from typing import Any, Callable, Protocol, Sequence, TypeVar, runtime_checkable
 
 from pkb_env.config import JudgeConfig
 from pkb_env.errors import JudgeError
 from pkb_env.executors.placement import ExecutorInfo
+from pkb_env.judge_thread import JudgeThread
+from pkb_env.lanes import Lanes
 from pkb_env.record import EvaluationRecord
 from pkb_env.service import JudgeService
 from pkb_env.signals import signals_held
@@ -98,54 +99,18 @@ def check_code(code: object) -> str:
     return code
 
 
-class _JudgeThread:
-    """One daemon thread that runs every call on the judge, in order, for the judge's whole life.
-
-    Daemon, so that an interpreter leaving without closing does not wait for it (the executor's finalizer
-    stops the processes then); its own queue rather than a ThreadPoolExecutor's, whose workers are joined and
-    stopped before `atexit` runs, when the shared clients are closed."""
-
-    def __init__(self):
-        self._queue: queue.Queue = queue.Queue()
-        self.busy: Future | None = None          # the call running now
-        self._thread = threading.Thread(target=self._run, name="pkb-judge", daemon=True)
-        self._thread.start()
-
-    def call(self, fn: Callable[..., T], *args: Any) -> Future:
-        future: Future = Future()
-        self._queue.put((future, fn, args))
-        return future
-
-    def _run(self) -> None:
-        while True:
-            future, fn, args = self._queue.get()
-            if future is None:
-                return
-            if not future.set_running_or_notify_cancel():
-                continue
-            self.busy = future
-            try:
-                result = fn(*args)
-            except BaseException as exc:  # noqa: BLE001  (handed to the caller through the future)
-                future.set_exception(exc)
-            else:
-                future.set_result(result)
-            finally:
-                self.busy = None
-
-    def cancel_queued(self) -> None:
-        while True:
-            try:
-                future, _, _ = self._queue.get_nowait()
-            except queue.Empty:
-                return
-            if future is not None:
-                future.cancel()
-
-    def stop(self) -> None:
-        self._queue.put((None, None, None))
-        if threading.current_thread() is not self._thread:
-            self._thread.join()
+def judge_step(service: JudgeService, spec: TaskSpec, code: str, preset: str | None = None,
+               dtype: str | None = None) -> EvaluationRecord:
+    """One step on `service`, on the thread that owns it: parse and screen alone first (a step they decide starts
+    no rank), then the whole pipeline; a JudgeError becomes the unjudged record."""
+    try:
+        session = service.open(spec.name, preset, dtype, prestart=False)
+        record = service.screen(session, code)
+        if record is None:
+            record = service.open(spec.name, preset, dtype).judge(code)
+        return record
+    except JudgeError as exc:
+        return unjudged(spec, service.config, service.info, preset, dtype, str(exc))
 
 
 class LocalClient:
@@ -159,7 +124,9 @@ class LocalClient:
     def __init__(self, config: JudgeConfig | None = None, progress=None, trace=None, recorder=None):
         self.config = config or JudgeConfig()
         self._closed = False
-        self._thread = _JudgeThread()
+        self._lanes: Lanes | None = None        # made by the first batch, with config.verify_lanes
+        self._lanes_made = threading.Lock()
+        self._thread = JudgeThread("pkb-judge")
         # made on the judge's thread: it starts nothing yet (the first `ready` observation or step does)
         self._service: JudgeService = self._thread.call(JudgeService, self.config, progress, trace,
                                                         recorder).result()
@@ -203,11 +170,11 @@ class LocalClient:
         return self.submit(task, code, preset, dtype).result()
 
     def map(self, batch: Sequence[tuple[str, str]], deadline_s: float | None = None) -> list[EvaluationRecord]:
-        batch = check_batch(batch)
-        futures = [self.submit(task, code) for task, code in batch]
+        futures = self.submit_many(batch)
         done, late = concurrent.futures.wait(futures, timeout=deadline_s)
         if late:   # the deadline passed: what is still queued is cancelled, the step running is let finish
             for future in late:
+                future.abandoned = True   # a batch's candidate found correct is not timed after this (Lanes)
                 future.cancel()
         records = []
         for (task, _), future in zip(batch, futures):
@@ -218,18 +185,30 @@ class LocalClient:
                 records.append(future.result())
         return records
 
+    async def amap(self, batch: Sequence[tuple[str, str]], deadline_s: float | None = None) -> list[EvaluationRecord]:
+        """`map` for an event loop: awaits the batch's records, in order, without blocking the loop."""
+        import asyncio
+
+        return await asyncio.get_running_loop().run_in_executor(None, self.map, batch, deadline_s)
+
+    def submit_many(self, batch: Sequence[tuple[str, str]]) -> list[Future]:
+        """Queue every (task, code) of `batch`: a Future of each record, in order. With `config.verify_lanes`, the
+        untimed work of the whole batch runs on the lanes at once and a record that is not correct is ready as
+        soon as its lane decides it; the correct ones are timed here, one at a time, after every lane has finished
+        (`Lanes`). Without lanes, one step after another, as `submit` does. TaskError or TypeError for a bad item,
+        before anything is queued."""
+        batch = check_batch(batch)
+        items = [(self._check(task, None, None), check_code(code)) for task, code in batch]
+        self._live()
+        if not self.config.verify_lanes or not items:
+            return [self._thread.call(self._step, spec, code, None, None) for spec, code in items]
+        with self._lanes_made:
+            if self._lanes is None:
+                self._lanes = Lanes(self.config, self.info, judge_step)
+        return self._lanes.judge(items, self._thread, self._service)
+
     def _step(self, spec: TaskSpec, code: str, preset: str | None, dtype: str | None) -> EvaluationRecord:
-        """One step on the judge's thread: parse and screen alone first (a step they decide starts no rank), then
-        the whole pipeline; a JudgeError becomes the unjudged record."""
-        service = self._service
-        try:
-            session = service.open(spec.name, preset, dtype, prestart=False)
-            record = service.screen(session, code)
-            if record is None:
-                record = service.open(spec.name, preset, dtype).judge(code)
-            return record
-        except JudgeError as exc:
-            return unjudged(spec, self.config, service.info, preset, dtype, str(exc))
+        return judge_step(self._service, spec, code, preset, dtype)
 
     def _check(self, task: str, preset: str | None, dtype: str | None) -> TaskSpec:
         spec = load_task(task)   # TaskError naming the closest tasks
@@ -259,9 +238,13 @@ class LocalClient:
             if self._thread.busy is not None:
                 self._service.interrupt()        # the step in progress fails fast; its record is nobody's
             try:
-                self._thread.call(self._service.close).result()
+                if self._lanes is not None:
+                    self._lanes.close()
             finally:
-                self._thread.stop()
+                try:
+                    self._thread.call(self._service.close).result()
+                finally:
+                    self._thread.stop()
 
     def __enter__(self) -> "LocalClient":
         return self

@@ -149,6 +149,14 @@ class JudgeConfig:
     term "not measured", as on emulated ranks) and no calibration is made: the untimed part of a step, for a
     correctness pass over many candidates (an RL batch's wrong majority, a corpus, CI's tests of verdicts), in
     about half a correct step's time on CPU ranks (docs/timing.md, "Verdicts only")."""
+    verify_lanes: int = 0
+    """Judges of verdicts only beside the timed one, for a batch (`LocalClient.map` / `submit_many`): each
+    candidate's untimed work (parse, screen, build, trials, check) runs on one of these lanes, several candidates at
+    once; those found correct are then timed one at a time on the client's own judge, once every lane has finished,
+    so nothing else runs while a candidate is timed, and a candidate that fails never waits for a timed one. 0: the
+    batch's steps run one after another. Each lane is a judge of its own (a zygote, reference ranks, spares; ranks
+    unpinned; emulated ranks where the timed judge has GPUs): processes and memory a host must have to spare
+    (docs/scale_out.md, "Verify together, time alone")."""
     max_action_chars: int = 200_000
     pkb: bool = False
     """Candidates are PKB-format files (ParallelKernelBench's signatures, outputs and `utils.*` helpers): each is
@@ -244,6 +252,8 @@ class JudgeConfig:
             yield f"preset must be a preset's name (tiny, bench, large), got {self.preset!r}"
         if self.dtype is not None and not isinstance(self.dtype, str):
             yield f"dtype must be a dtype's name such as 'float32' or None, got {self.dtype!r}"
+        if isinstance(self.verify_lanes, bool) or not isinstance(self.verify_lanes, int) or self.verify_lanes < 0:
+            yield f"verify_lanes must be an integer >= 0 (0: no lanes), got {self.verify_lanes!r}"
         for name in ("trials", "max_action_chars", "log_tail_bytes", "fresh_starts", "build_memory_bytes",
                      "build_cpu_seconds", "build_file_bytes", "build_processes", "max_build_bytes"):
             value = getattr(self, name)

@@ -117,6 +117,12 @@ class JudgeService:
         record = self._judge.screen(session.spec, code, session.preset, session.dtype)
         return record if record is None else self._recorded(session, code, record)
 
+    def record(self, task: str, code: object, record: EvaluationRecord) -> EvaluationRecord:
+        """Hand `record` of a step of `task` that another judge decided (a verdicts-only lane of a batch:
+        pkb_env/client.py) to this service's recorder, as if this service had judged it."""
+        session = self.open(task, record.preset, record.dtype, prestart=False)
+        return self._recorded(session, code, record)
+
     def _recorded(self, session: "TaskSession", code: object, record: EvaluationRecord) -> EvaluationRecord:
         if self.recorder is not None:
             self.recorder.record(record, code, session.prompt, config=self.config, topology=self.info.topology)

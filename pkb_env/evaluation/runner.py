@@ -74,9 +74,15 @@ def evaluate(agent, tasks: Sequence[str] | None = None, config: JudgeConfig | No
         with tqdm(total=len(names) * samples, desc="evaluating", unit="sample",
                   disable=None if progress is None else not progress) as bar:
             submitted = {}
-            for name, i, action in completions(agent, names, observations, samples):
-                bar.set_description(f"{name} [{i + 1}/{samples}]")
-                submitted[client.submit(name, action)] = (i, observations[name], action)
+            if getattr(client.config, "verify_lanes", 0) and hasattr(client, "submit_many"):
+                # one batch on the client's verdicts-only lanes (pkb_env/lanes.py): every completion first
+                jobs = list(completions(agent, names, observations, samples))
+                futures = client.submit_many([(name, action) for name, _, action in jobs])
+                submitted = {f: (i, observations[name], action) for f, (name, i, action) in zip(futures, jobs)}
+            else:   # each completion judged as soon as it is written
+                for name, i, action in completions(agent, names, observations, samples):
+                    bar.set_description(f"{name} [{i + 1}/{samples}]")
+                    submitted[client.submit(name, action)] = (i, observations[name], action)
             bar.set_description("judging")
             for future in concurrent.futures.as_completed(submitted):
                 i, observation, action = submitted[future]
