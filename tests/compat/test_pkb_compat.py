@@ -263,6 +263,26 @@ def test_a_pkb_file_right_by_pkbs_statement_and_wrong_by_pkb_envs_is_told_how_th
     assert "PKB's semantics differ here: pkb-env's rank s owns the indices" in record.feedback
 
 
+def test_the_feedback_says_what_a_variant_takes_from_pkb_and_what_it_keeps_of_the_task():
+    from pkb_env.judge.pkb import finish
+    from pkb_env.task import pkb_variant
+
+    def told(task: str) -> str:
+        spec = load_task(task)
+        variant = pkb_variant(spec)
+        record = EvaluationRecord(task=variant.name, world_size=2, preset="tiny", dtype="float32", executor="cpu",
+                                  hardware="x", verdict=Verdict.CORRECT)
+        return finish(record, spec, variant, None, "").feedback
+
+    assert "PKB's inputs, function and tolerance, with pkb-env's checks" in told("fused_moe_fwd")
+    assert "PKB's function and tolerance; the task's inputs and edge cases, with" in told("grad_acc_loss")
+    assert "PKB's tolerance; the task's function and inputs without its edge case tied_logits, with" in told(
+        "load_balancing_loss")
+    assert "PKB's inputs and tolerance; the task's function, with" in told("gnn_negative_scoring")
+    unmapped = told("sequence_parallel_mlp")   # no pkb-env verdict can stand beside it: the record says why
+    assert "Beside it: pkb-env's statement cannot judge it (PKB's inputs (x by hidden blocks" in unmapped
+
+
 PKB_LOAD_BALANCING = """
     import torch
     import torch.distributed as dist
