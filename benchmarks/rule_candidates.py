@@ -54,8 +54,11 @@ GREEDY = """    order = torch.argsort(last.masked_fill(last < 0, 1 << 30), stabl
 
 CANDIDATES = (
     Candidate("floor partition", "gnn_sparse_embedding_all2all",
-              (("    per_rank = -(-num_embeddings // world)\n    owner = idx // per_rank\n",
-                "    per_rank = num_embeddings // world\n    owner = (idx // per_rank).clamp(max=world - 1)\n"),),
+              (("    per_rank = -(-num_embeddings // dist.get_world_size(group))\n"
+                "    return send_to_owners(idx, value, idx // per_rank, group)\n",
+                "    per_rank = num_embeddings // dist.get_world_size(group)\n"
+                "    owner = (idx // per_rank).clamp(max=dist.get_world_size(group) - 1)\n"
+                "    return send_to_owners(idx, value, owner, group)\n"),),
               "rank s owns [s P, (s + 1) P) with P = ceil(V / W)"),
     Candidate("present experts", "fused_moe_fwd",
               (("    for j, x in enumerate(received[by_expert].split(per_expert)):\n",

@@ -2,13 +2,15 @@
 
 A PKB file (ParallelKernelBench's signature, outputs and `utils.*` helpers) is screened against PKB's signature
 and called through the task's adapter (contract/pkb.py, compat/adapter.py). Which statement judges it:
-- where the task declares a variant stating PKB's problem as PKB states it (tasks/<name>/pkb/: PKB's inputs,
-  PKB's function as the golden, PKB's tolerance, judged with pkb-env's rigor), the variant, when it runs at
+- where the task declares a variant stating PKB's problem as PKB states it (tasks/<name>/pkb/: PKB's inputs, or
+  the task's where PKB's function is defined on them, PKB's function as the golden, PKB's tolerance, judged with
+  pkb-env's rigor; the feedback says which parts are PKB's, `variant_parts`), the variant, when it runs at
   this size; and beside it, where the task also maps PKB's call onto its own statement, the task itself, so
   that the record holds pkb-env's verdict too ("correct by PKB's statement, wrong by pkb-env's: why");
 - elsewhere the task's own statement, through the mapping; a wrong verdict where pkb-env computes another
   function on purpose names the difference ("PKB's semantics differ here: ...");
-- where the task maps no PKB call (`unmapped`: PKB's arguments are of another function) and has no variant,
+- where the task maps no PKB call (`unmapped`: PKB's arguments are of another function), the variant alone, the
+  record saying why no pkb-env verdict stands beside it; without a variant (or where it cannot run at this size),
   nothing: the record is unjudged (Verdict.JUDGE_ERROR: pkb-env's gap, not the file's), with the reason.
 The record keeps the task asked for (`record.task`); `record.pkb` says which statement gave the verdict.
 """
@@ -94,18 +96,45 @@ def finish(record: EvaluationRecord, task: TaskSpec, chosen: TaskSpec, own: Eval
             judgement.note = (f"{record.verdict.value} by PKB's statement, {own.verdict.value} by pkb-env's"
                               + (f": {own.error}" if own.error else "")
                               + (f" (PKB's semantics differ here: {judgement.differs})" if judgement.differs else ""))
+    elif chosen is not task and pkb is not None and pkb.unmapped and record.verdict in RAN:
+        judgement.note = (f"pkb-env's statement cannot judge it ({pkb.unmapped}): PKB's semantics differ here: "
+                          f"{judgement.differs}")
     record.task = task.name
     record.pkb = judgement
-    record.feedback = "\n".join(line for line in (record.feedback, _told(judgement, record, why)) if line)
+    parts = variant_parts(task, chosen) if chosen is not task else ""
+    record.feedback = "\n".join(line for line in (record.feedback, _told(judgement, record, why, parts)) if line)
     return record
 
 
-def _told(judgement: PkbJudgement, record: EvaluationRecord, why: str) -> str:
-    """What the feedback adds for a PKB file: the statement that judged it, and how the others differ."""
+def variant_parts(task: TaskSpec, variant: TaskSpec) -> str:
+    """What a variant takes from PKB and what it keeps of the task, read off the two declarations: the inputs (the
+    variant's drawn otherwise, or the task's, with its edge cases or naming those it drops: `in_inputs_dtype` keeps
+    them, `without_ties` drops them), the function (the variant's golden, or the task's where PKB's function is the task's
+    on the variant's inputs) and the tolerance."""
+    pkb, kept = [], []
+    (kept if variant.golden is task.golden else pkb).append("function")
+    (kept if variant.tolerance_rule == task.tolerance_rule else pkb).append("tolerance")
+    dropped = [edge.name for edge in task.edges if edge not in variant.edges]
+    if variant.inputs != task.inputs:
+        pkb.insert(0, "inputs")
+    elif dropped:
+        kept.append(f"inputs without its edge case{'s' if len(dropped) > 1 else ''} {', '.join(dropped)}")
+    else:
+        kept.append("inputs and edge cases" if task.edges else "inputs")
+    return "; ".join(f"{whose} {_listed(parts)}" for whose, parts in (("PKB's", pkb), ("the task's", kept)) if parts)
+
+
+def _listed(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+
+
+def _told(judgement: PkbJudgement, record: EvaluationRecord, why: str, parts: str) -> str:
+    """What the feedback adds for a PKB file: the statement that judged it (`parts`: what a variant takes from PKB
+    and from the task), and how the others differ."""
     lines = [why] if why else []
     if judgement.statement == "pkb":
-        lines.append(f"Judged as PKB states problem {judgement.pkb_id} ({judgement.problem}): PKB's inputs, function "
-                     f"and tolerance, with pkb-env's checks ({judgement.judged_on}).")
+        lines.append(f"Judged as PKB states problem {judgement.pkb_id} ({judgement.problem}): {parts}, with "
+                     f"pkb-env's checks ({judgement.judged_on}).")
     else:
         lines.append(f"Judged on pkb-env's statement of PKB problem {judgement.pkb_id} ({judgement.problem}), "
                      f"PKB's call and outputs mapped onto it.")

@@ -11,9 +11,14 @@ def solution(idx, value, num_embeddings, group):
     Returns (recv_idx (n,), recv_value (n, D)): every pair whose index this rank owns, grouped by sending
     rank in rank order, each sender's pairs in their original order (n differs by rank and by call).
     """
+    per_rank = -(-num_embeddings // dist.get_world_size(group))
+    return send_to_owners(idx, value, idx // per_rank, group)
+
+
+def send_to_owners(idx, value, owner, group):
+    """Every pair to rank owner[i]: a stable sort by owner keeps each sender's order, the counts are exchanged to
+    size the receive (a host sync), then indices and rows move in two all-to-all-v's."""
     world = dist.get_world_size(group)
-    per_rank = -(-num_embeddings // world)
-    owner = idx // per_rank
     order = torch.sort(owner, stable=True).indices
     send_counts = torch.bincount(owner, minlength=world)
     recv_counts = torch.empty_like(send_counts)

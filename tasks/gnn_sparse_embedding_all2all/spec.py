@@ -118,5 +118,5 @@ from pkb_env.contract import Arg, Pkb  # noqa: E402  (kept apart from the task's
 
 PKB = Pkb("gnn_sparse_embedding_all2all", params=(Arg("idx"), Arg("value"), Arg("num_nodes", "num_embeddings"),
                                                    Arg("group")),
-          differs="pkb-env states which rank owns an index (ceil(V / W) ids a rank) and the order of the rows each "
-                  "owner returns, and compares them exactly; PKB's owner rule and order are its reference's")
+          differs="pkb-env's rank s owns the indices [s P, (s + 1) P), P = ceil(V / W); PKB's reference sends index "
+                  "i to rank i % W (the order, by sender, then the sender's, is the same)", variant="pkb")

@@ -69,11 +69,22 @@ def solution(q, k, v, g, beta, a_log, dt_bias, cp_group, tp_group):
     its outputs. The tp ranks then all-gather their heads.
     Returns (B, S/cp, H, V) in q's dtype, the same on the tp peers.
     """
-    cp, cp_rank = dist.get_world_size(cp_group), dist.get_rank(cp_group)
     tp, tp_rank = dist.get_world_size(tp_group), dist.get_rank(tp_group)
-    batch, seq, total_heads, key_dim = q.shape
-    heads = total_heads // tp
+    heads = q.shape[2] // tp
     mine = slice(tp_rank * heads, (tp_rank + 1) * heads)
+    out = context_parallel(q, k, v, g, beta, a_log, dt_bias, cp_group, mine)
+    out = out.to(q.dtype).contiguous()                                      # (B, S/cp, h, V)
+    heads_of = out.new_empty((tp * out.shape[0],) + out.shape[1:])
+    dist.all_gather_into_tensor(heads_of, out, group=tp_group)
+    return torch.cat(heads_of.view((tp,) + out.shape).unbind(0), dim=2)
+
+
+def context_parallel(q, k, v, g, beta, a_log, dt_bias, cp_group, mine):
+    """KDA of the heads `mine` (a slice) over the sequence whose cp blocks the ranks of cp_group hold (this rank's
+    block in q, k, v, g, beta): float32 (B, S/cp, h, V), this block's outputs (KCP state passing, above)."""
+    cp, cp_rank = dist.get_world_size(cp_group), dist.get_rank(cp_group)
+    batch, seq, total_heads, key_dim = q.shape
+    heads = len(range(total_heads)[mine])
 
     scale = a_log[mine].float().exp().view(1, 1, heads, 1)
     bias = dt_bias.float().view(total_heads, key_dim)[mine]
@@ -92,8 +103,4 @@ def solution(q, k, v, g, beta, a_log, dt_bias, cp_group, tp_group):
     for block in pairs.view((cp,) + mine_pair.shape)[:cp_rank]:
         state = block[..., v.shape[-1]:] @ state + block[..., :v.shape[-1]]
     out, _ = _sweep(terms, state, outputs=True)
-
-    out = out.transpose(1, 2).to(q.dtype).contiguous()                      # (B, S/cp, h, V)
-    heads_of = out.new_empty((tp * batch,) + out.shape[1:])
-    dist.all_gather_into_tensor(heads_of, out, group=tp_group)
-    return torch.cat(heads_of.view((tp,) + out.shape).unbind(0), dim=2)
+    return out.transpose(1, 2)

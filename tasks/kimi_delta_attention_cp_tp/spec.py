@@ -22,14 +22,19 @@ TP = "1 + min(1, W // 4) * (1 - W % 2)"  # 2 when W >= 4 and even (PKB's rule), 
 
 def golden(inputs, world):
     """Every head over the whole sequence in float64, split back into cp blocks (the same on tp peers)."""
-    full = {name: world.assemble(inputs, name).double() for name in ("q", "k", "v", "g", "beta", "a_log",
-                                                                     "dt_bias")}
+    out = kda({name: world.assemble(inputs, name) for name in ("q", "k", "v", "g", "beta", "a_log", "dt_bias")})
+    return world.distribute(out.to(inputs[0]["q"].dtype), "out")
+
+
+def kda(full):
+    """KDA of whole sequences, every head, token by token in float64: `full` maps q, k, v, g, beta, a_log and
+    dt_bias to the sequences' tensors."""
+    full = {name: value.double() for name, value in full.items()}
     batch, seq, heads, key_dim = full["q"].shape
     scale = full["a_log"].exp().view(1, 1, heads, 1)
     log_decay = LOWER_BOUND * torch.sigmoid(scale * (full["g"] + full["dt_bias"].view(heads, key_dim)))
     q = F.normalize(full["q"], dim=-1) * key_dim ** -0.5
-    out = delta.recurrence(q, F.normalize(full["k"], dim=-1), full["v"], log_decay, full["beta"].sigmoid())
-    return world.distribute(out.to(inputs[0]["q"].dtype), "out")
+    return delta.recurrence(q, F.normalize(full["k"], dim=-1), full["v"], log_decay, full["beta"].sigmoid())
 
 
 def cost(c):
@@ -114,4 +119,4 @@ from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
 PKB = Pkb("fla_kimi_delta_attention_cp_tp",
           differs="pkb-env's tensor-parallel ranks split the heads and its context ranks pass the recurrent state "
                   "along the sequence; PKB's tp ranks each compute an output on different inputs that are summed, "
-                  "and its inputs are drawn otherwise")
+                  "and its inputs are drawn otherwise", variant="pkb")

@@ -155,4 +155,4 @@ PKB = Pkb("magi1_tile_parallel_vae_decode",
           returns=(Ret("video", fn=lambda video, call: video.to(call.values["z"].dtype),
                        text="in z's dtype (PKB returns bfloat16 whatever z's)"),),
           differs="pkb-env blends the tiles in float32 (docs/tasks.md); PKB casts to bfloat16 and fades in it, "
-                  "column by column")
+                  "column by column", variant="pkb")

@@ -91,4 +91,5 @@ PKB = Pkb("combined_sharded_gemms",
           differs="PKB's x_local is a block of the hidden dimension with W1 and W2 whole, and its reduce-scatter "
                   "keeps only this rank's own block (the result is that block); pkb-env splits x by tokens and W1, "
                   "W2 into column and row blocks, a sequence-parallel MLP (docs/tasks.md)",
-          unmapped="PKB's inputs (x by hidden blocks, the full weights) cannot be made from this task's")
+          unmapped="PKB's inputs (x by hidden blocks, the full weights) cannot be made from this task's",
+          variant="pkb")

@@ -92,4 +92,4 @@ PKB = Pkb("ulysses_attention_e2e", params=(Arg("hidden_states", "h"), Arg("w_qkv
                                             Arg("num_heads"), Arg("causal")),
           differs="PKB's reference hands its local attention (B, S, H/W, E) without moving the heads before the "
                   "sequence, so each position attends over this rank's H/W heads rather than over the sequence; "
-                  "pkb-env's is attention over the sequence, per head")
+                  "pkb-env's is attention over the sequence, per head", variant="pkb")

@@ -237,16 +237,50 @@ def test_pkbs_helpers_are_importable_in_a_pkb_rank_and_pkbs_harness_is_not(pkb_c
     assert record.verdict is Verdict.BUILD_ERROR and "helpers for solutions only" in record.error
 
 
-def test_a_wrong_pkb_file_where_pkb_env_departs_on_purpose_is_told_how(pkb_client):
+def test_a_pkb_file_right_by_pkbs_statement_and_wrong_by_pkb_envs_is_told_how_they_differ(pkb_client):
     code = """
         import torch
+        import torch.distributed as dist
 
-        def solution(hidden_states, w_qkv, w_o, group=None, num_heads=8, causal=False):
-            return torch.zeros_like(hidden_states)
+        def solution(idx, value, num_nodes, group=None):   # PKB's owner rule: index i to rank i % W
+            world = dist.get_world_size(group)
+            owner = idx % world
+            order = torch.argsort(owner, stable=True)
+            send = torch.bincount(owner, minlength=world)
+            recv = torch.empty_like(send)
+            dist.all_to_all_single(recv, send, group=group)
+            send, recv = send.tolist(), recv.tolist()
+            out_idx = idx.new_empty(sum(recv))
+            dist.all_to_all_single(out_idx, idx[order], recv, send, group=group)
+            out_value = value.new_empty(sum(recv), value.shape[1])
+            dist.all_to_all_single(out_value, value[order], recv, send, group=group)
+            return out_idx, out_value
     """
-    record = judged(pkb_client, "ulysses_attention", code)
-    assert record.verdict is Verdict.WRONG and record.pkb.statement == "pkb-env"
-    assert "PKB's semantics differ here: PKB's reference hands its local attention" in record.feedback
+    record = judged(pkb_client, "gnn_sparse_embedding_all2all", code)
+    assert record.verdict is Verdict.CORRECT and record.pkb.statement == "pkb", record.feedback
+    assert record.pkb.pkb_env_verdict == "wrong"
+    assert record.pkb.note.startswith("correct by PKB's statement, wrong by pkb-env's")
+    assert "PKB's semantics differ here: pkb-env's rank s owns the indices" in record.feedback
+
+
+def test_the_feedback_says_what_a_variant_takes_from_pkb_and_what_it_keeps_of_the_task():
+    from pkb_env.judge.pkb import finish
+    from pkb_env.task import pkb_variant
+
+    def told(task: str) -> str:
+        spec = load_task(task)
+        variant = pkb_variant(spec)
+        record = EvaluationRecord(task=variant.name, world_size=2, preset="tiny", dtype="float32", executor="cpu",
+                                  hardware="x", verdict=Verdict.CORRECT)
+        return finish(record, spec, variant, None, "").feedback
+
+    assert "PKB's inputs, function and tolerance, with pkb-env's checks" in told("fused_moe_fwd")
+    assert "PKB's function and tolerance; the task's inputs and edge cases, with" in told("grad_acc_loss")
+    assert "PKB's tolerance; the task's function and inputs without its edge case tied_logits, with" in told(
+        "load_balancing_loss")
+    assert "PKB's inputs and tolerance; the task's function, with" in told("gnn_negative_scoring")
+    unmapped = told("sequence_parallel_mlp")   # no pkb-env verdict can stand beside it: the record says why
+    assert "Beside it: pkb-env's statement cannot judge it (PKB's inputs (x by hidden blocks" in unmapped
 
 
 PKB_LOAD_BALANCING = """
@@ -288,15 +322,15 @@ def test_a_problem_no_statement_judges_is_unjudged_with_the_reason_and_nothing_r
     code = """
         import torch.distributed as dist
 
-        def solution(x_local, W1, W2):
+        def solution(seed_nodes, fanouts, colptr, row, node_to_rank, group=None, replace=False):
             raise SystemExit("never run")
     """
-    record = judged(pkb_client, "sequence_parallel_mlp", code)
+    record = judged(pkb_client, "gnn_neighbor_sampling", code)
     assert record.verdict is Verdict.JUDGE_ERROR and record.pkb.statement == "none"
-    assert "no statement of PKB problem 15" in record.error and "PKB's semantics differ here" in record.error
+    assert "no statement of PKB problem 64" in record.error and "PKB's semantics differ here" in record.error
     assert record.build is None and "the file was not run" in record.feedback
     multicast = code.replace('raise SystemExit("never run")', 'return "multimem.ld_reduce.global.add.f32"')
-    assert judged(pkb_client, "sequence_parallel_mlp", multicast).verdict is Verdict.FLAGGED   # the file's own
+    assert judged(pkb_client, "gnn_neighbor_sampling", multicast).verdict is Verdict.FLAGGED   # the file's own
 
 
 def test_a_build_asked_for_ahead_of_a_step_is_checked_as_a_steps_would_be():

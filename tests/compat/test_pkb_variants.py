@@ -20,7 +20,7 @@ VARIANT_SIZES = (2, 4)
 def variant_dtypes(task: str, world_size: int) -> tuple[str, ...]:
     spec = load_task(task)
     extra = ("bfloat16",) if world_size == 4 and "bfloat16" in spec.dtypes else ()
-    return (spec.presets[PRESET].dtype, *extra)
+    return tuple(dict.fromkeys((spec.presets[PRESET].dtype, *extra)))   # once each (a bfloat16-only variant)
 
 
 CASES = [(t, w, d) for t in VARIANTS for w in VARIANT_SIZES if runnable(t, w) for d in variant_dtypes(t, w)]

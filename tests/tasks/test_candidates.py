@@ -414,7 +414,7 @@ WRONG_SCIENCE = {
         "fades the wrong way (the ramp reversed)": [
             ("* (1 - ramp) + head * ramp)", "* ramp + head * (1 - ramp))")],
         "takes each decoded tile from the wrong slot (rank-major, not round-robin)": [
-            ("gathered[(index % world) * slots + index // world]", "gathered[index]")],
+            ("gathered[owner * slots + slot]", "gathered[index]")],
     },
 }
 
@@ -539,7 +539,7 @@ WRONG_GRAPH = {
     },
     "gnn_sparse_embedding_all2all": {
         "sends the pairs to the wrong owners (index % W instead of the index's range block)": [
-            ("owner = idx // per_rank", "owner = idx % world")],
+            ("idx // per_rank, group)", "idx % dist.get_world_size(group), group)")],
         "routes the indices but sends the rows unsorted": [("value[order]", "value")],
     },
     "gnn_negative_scoring": {
