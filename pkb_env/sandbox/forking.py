@@ -68,8 +68,9 @@ class ForkServer:
             self.exit_status[int(message["pid"])] = int(message["status"])
 
 
-def serve(conn: Connection, op: str, child: Callable[[dict, int], NoReturn]) -> None:
-    """Answer `op` requests with forks running `child(spec, fd)` until told to exit or the judge is gone."""
+def serve(conn: Connection, op: str, child: Callable[[dict, int], NoReturn]) -> str:
+    """Answer `op` requests with forks running `child(spec, fd)` until told to exit ("exit") or the judge is gone
+    ("closed": the channel's other end closed without a word)."""
     while True:
         _reap(conn)
         if not conn.poll(0.05):
@@ -77,9 +78,9 @@ def serve(conn: Connection, op: str, child: Callable[[dict, int], NoReturn]) -> 
         try:
             message, _ = channel.recv(conn, None)
         except channel.ChannelClosed:
-            return
+            return "closed"
         if message.get("op") == "exit":
-            return
+            return "exit"
         if message.get("op") == op:
             fd = recv_handle(conn)
             sys.stdout.flush()

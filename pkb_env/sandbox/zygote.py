@@ -129,9 +129,10 @@ def main() -> None:
     cell.PLAN = rootfs.plan(home=judge["home"], cache=judge["cache"])  # once: every cell shows the same host paths
     conn = Connection(fd)
     channel.send(conn, {"event": "ready"})
-    serve(conn, "cell", cell.run_cell)  # cells and ranks die with us: each sets PR_SET_PDEATHSIG
-    # Told to exit (or the judge is gone): nothing is left to tear down, and the interpreter's own teardown with
-    # torch loaded took 0.8 s of every judge's close on the 2-core machine.
+    if serve(conn, "cell", cell.run_cell) != "exit":   # cells and ranks die with us: each sets PR_SET_PDEATHSIG
+        _orphaned(judge["root"])   # the judge is gone without a word: clean up as its death signal would have us
+    # Told to exit: nothing is left to tear down, and the interpreter's own teardown with torch loaded took 0.8 s
+    # of every judge's close on the 2-core machine.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
