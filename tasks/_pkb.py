@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Mapping
 
-from pkb_env.contract import DTYPES, TASK_DTYPE, Distribution, Fixed, Output, TaskSpec, Tolerance
+from pkb_env.contract import DTYPES, TASK_DTYPE, Distribution, Fixed, Output, Preset, TaskSpec, Tolerance
 from pkb_env.contract.pkb import PKB_TOLERANCE_TEXT
 from pkb_env.contract.results import returns_of
 
@@ -40,6 +40,12 @@ def plain_clauses(spec: TaskSpec) -> tuple:
     return tuple(c for c in spec.clauses if not c.edge and not c.dtypes)
 
 
+def float32_presets(presets: Mapping[str, Preset]) -> dict[str, Preset]:
+    """`presets` in float32, each noting why (a variant kept to float32: its module docstring says why)."""
+    return {name: replace(p, dtype="float32", note=f"{p.note} (float32: the module docstring)")
+            for name, p in presets.items()}
+
+
 def without_ties(spec: TaskSpec, *, draws: Mapping[str, Distribution], why: str) -> TaskSpec:
     """The variant stating PKB's problem where pkb-env's function differs from PKB's only on ties: the same reference
     and golden (equal to PKB's function wherever nothing ties), with the inputs drawn as PKB draws them (`draws`:
@@ -51,8 +57,7 @@ def without_ties(spec: TaskSpec, *, draws: Mapping[str, Distribution], why: str)
     if missing:
         raise ValueError(f"{spec.name}: no input named {sorted(missing)} to draw as PKB does")
     outputs = tuple(replace(o, tolerance=None, ties="") for o in spec.outputs)
-    presets = {name: replace(p, dtype="float32", note=f"{p.note} (float32: the module docstring)")
-               for name, p in spec.presets.items()}
+    presets = float32_presets(spec.presets)
     return replace(spec, name=f"pkb_env.tasks.{spec.name}.pkb",
                    title=f"PKB {spec.pkb_id} as PKB states it: {spec.title}",
                    inputs=inputs, outputs=outputs, edges=(), clauses=plain_clauses(spec),
@@ -109,9 +114,7 @@ def in_inputs_dtype(spec: TaskSpec, outputs: tuple[str, ...], why: str, *, float
                 for rank in golden(inputs, world)]
 
     dtypes = ("float32",) if float32_only else spec.dtypes
-    presets = spec.presets if not float32_only else {
-        name: replace(p, dtype="float32", note=f"{p.note} (float32: the module docstring)")
-        for name, p in spec.presets.items()}
+    presets = float32_presets(spec.presets) if float32_only else spec.presets
     names = ", ".join(outputs)
     departures = (PKB_VARIANT_OWN_INPUTS,
                   f"computed in the inputs' dtype with {names} returned in it, as PKB's reference does: {why}",

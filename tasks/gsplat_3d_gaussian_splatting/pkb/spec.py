@@ -13,7 +13,7 @@ tolerance can compare.
 """
 from dataclasses import replace
 
-from pkb_env.tasks._pkb import PKB_VARIANT_OWN_INPUTS, pkb_rule, pkb_tolerance
+from pkb_env.tasks._pkb import PKB_VARIANT_OWN_INPUTS, float32_presets, pkb_rule, pkb_tolerance
 from pkb_env.tasks.gsplat_3d_gaussian_splatting import spec as task
 
 
@@ -36,8 +36,7 @@ SPEC = replace(
     outputs=tuple(pkb_tolerance(replace(o, doc="the Gaussian's index on its own rank + this rank * N (PKB's ids)")
                                 if o.name == "gaussian_ids" else o) for o in task.SPEC.outputs),
     golden=golden,
-    presets={name: replace(p, dtype="float32", note=f"{p.note} (float32: the module docstring)")
-             for name, p in task.SPEC.presets.items()},
+    presets=float32_presets(task.SPEC.presets),
     dtypes=("float32",), tolerance_rule=pkb_rule(("float32",)),
     departures=(PKB_VARIANT_OWN_INPUTS,
                 "gaussian_ids as PKB's reference numbers them: the Gaussian's index on the rank holding it plus the "

@@ -19,7 +19,7 @@ from dataclasses import replace
 import torch
 
 from pkb_env.contract import Arg, Comm, Compute, Cost, Normal, PerRank, Sharded, Tensor
-from pkb_env.tasks._pkb import PKB_VARIANT, pkb_rule, pkb_tolerance
+from pkb_env.tasks._pkb import PKB_VARIANT, float32_presets, pkb_rule, pkb_tolerance
 from pkb_env.tasks.sequence_parallel_mlp import spec as task
 
 
@@ -52,8 +52,7 @@ SPEC = replace(
     outputs=tuple(pkb_tolerance(replace(o, doc="rows r of silu(x W1) W2 with this rank's weights"))
                   for o in task.SPEC.outputs),
     golden=golden, cost=cost, clauses=(),
-    presets={name: replace(p, dtype="float32", note=f"{p.note} (float32: the module docstring)")
-             for name, p in task.SPEC.presets.items() if name != "large"},
+    presets=float32_presets({name: p for name, p in task.SPEC.presets.items() if name != "large"}),
     dtypes=("float32",), tolerance_rule=pkb_rule(("float32",)),
     departures=(PKB_VARIANT,
                 "PKB's function: x by hidden blocks, every rank's own whole W1 and W2, its rows of silu(x W1) W2 "
