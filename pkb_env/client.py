@@ -163,7 +163,7 @@ class LocalClient:
         spec = self._check(task, preset, dtype)
         check_code(code)
         self._live()
-        return self._thread.call(self._step, spec, code, preset, dtype)
+        return self._thread.call(judge_step, self._service, spec, code, preset, dtype)
 
     def judge(self, task: str, code: str, preset: str | None = None, dtype: str | None = None) -> EvaluationRecord:
         """One step, waited for: `submit(...).result()`."""
@@ -201,14 +201,11 @@ class LocalClient:
         items = [(self._check(task, None, None), check_code(code)) for task, code in batch]
         self._live()
         if not self.config.verify_lanes or not items:
-            return [self._thread.call(self._step, spec, code, None, None) for spec, code in items]
+            return [self._thread.call(judge_step, self._service, spec, code) for spec, code in items]
         with self._lanes_made:
             if self._lanes is None:
                 self._lanes = Lanes(self.config, self.info, judge_step)
         return self._lanes.judge(items, self._thread, self._service)
-
-    def _step(self, spec: TaskSpec, code: str, preset: str | None, dtype: str | None) -> EvaluationRecord:
-        return judge_step(self._service, spec, code, preset, dtype)
 
     def _check(self, task: str, preset: str | None, dtype: str | None) -> TaskSpec:
         spec = load_task(task)   # TaskError naming the closest tasks

@@ -119,7 +119,7 @@ class JudgeService:
 
     def record(self, task: str, code: object, record: EvaluationRecord) -> EvaluationRecord:
         """Hand `record` of a step of `task` that another judge decided (a verdicts-only lane of a batch:
-        pkb_env/client.py) to this service's recorder, as if this service had judged it."""
+        pkb_env/lanes.py) to this service's recorder, as if this service had judged it."""
         session = self.open(task, record.preset, record.dtype, prestart=False)
         return self._recorded(session, code, record)
 
