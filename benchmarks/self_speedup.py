@@ -13,6 +13,14 @@ the same ratios (the record's `pair_ratios`: the estimator used until 2026-12-03
 cached_reference_s / time_s, what the reward used before (the reference timed once per task, earlier, in
 another rank set). The ideal is 1.0 for both; the gap between their spreads is what pairing removes. Each
 step's wall time and pair count are printed too, so that a protocol's cost is read beside its spread.
+
+`reward gap` is what issue 46 asks of the shipped reward (`--reward`, default the shaped reward): each step's
+reward against the reward the same record earns at a speedup of exactly 1 (its speedup and interval set to 1, its
+roofline fraction the one the step's own reference time gives), the largest gap over the task's steps, and how
+many steps lie within 0.02 of it.
+
+    python benchmarks/self_speedup.py --steps 10 --tasks fused_moe_fwd_lora quantized_grad_allreduce \
+        rope_allgather fused_moe_fwd moe_post_all2all                  # five host-bound tasks, the reward's gap
 """
 from __future__ import annotations
 
@@ -21,13 +29,15 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import fields
+from dataclasses import fields, replace
 
 from tqdm import tqdm
 
 from pkb_env import JudgeConfig, JudgeService
 from pkb_env.config import TimingProtocol
 from pkb_env.errors import JudgeError
+from pkb_env.record import EvaluationRecord
+from pkb_env.rewards import load_reward
 from pkb_env.tables import table
 from pkb_env.task import load_task, runnable_tasks
 
@@ -47,7 +57,9 @@ def main() -> int:
     parser.add_argument("--json", default=None, help="written after every task, so a run cut short keeps its tasks")
     parser.add_argument("--time-limit", type=float, default=None, metavar="S",
                         help="start no task after S seconds (the table then says how many were left)")
+    parser.add_argument("--reward", default="default", help="the reward whose gap to a speedup of exactly 1 is shown")
     args = parser.parse_args()
+    reward = load_reward(args.reward)
     if args.tasks == ["all"]:
         args.tasks = runnable_tasks(args.world_size, args.preset)
 
@@ -58,7 +70,7 @@ def main() -> int:
         for task in args.tasks:
             if args.time_limit is not None and time.monotonic() - started > args.time_limit:
                 break
-            session, paired, cached, spreads, walls, pairs, medians = judge.open(task), [], [], [], [], [], []
+            session, paired, cached, spreads, walls, pairs, medians, gaps = judge.open(task), [], [], [], [], [], [], []
             for _ in range(args.steps):
                 begun = time.monotonic()
                 try:
@@ -74,13 +86,15 @@ def main() -> int:
                 medians.append(statistics.median(t.pair_ratios) if t and t.pair_ratios else None)
                 cached.append(t.cached_reference_s / t.time_s if t and t.cached_reference_s else None)
                 spreads.append(t.speedup_spread if t else None)
+                gaps.append(reward(record).value - reward(at_reference_speed(record)).value if record.speedup else None)
                 bar.update()
             if task in failures:
                 results[task] = {"judge_error": failures[task]}
-                rows.append([task, 0, "judge error: " + failures[task][:60], "-", "-", "-", "-", "-", "-"])
+                rows.append([task, 0, "judge error: " + failures[task][:60], "-", "-", "-", "-", "-", "-", "-"])
                 continue
             results[task] = {"paired": paired, "median": medians, "cached": cached, "spread": spreads,
-                             "wall_s": walls, "pairs": pairs}
+                             "wall_s": walls, "pairs": pairs, "reward_gap": gaps}
+            known = [abs(g) for g in gaps if g is not None]
             good = [p for p in paired if p is not None]
             plain = [m for m in medians if m is not None]
             old = [c for c in cached if c is not None]
@@ -89,7 +103,8 @@ def main() -> int:
                          f"{min(plain):.3f}-{max(plain):.3f}" if plain else "-",
                          f"{min(old):.3f}-{max(old):.3f}" if old else "-",
                          f"{statistics.median([s for s in spreads if s is not None]):.3f}" if good else "-",
-                         f"{statistics.median(pairs):.0f}", f"{1e3 * statistics.median(walls[1:] or walls):.0f}"])
+                         f"{statistics.median(pairs):.0f}", f"{1e3 * statistics.median(walls[1:] or walls):.0f}",
+                         f"{max(known):.3f} ({sum(g <= 0.02 for g in known)}/{len(known)})" if known else "-"])
             if args.json:
                 with open(args.json, "w") as f:
                     json.dump(results, f, indent=1)
@@ -98,7 +113,7 @@ def main() -> int:
           + (f"; {len(args.tasks) - len(results)} tasks not reached in {args.time_limit:.0f} s"
              if len(results) < len(args.tasks) else ""))
     print(table(["task", "steps", "paired range", "paired median", "median-of-ratios range", "cached range",
-                 "pairs' spread", "pairs", "warm step ms"], rows))
+                 "pairs' spread", "pairs", "warm step ms", "reward gap (steps within 0.02)"], rows))
     timed = [r for r in results.values() if "paired" in r]
     every = [p for r in timed for p in r["paired"] if p is not None]
     medians = [statistics.median(g) for g in ([p for p in r["paired"] if p is not None] for r in timed) if g]
@@ -111,9 +126,19 @@ def main() -> int:
     return 0
 
 
+def at_reference_speed(record: EvaluationRecord) -> EvaluationRecord:
+    """`record` as if its code had taken exactly the reference's time in this step: speedup and interval 1, the
+    roofline fraction of the step's own reference time (timing.reference_s = time_s x speedup)."""
+    t = record.timing
+    roofline = record.roofline and replace(record.roofline, fraction=record.roofline.bound_s / t.reference_s)
+    return replace(record, timing=replace(t, speedup=1.0, speedup_low=1.0, speedup_high=1.0, time_s=t.reference_s),
+                   roofline=roofline)
+
+
 def _changes(changes: list[str]) -> tuple[tuple[str, object], ...]:
     """FIELD=VALUE changes to the clock's default protocol (floats, ints or strings as the field is)."""
-    kinds = {f.name: type(getattr(TimingProtocol(), f.name)) for f in fields(TimingProtocol)}
+    kinds = {f.name: float if getattr(TimingProtocol(), f.name) is None else type(getattr(TimingProtocol(), f.name))
+             for f in fields(TimingProtocol)}
     updates = []
     for change in changes:
         name, _, value = change.partition("=")

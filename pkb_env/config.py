@@ -58,7 +58,12 @@ class TimingProtocol:
     calibration_budget_s: float = 0.1  # the same per calibration size
     min_bursts: int = 5
     max_bursts: int = 64
-    rse_target: float = 0.01         # stop when the relative standard error of burst figures is below this
+    rse_target: float = 0.01         # unpaired (the reference's own timing): stop when the relative standard
+                                     # error of burst figures is below this
+    interval_target: float = 0.05    # paired (a candidate): stop when the speedup's 90% interval lies within this
+                                     # fraction of the estimate on both sides (judge/pair_stats.settled) ...
+    interval_budget_s: float | None = None  # ... or when this much scored time is spent (None: budget_s); the
+                                     # budget_s is spent first only where the interval is narrow before it
     min_calls: int = 8               # calls per burst, at least (fewer only where 8 would take over 4 bursts' time)
     max_calls: int = 4096            # calls per burst, at most (and as memory allows)
     jitter: float = 0.2              # calls per burst drawn uniformly in [1 - jitter, 1 + jitter] x the plan
@@ -85,9 +90,10 @@ class TimingProtocol:
         swamp scheduling and reporting delays."""
         if kind == "cuda":
             return cls(burst_s=0.002, budget_s=0.35, reference_budget_s=0.5, clock_floor_s=0.0005,
-                       replay_budget_s=0.3)
+                       replay_budget_s=1.0, interval_target=0.03, interval_budget_s=1.0)
         if kind == "host":
-            return cls(statistic="interval-min", marks=32, clock_relative=0.2)
+            return cls(statistic="interval-min", marks=32, clock_relative=0.2, replay_budget_s=0.75,
+                       interval_budget_s=0.6)
         raise ValueError(f"unknown clock {kind!r}")
 
     @classmethod

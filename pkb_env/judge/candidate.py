@@ -17,6 +17,7 @@ import numpy as np
 from pkb_env.executors.interface import CandidateSession, TrialOutputs
 from pkb_env.executors.rank_set import RankSetFailed
 from pkb_env.judge.context import StepContext
+from pkb_env.judge.pair_stats import pseudo_median, signed_rank_interval
 from pkb_env.config import TimingProtocol
 from pkb_env.judge.reference import Pairing, ReferenceTiming, call_limits
 from pkb_env.judge.timing import (BurstLog, TimedWork, check_claims, clock_allowance, escaped_work, run_bursts,
@@ -110,44 +111,6 @@ def paired(result: TimingResult, log: BurstLog, reference: BurstLog, contended_s
     return replace(result, speedup=speedup, reference_s=result.time_s * speedup, pairs=int(len(ratios)),
                    speedup_spread=float((p90 - p10) / speedup), cached_reference_s=result.reference_s,
                    speedup_low=low, speedup_high=high, pair_ratios=[float(r) for r in ratios])
-
-
-def _walsh_averages(values: np.ndarray) -> np.ndarray:
-    """(x_i + x_j) / 2 for every i <= j, sorted."""
-    i, j = np.triu_indices(len(values))
-    return np.sort((values[i] + values[j]) / 2)
-
-
-def pseudo_median(values: np.ndarray) -> float:
-    """The Hodges-Lehmann estimate: the median of the Walsh averages. With a step's pairs as few and as spread
-    as they are (docs/measurements/2026-12-03-timing-h200.md), this estimate's spread over steps is below the
-    plain median's where the log-ratios are normal or heavier-tailed (as efficient as the mean at normal noise,
-    95%, against the median's 64%), and it stays robust: nearly 3 in 10 pairs may be wild before it moves
-    without bound (docs/timing.md, "The estimate and its interval")."""
-    return float(np.median(_walsh_averages(np.asarray(values, dtype=np.float64))))
-
-
-def signed_rank_interval(values: np.ndarray, level: float = 0.9) -> tuple[float | None, float | None]:
-    """An interval for the pseudo-median of `values` at confidence at least `level` (Wilcoxon's signed-rank
-    interval): the k-th smallest and k-th largest Walsh averages, k - 1 the largest count with P(T <= k - 1) <=
-    (1 - level) / 2, T the signed-rank statistic of n symmetric values (its exact distribution: the subsets of
-    {1..n} by their sums). It assumes the log-ratios spread symmetrically about their centre, as the halves of
-    an ABBA pair make them for equal codes. (None, None) with fewer than 5 values: no k exists."""
-    values = np.asarray(values, dtype=np.float64)
-    n = len(values)
-    most = n * (n + 1) // 2
-    subsets = [1] + [0] * most            # subsets[w]: subsets of {1..n} whose members sum to w
-    for member in range(1, n + 1):
-        for w in range(most, member - 1, -1):
-            subsets[w] += subsets[w - member]
-    allowed, k, below = (1 - level) / 2 * 2 ** n, 0, 0
-    while below + subsets[k] <= allowed:   # P(T <= k) within the tail: k + 1 averages may lie outside
-        below += subsets[k]
-        k += 1
-    if k == 0:
-        return None, None
-    walsh = _walsh_averages(values)
-    return float(walsh[k - 1]), float(walsh[most - k])
 
 
 def failure(stage: Stage, exc: RankSetFailed) -> StageFailure:

@@ -3,8 +3,9 @@
 What a training step feels is the time per call of a stream of calls with the host running ahead. A
 burst (pkb_env/ranks/bursts.py) is K calls back to back between a start the judge releases on every
 rank at once and an end event; its figure is the slowest rank's busy time / K. Bursts repeat until the
-relative standard error of their figures is under `rse_target` or the budget ends; the figure of merit
-is the median burst figure (docs/timing.md has the protocol, its measured behaviour and its holes).
+relative standard error of their figures is under `rse_target` or the budget ends (a candidate's, each paired
+with the reference's replay: until the speedup's interval is narrow or a longer budget ends); the figure of
+merit is the median burst figure (docs/timing.md has the protocol, its measured behaviour and its holes).
 
 The judge decides everything a rank could lie about: K per burst (from its own clock, with a secret
 jitter), how many bursts, which outputs come back in full, the fingerprint seeds. A rank's report of a
@@ -26,6 +27,7 @@ import numpy as np
 
 from pkb_env.executors.interface import BurstRecord, TimedSession
 from pkb_env.config import TimingProtocol
+from pkb_env.judge.pair_stats import settled
 from pkb_env.judge.seeds import SeedPlan
 from pkb_env.record import TimingResult
 from pkb_env.wire.requests import Rules, Workload
@@ -114,6 +116,7 @@ class PairHalf(Protocol):
     """The reference's half of each pair (judge/reference.Pairing)."""
 
     seconds: float   # its part so far, measured where it is spent
+    log: BurstLog    # its timed halves so far, one per scored burst of the candidate
 
     def timed(self, paired: PairedBurst) -> None:
         """The reference's timed burst on the candidate's inputs, every process of the candidate stopped."""
@@ -193,16 +196,22 @@ class BurstSeries:
                 break
 
     def _enough(self, started: float, budget_s: float, ceiling: int) -> bool:
-        """The figures settled (their relative standard error under `rse_target`), or, after `min_bursts`, the
-        budget is spent or one more burst could pass the calls the reference may replay."""
+        """After `min_bursts`: unpaired, the figures settled (their relative standard error under `rse_target`)
+        or the budget is spent; paired, the speedup's 90% interval narrowed to `interval_target`
+        (pair_stats.settled) or `interval_budget_s` is spent (docs/timing.md, "How many pairs"). At any count:
+        one more burst could pass the calls the reference may replay."""
         protocol, log = self.protocol, self.log
-        figures = log.figures()
-        if len(figures) >= protocol.min_bursts and relative_standard_error(figures) < protocol.rse_target:
-            return True
-        if len(figures) >= protocol.min_bursts and time.monotonic() - started - self._paired_s() > budget_s:
-            return True
         total = self.limits.total_calls
-        return total is not None and sum(b.calls for b in log.bursts) + ceiling > total
+        if total is not None and sum(b.calls for b in log.bursts) + ceiling > total:
+            return True
+        figures = log.figures()
+        if len(figures) < protocol.min_bursts:
+            return False
+        spent = time.monotonic() - started - self._paired_s()
+        if self.pair is None:
+            return relative_standard_error(figures) < protocol.rse_target or spent > budget_s
+        return (settled(self.pair.log.figures() / figures, protocol.interval_target)
+                or spent > max(budget_s, protocol.interval_budget_s or 0.0))
 
     def _burst(self, calls: int, purpose: str, index: int, scored: bool) -> BurstRecord:
         """One burst of `calls` calls on the plan's inputs for (`purpose`, `index`); a scored one fingerprinted,

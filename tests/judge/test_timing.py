@@ -91,6 +91,19 @@ def test_a_cache_keyed_on_input_addresses_is_wrong(production2):
     assert record.verdict.value == "wrong" and record.stage.value == "time", record.feedback
 
 
+@pytest.mark.parametrize("target, pairs", [(10.0, 5), (0.0, 9)])
+def test_pairs_are_added_until_the_interval_is_narrow_or_its_budget_ends(target, pairs):
+    """Issue 46: a candidate's bursts stop on the speedup's interval, not on the budget alone. With any interval
+    narrow enough, the step stops at min_bursts (5) pairs though its budgets allow seconds; with none narrow
+    enough (a zero width), it goes on past `budget_s` (10 ms) to the cap, here max_bursts (9)."""
+    protocol = replace(PRODUCTION.protocol, budget_s=0.01, interval_budget_s=5.0, replay_budget_s=30.0,
+                       interval_target=target, min_bursts=5, max_bursts=9)
+    with cpu_judge(2, PRODUCTION.replace(protocol=protocol)) as judge:
+        record = judge.judge("all_reduce", REFERENCE)
+    assert record.correct, record.feedback
+    assert record.timing.pairs == record.timing.bursts == pairs
+
+
 def test_a_host_bound_candidate_is_charged_its_host_time(production2):
     record = production2.judge("all_reduce", HOST_BOUND)
     assert record.correct, record.feedback
@@ -147,7 +160,7 @@ def test_suspect_only_below_the_physical_floor():
 def test_the_speedup_interval_is_wilcoxons(n, critical):
     """The interval's ends are Walsh averages k in from either end, k - 1 the published critical value of the
     signed-rank statistic at 5% one-sided (Wilcoxon's table; none for n = 4)."""
-    from pkb_env.judge.candidate import signed_rank_interval
+    from pkb_env.judge.pair_stats import signed_rank_interval
 
     values = np.arange(n, dtype=float)[::-1].copy()   # unsorted on purpose
     low, high = signed_rank_interval(values)
@@ -161,7 +174,7 @@ def test_the_speedup_interval_is_wilcoxons(n, critical):
 def test_the_speedup_interval_covers_the_centre_about_nine_times_in_ten():
     """2000 steps of 10 pairs, log-ratios symmetric about 0 (normal and heavy-tailed): the interval holds 0 in
     about 91.6% of them (the exact level for n = 10), and the estimate spreads less than the plain median."""
-    from pkb_env.judge.candidate import pseudo_median, signed_rank_interval
+    from pkb_env.judge.pair_stats import pseudo_median, signed_rank_interval
 
     rng = np.random.default_rng(7)
     for noise in (lambda: rng.standard_normal(10) * 0.12, lambda: rng.standard_t(3, 10) * 0.09):
@@ -176,10 +189,20 @@ def test_the_speedup_interval_covers_the_centre_about_nine_times_in_ten():
         assert np.std(estimates) < np.std(medians)
 
 
+def test_an_interval_is_settled_when_both_ends_lie_within_the_target():
+    from pkb_env.judge.pair_stats import settled
+
+    assert not settled(np.ones(4), 0.5)                  # 4 pairs: no interval exists
+    assert settled(np.ones(5), 0.0)
+    spread = np.array([0.9, 0.95, 1.0, 1.05, 1.1, 0.97, 1.03])
+    assert settled(spread, 0.12) and not settled(spread, 0.03)
+    assert not settled(np.array([1.0, 1.0, 1.0, 1.0, np.inf, 0.0]), 0.5)   # the unreadable ratios left out: 4
+
+
 def test_the_speedup_is_the_pseudo_median_of_the_log_ratios():
     """The Hodges-Lehmann estimate (the median of the Walsh averages), taken in logs: a candidate against the
     reference reads the reciprocal of the reference against it, and one wild pair of ten moves it little."""
-    from pkb_env.judge.candidate import pseudo_median
+    from pkb_env.judge.pair_stats import pseudo_median
 
     assert pseudo_median(np.array([0.0, 1.0, 2.0, 10.0])) == pytest.approx(1.75)
     logs = np.log(np.array([1.02, 0.97, 1.05, 0.99, 1.01, 1.03, 0.98, 1.00, 1.04, 0.96]))
