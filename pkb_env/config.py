@@ -86,11 +86,14 @@ class TimingProtocol:
         against itself and a shorter step (docs/measurements/2026-12-03-timing-h200.md, "Shorter bursts, more
         pairs"); calls too slow for 2 ms get `min_calls` each. The scored budget buys pairs: 0.35 s narrowed the
         reference against itself over steps against 0.25 s for a little more time a step (the same page, "The
-        pseudo-median, and a longer scored budget"). CPU ranks share cores, so their bursts are long enough to
-        swamp scheduling and reporting delays."""
+        pseudo-median, and a longer scored budget"). Pairs then go on until the speedup's interval is within 3%
+        or 0.75 s is spent: a pair's ratio spreads by ~0.30 on one H200 (p90 - p10 over the estimate), so a
+        step's estimate needs ~24 pairs to land within 5% of the truth 19 times in 20 (issue 46's aim), about 0.75 s
+        at ~30 ms a pair; a longer cap would cost judged steps per second (docs/timing.md, "How many pairs").
+        CPU ranks share cores, so their bursts are long enough to swamp scheduling and reporting delays."""
         if kind == "cuda":
             return cls(burst_s=0.002, budget_s=0.35, reference_budget_s=0.5, clock_floor_s=0.0005,
-                       replay_budget_s=1.0, interval_target=0.03, interval_budget_s=1.0)
+                       replay_budget_s=0.75, interval_target=0.03, interval_budget_s=0.75)
         if kind == "host":
             return cls(statistic="interval-min", marks=32, clock_relative=0.2, replay_budget_s=0.75,
                        interval_budget_s=0.6)
