@@ -9,7 +9,8 @@ judge takes them one step at a time, each waiting for the machine that only timi
    correct is decided there, and its Future resolves at once;
 2. once every lane has finished, the client's own judge records what the lanes decided (its recorder, in order)
    and takes the correct candidates one at a time for a whole step, timed: nothing else of the batch runs while
-   one is timed. That step runs the trials again, on fresh secret inputs; its record is the one returned.
+   one is timed (the lanes' spares, started at the end of their last steps, are held mid-start meanwhile:
+   `JudgeService.hold`). That step runs the trials again, on fresh secret inputs; its record is the one returned.
 
 A correct candidate costs its untimed work twice; what is gained is that the wrong majority is judged N at a time
 and never waits for a timed step (benchmarks/throughput.py --lanes; docs/scale_out.md, "Verify together, time
@@ -52,6 +53,11 @@ class Lanes:
         except BaseException:
             self.close()
             raise
+
+    @property
+    def services(self) -> list[JudgeService]:
+        """The lanes' judges (for tests and diagnostics)."""
+        return [lane for _, lane in self._lanes]
 
     def judge(self, items: Sequence[tuple[TaskSpec, str]], main: JudgeThread,
               service: JudgeService) -> list[Future]:
@@ -96,15 +102,24 @@ class Lanes:
             if service.recorder is not None:
                 for index, record in sorted(decided, key=lambda pair: pair[0]):
                     service.record(items[index][0].name, items[index][1], record)
-            for index in sorted(correct):
-                future, (spec, code) = results[index], items[index]
-                if getattr(future, "abandoned", False):
-                    future.set_exception(TimeoutError(ABANDONED))
-                    continue
-                try:
-                    future.set_result(self.step(service, spec, code))
-                except BaseException as exc:  # noqa: BLE001
-                    future.set_exception(exc)
+            if not correct:
+                return
+            # Each lane started a spare at the end of its last step: held (stopped mid-start) while the client's
+            # judge times, as that judge holds its own, so that no rank of the batch imports or starts beside a burst.
+            concurrent.futures.wait([thread.call(lane.hold) for thread, lane in self._lanes])
+            try:
+                for index in sorted(correct):
+                    future, (spec, code) = results[index], items[index]
+                    if getattr(future, "abandoned", False):
+                        future.set_exception(TimeoutError(ABANDONED))
+                        continue
+                    try:
+                        future.set_result(self.step(service, spec, code))
+                    except BaseException as exc:  # noqa: BLE001
+                        future.set_exception(exc)
+            finally:
+                for thread, lane in self._lanes:
+                    thread.call(lane.release)
 
         main.call(finish)
         return results

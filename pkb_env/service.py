@@ -123,6 +123,16 @@ class JudgeService:
         session = self.open(task, record.preset, record.dtype, prestart=False)
         return self._recorded(session, code, record)
 
+    def hold(self) -> None:
+        """Another judge on this machine times now (the batch's correct candidates after this judge's verdicts on
+        a lane: pkb_env/lanes.py): this judge's spares, mid-start, are stopped and its ended rank sets confirmed
+        gone, as before its own timed work, until `release`."""
+        self.executor.hold()
+
+    def release(self) -> None:
+        """That timing is over: this judge's spares go on starting."""
+        self.executor.release()
+
     def _recorded(self, session: "TaskSession", code: object, record: EvaluationRecord) -> EvaluationRecord:
         if self.recorder is not None:
             self.recorder.record(record, code, session.prompt, config=self.config, topology=self.info.topology)

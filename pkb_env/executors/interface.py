@@ -153,6 +153,12 @@ class Executor(Protocol):
     def prestart(self) -> None:
         """Start what the next step needs now (the reference ranks, spare candidate ranks)."""
 
+    def hold(self) -> None:
+        """Nothing of this executor starts or comes down until `release`: another judge times beside it."""
+
+    def release(self) -> None:
+        """Undo `hold`."""
+
     def discard_reference(self) -> None:
         """End the reference ranks; the next request starts fresh ones."""
 

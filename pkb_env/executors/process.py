@@ -172,6 +172,16 @@ class ProcessExecutor:
             self._confirm_ended()
             self.spares.hold()
 
+    def hold(self) -> None:
+        """Another judge on this machine is about to time (a batch's correct candidates, after this judge gave
+        verdicts on its lane: pkb_env/lanes.py): nothing of this judge starts or comes down beside it either, as
+        before this judge's own timed work (`_before_timing`), until `release`."""
+        self._before_timing()
+
+    def release(self) -> None:
+        """The other judge's timed work is over: the held spares go on with their starts (Spares.free)."""
+        self.spares.free()
+
     @contextmanager
     def _frozen(self, ranks: RankSet) -> Iterator[None]:
         """Every process of a candidate rank set stopped for the block (sandbox/freezer.py): under its cell,

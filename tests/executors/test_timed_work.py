@@ -321,3 +321,41 @@ def test_rank_r_of_every_rank_set_runs_on_one_core_and_a_candidate_that_leaves_i
         assert record.verdict.value == "runtime_error" and "moved off the cores" in record.feedback, record.feedback
     finally:
         judge.close()
+
+
+class LanesStill:
+    """A batch client's trace sink (LocalClient(trace=...): its own judge's operations): at every burst that judge
+    releases, whether each verdicts-only lane of the batch (pkb_env/lanes.py) is still, as the judge's own spares
+    must be: no spare of a lane in a phase of its start unless stopped, no candidate rank set of a lane coming
+    down."""
+
+    def __init__(self):
+        self.client = None
+        self.seen: list[bool] = []
+
+    def __call__(self, operation: str, seconds: float) -> None:
+        lanes = self.client._lanes if self.client is not None else None
+        if not operation.startswith("gate ") or lanes is None:
+            return
+        self.seen.append(all(all(_stopped(s) for s in lane.executor.spares if s.starting) and not lane.executor.ending
+                             for lane in lanes.services))
+
+
+def test_nothing_of_a_batch_s_lanes_starts_while_its_correct_candidates_are_timed():
+    """Issue 46: with the batch door, a correct candidate is timed while nothing else of the batch runs. The
+    lanes finish their candidates first; then their spares, started at the end of each lane's step, must not
+    make their contexts or import torch beside the timed bursts (held, as a judge holds its own, until the
+    batch's timing is over)."""
+    from pkb_env import LocalClient
+
+    watch = LanesStill()
+    wrong = "def solution(tensor):\n    return tensor.clone()\n"
+    batch = [("all_reduce", wrong), ("all_reduce", REFERENCE), ("all_reduce", wrong), ("all_reduce", REFERENCE)]
+    client = watch.client = LocalClient(PRODUCTION.replace(executor="cpu", world_size=2, verify_lanes=2), trace=watch)
+    try:
+        records = client.map(batch)
+        assert [r.verdict.value for r in records] == ["wrong", "correct", "wrong", "correct"], records
+        assert len(client._lanes.services) == 2
+    finally:
+        client.close()
+    assert len(watch.seen) >= 2 * PRODUCTION.protocol.min_bursts and all(watch.seen), watch.seen
