@@ -37,12 +37,15 @@ from pkb_env.wire.requests import Rules, Workload
 class TimedWork:
     """What a timing session times: `workload` on inputs from `seeds`. With `rules` (the step's comparison
     checks as the ranks fingerprint them), every scored burst is fingerprinted; `capture_every`: the ranks
-    copy every output as its call returns (ranks/bursts.timed_burst)."""
+    copy every output as its call returns (ranks/bursts.timed_burst). `failing(burst, reference's fingerprints,
+    candidate's, calls)`, with pairs: the burst's calls that differ from the reference's replay
+    (judge/verify.failing_calls), so that the series stops once the step is known wrong (BurstSeries._enough)."""
 
     workload: Workload
     seeds: SeedPlan
     rules: Rules | None = None
     capture_every: bool = False
+    failing: Callable[[int, list[dict], list[dict], int], set[int]] | None = None
 
 
 @dataclass
@@ -80,6 +83,7 @@ class BurstLog:
     fingerprints: list[list[dict]] = field(default_factory=list)             # per burst, per rank
     warmup_calls: int = 0
     wall_s: float = 0.0
+    stopped_wrong: bool = False   # the series stopped at a burst whose calls differed from the reference's replay
 
     statistic: str = "burst-median"
 
@@ -153,6 +157,7 @@ class BurstSeries:
         self.rng = random.SystemRandom()
         self.log = BurstLog(statistic=protocol.statistic)
         self.marks = max(1, protocol.marks)
+        self._passed = self._failed = False   # a timed call passed / failed the check so far (`_known_wrong`)
 
     def run(self, budget_s: float) -> BurstLog:
         started = time.monotonic()
@@ -196,11 +201,14 @@ class BurstSeries:
                 break
 
     def _enough(self, started: float, budget_s: float, ceiling: int) -> bool:
-        """After `min_bursts`: unpaired, the figures settled (their relative standard error under `rse_target`)
+        """A wrong step (`_known_wrong`): at once. After `min_bursts`: unpaired, the figures settled (their relative standard error under `rse_target`)
         or the budget is spent; paired, the speedup's 90% interval narrowed to `interval_target`
         (pair_stats.settled) or `interval_budget_s` is spent (docs/timing.md, "How many pairs"). At any count:
         one more burst could pass the calls the reference may replay."""
         protocol, log = self.protocol, self.log
+        if self._known_wrong():
+            log.stopped_wrong = True
+            return True
         total = self.limits.total_calls
         if total is not None and sum(b.calls for b in log.bursts) + ceiling > total:
             return True
@@ -212,6 +220,21 @@ class BurstSeries:
             return relative_standard_error(figures) < protocol.rse_target or spent > budget_s
         return (settled(self.pair.log.figures() / figures, protocol.interval_target)
                 or spent > max(budget_s, protocol.interval_budget_s or 0.0))
+
+    def _known_wrong(self) -> bool:
+        """Whether the last paired burst has calls that differ from the reference's replay, and the series holds a
+        call that passed (or `min_bursts` bursts): the step is wrong whatever more pairs would show, and the check
+        of the timed calls can still tell the agent what the failing calls' data held that a passing call's did
+        not (judge/timed_causes.py: a series stopped at a burst whose every call failed would give it nothing to
+        compare with)."""
+        if self.pair is None or self.work.failing is None:
+            return False
+        burst = len(self.log.fingerprints) - 1
+        calls = self.log.bursts[burst].calls
+        failed = self.work.failing(burst, self.pair.log.fingerprints[-1], self.log.fingerprints[-1], calls)
+        self._passed = self._passed or len(failed) < calls
+        self._failed = self._failed or bool(failed)
+        return self._failed and (self._passed or len(self.log.bursts) >= self.protocol.min_bursts)
 
     def _burst(self, calls: int, purpose: str, index: int, scored: bool) -> BurstRecord:
         """One burst of `calls` calls on the plan's inputs for (`purpose`, `index`); a scored one fingerprinted,

@@ -72,6 +72,19 @@ def pkb_rule_holds(expected: list[TrialOutputs], got: list[TrialOutputs], update
     return True
 
 
+def failing_calls(ctx: StepContext, expected: list[dict], got: list[dict], burst: int, calls: int) -> set[int]:
+    """The calls of one timed burst whose outputs differ from the reference's replay on some rank (every call
+    where a rank's fingerprints cannot be read): what the burst series needs to stop at a wrong step
+    (timing.TimedWork.failing); `verify_timed` then says what differed. The replicas' check waits for it."""
+    failed: set[int] = set()
+    try:
+        for rank, (e, g) in enumerate(zip(expected, got)):
+            failed.update(call for call, _ in differences(e, g, ctx.checks, burst, rank, ctx.task.inplace_arguments()))
+    except ChannelError:
+        return set(range(calls))
+    return failed
+
+
 def verify_timed(ctx: StepContext, log: BurstLog, expected: list[list[dict]]) -> VerifyResult | StageFailure:
     """Every timed call of every rank against the reference's replay of the same inputs (`expected`, per
     burst and rank), and where some failed, what their inputs held that the passing calls' did not
