@@ -20,8 +20,8 @@ from pkb_env.judge.context import StepContext
 from pkb_env.judge.pair_stats import pseudo_median, signed_rank_interval
 from pkb_env.config import TimingProtocol
 from pkb_env.judge.reference import Pairing, ReferenceTiming, call_limits
-from pkb_env.judge.timing import (BurstLog, TimedWork, check_claims, clock_allowance, escaped_work, run_bursts,
-                                  summarize, suspect_reason)
+from pkb_env.judge.timing import (BurstLog, TimedWork, check_claims, clock_allowance, escaped_work,
+                                  paired_allowance, run_bursts, summarize, suspect_reason)
 from pkb_env.judge.verify import failing_calls
 from pkb_env.record import BuildResult, RankFailure, RunResult, Stage, StageFailure, TimingResult
 
@@ -68,7 +68,8 @@ def time_candidate(ctx: StepContext, ranks: CandidateSession, protocol: TimingPr
         ranks.quiet("timing")  # a frame nobody asked for (a forged report sent late) is caught here
     except RankSetFailed as exc:
         return failure(Stage.TIME, exc)
-    claims = check_claims(log, clock_allowance(protocol, reference.overheads), protocol.clock_relative)
+    claims = check_claims(log, clock_allowance(protocol, reference.overheads), protocol.clock_relative,
+                          paired=paired_allowance(protocol, pairs.log))
     # A series stopped at its first wrong burst may hold one burst: too few for "late in every burst" to tell a
     # forger from a loaded host (seen: an honest wrong candidate flagged at 1 burst under load). Its verdict is
     # wrong whatever its reports say; the timed check says why.

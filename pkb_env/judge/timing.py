@@ -313,6 +313,14 @@ def clock_allowance(protocol: TimingProtocol, reference_overheads: np.ndarray) -
     return max(protocol.clock_floor_s, protocol.clock_factor * observed)
 
 
+def paired_allowance(protocol: TimingProtocol, reference_halves: BurstLog) -> np.ndarray:
+    """Per pair: `clock_factor` x the largest reporting overhead of the reference's half (its ranks, timed by
+    the same clock next to the candidate's burst): what an honest rank's reports may take under the load of
+    that moment (`check_claims`'s `paired`)."""
+    over = overheads(reference_halves)
+    return protocol.clock_factor * over.max(axis=1) if over.size else np.zeros(0)
+
+
 @dataclass
 class ClaimCheck:
     problem: str | None     # why the reports cannot be believed (an exploit flag), or None
@@ -322,7 +330,8 @@ class ClaimCheck:
     rank: int = -1          # the rank whose reports the problem is about
 
 
-def check_claims(log: BurstLog, allowance_s: float, relative: float = 0.0) -> ClaimCheck:
+def check_claims(log: BurstLog, allowance_s: float, relative: float = 0.0,
+                 paired: np.ndarray | None = None) -> ClaimCheck:
     """Hold every rank's reports to the judge's clock (module docstring).
 
     A burst's report is impossible when its times fall outside the judge's own window (seen before the
@@ -330,10 +339,17 @@ def check_claims(log: BurstLog, allowance_s: float, relative: float = 0.0) -> Cl
     a forgery. Otherwise a rank's overhead (release-to-report less what it claims) may exceed
     `allowance_s + relative * wall` in some bursts (the machine was busy), never in all of them: a rank
     that shaved time off its claims shaved it off every burst, and even its least-delayed burst shows it.
+    `paired` (per burst): the allowance the reference's own half of that burst's pair shows (clock_factor x its
+    largest overhead; `paired_allowance`), where it is larger: a host loaded for the whole step delays the
+    trusted reference's reports next to each burst as much as an honest candidate's, where the allowance from
+    the reference's timing at the task's open does not know of that load.
     """
     over = overheads(log)
     walls = np.array([[r.received - b.released for r in b.ranks] for b in log.bursts], dtype=np.float64)
-    room = allowance_s + relative * walls - over          # per burst and rank; < 0: more overhead than allowed
+    allowed = np.full((len(log.bursts), 1), allowance_s)
+    if paired is not None and len(paired) == len(log.bursts):
+        allowed = np.maximum(allowed, np.asarray(paired, dtype=np.float64).reshape(-1, 1))
+    room = allowed + relative * walls - over               # per burst and rank; < 0: more overhead than allowed
     best = room.max(axis=0) if room.size else np.zeros(1)
     ratios = [r.busy_s / max(1e-9, r.received - b.released) for b in log.bursts for r in b.ranks]
     problem, culprit = None, -1
@@ -356,7 +372,9 @@ def check_claims(log: BurstLog, allowance_s: float, relative: float = 0.0) -> Cl
         rank = culprit = int(np.argmin(best))
         problem = (f"rank {rank}'s timing reports claim at least {float(np.min(over[:, rank])) * 1e3:.3f} ms less "
                    f"per burst than the judge's clock saw between release and report, in every burst; an honest "
-                   f"rank's reporting takes at most {allowance_s * 1e3:.3f} ms + {relative:.0%} of the burst")
+                   f"rank's reporting takes at most {allowance_s * 1e3:.3f} ms + {relative:.0%} of the burst"
+                   + (" (or what the reference's own reports took next to the same burst)" if paired is not None
+                      else ""))
     return ClaimCheck(problem, allowance_s, float(best.min()), min(ratios) if ratios else 1.0, culprit)
 
 

@@ -146,6 +146,22 @@ def test_reports_the_clock_rules_out_are_flagged(changes, words):
     assert check.problem and words in check.problem
 
 
+def test_a_load_that_delays_the_reference_next_to_each_burst_is_allowed_but_a_forgery_is_not():
+    """A host busy for the whole step delays every report; the reference's own half of each pair shows it, so an
+    honest candidate late by 50 ms in every burst passes where the reference was as late beside it, and a rank
+    that claims less than it took is still caught where the reference beside it was prompt."""
+    from pkb_env.judge.timing import paired_allowance
+
+    protocol = TimingProtocol.for_clock("host")
+    loaded = _log(0.04, 0.05)                        # 50 ms between every burst's end and its report
+    assert check_claims(loaded, allowance_s=0.004).problem        # against the open's allowance alone: flagged
+    beside = paired_allowance(protocol, _log(0.04, 0.05))         # the reference as late next to each burst
+    assert check_claims(loaded, allowance_s=0.004, paired=beside).problem is None
+    prompt = paired_allowance(protocol, _log(0.04, 0.001))        # the reference prompt: 4 ms allowed
+    forged = _log(0.04, 0.001, busy_s=0.01)                       # claims a quarter of the time it took
+    assert "less per burst" in check_claims(forged, allowance_s=0.004, paired=prompt).problem
+
+
 def test_the_allowance_comes_from_the_reference_and_has_a_floor():
     protocol = TimingProtocol.for_clock("host")
     assert clock_allowance(protocol, np.zeros((6, 2))) == protocol.clock_floor_s
