@@ -201,10 +201,10 @@ class BurstSeries:
                 break
 
     def _enough(self, started: float, budget_s: float, ceiling: int) -> bool:
-        """A wrong step (`_known_wrong`): at once. After `min_bursts`: unpaired, the figures settled (their relative standard error under `rse_target`)
-        or the budget is spent; paired, the speedup's 90% interval narrowed to `interval_target`
-        (pair_stats.settled) or `interval_budget_s` is spent (docs/timing.md, "How many pairs"). At any count:
-        one more burst could pass the calls the reference may replay."""
+        """A wrong step (`_known_wrong`): at once. After `min_bursts`: unpaired, the figures settled (their
+        relative standard error under `rse_target`) or the budget is spent; paired, the speedup's 90% interval
+        narrowed to `interval_target` (pair_stats.settled) or `interval_budget_s` is spent (docs/timing.md, "How
+        many pairs"). At any count: one more burst could pass the calls the reference may replay."""
         protocol, log = self.protocol, self.log
         if self._known_wrong():
             log.stopped_wrong = True

@@ -83,7 +83,8 @@ def test_wrong_in_one_call_of_eight_is_wrong_every_time(production2):
         record = production2.judge("all_reduce", NOW_AND_THEN)
         verdicts.append((record.verdict.value, record.stage.value))
         assert "timed call" in record.feedback, record.feedback
-        # the series stops at the first burst holding a wrong call and a passing one (BurstSeries._known_wrong): at most four
+        # the series stops at the first burst holding a wrong call and a passing one (BurstSeries._known_wrong):
+        # eight calls, one wrong, come in at most four bursts
         assert record.timing.bursts < PRODUCTION.protocol.min_bursts, record.timing.bursts
     assert verdicts == [("wrong", "time")] * 20
 
