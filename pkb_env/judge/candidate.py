@@ -22,7 +22,7 @@ from pkb_env.config import TimingProtocol
 from pkb_env.judge.reference import Pairing, ReferenceTiming, call_limits
 from pkb_env.judge.timing import (BurstLog, TimedWork, check_claims, clock_allowance, escaped_work,
                                   paired_allowance, run_bursts, summarize, suspect_reason)
-from pkb_env.judge.verify import failing_calls
+from pkb_env.judge.verify import burst_differences
 from pkb_env.record import BuildResult, RankFailure, RunResult, Stage, StageFailure, TimingResult
 
 
@@ -61,7 +61,7 @@ def time_candidate(ctx: StepContext, ranks: CandidateSession, protocol: TimingPr
     timed outputs is copied as its call returns, inside the timed window, as a caller would have to.
     """
     work = TimedWork(ctx.workload, ctx.seeds, rules=ctx.rules, capture_every=reuses,
-                     failing=lambda burst, expected, got, calls: failing_calls(ctx, expected, got, burst, calls))
+                     compare=lambda burst, expected, got: burst_differences(ctx, expected, got, burst))
     limits = call_limits(protocol, ranks.memory_bytes, reference.sizes, reference)
     try:
         log = run_bursts(ranks, work, protocol, limits, protocol.budget_s, pair=pairs)

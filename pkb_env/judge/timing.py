@@ -37,15 +37,16 @@ from pkb_env.wire.requests import Rules, Workload
 class TimedWork:
     """What a timing session times: `workload` on inputs from `seeds`. With `rules` (the step's comparison
     checks as the ranks fingerprint them), every scored burst is fingerprinted; `capture_every`: the ranks
-    copy every output as its call returns (ranks/bursts.timed_burst). `failing(burst, reference's fingerprints,
-    candidate's, calls)`, with pairs: the burst's calls that differ from the reference's replay
-    (judge/verify.failing_calls), so that the series stops once the step is known wrong (BurstSeries._enough)."""
+    copy every output as its call returns (ranks/bursts.timed_burst). `compare(burst, reference's fingerprints,
+    candidate's)`, with pairs: per rank, the burst's calls that differ from the reference's replay
+    (judge/verify.burst_differences), kept in the log (`BurstLog.differences`), so that the series stops once the
+    step is known wrong (BurstSeries._known_wrong) and the check of every timed call does not compare them again."""
 
     workload: Workload
     seeds: SeedPlan
     rules: Rules | None = None
     capture_every: bool = False
-    failing: Callable[[int, list[dict], list[dict], int], set[int]] | None = None
+    compare: Callable[[int, list[dict], list[dict]], list] | None = None
 
 
 @dataclass
@@ -81,6 +82,7 @@ class BurstLog:
     fingerprint_seeds: list[int] = field(default_factory=list)
     samples: list[list[int]] = field(default_factory=list)
     fingerprints: list[list[dict]] = field(default_factory=list)             # per burst, per rank
+    differences: list[list] = field(default_factory=list)   # per paired burst: TimedWork.compare's, per rank
     warmup_calls: int = 0
     wall_s: float = 0.0
     stopped_wrong: bool = False   # the series stopped at a burst whose calls differed from the reference's replay
@@ -227,11 +229,14 @@ class BurstSeries:
         of the timed calls can still tell the agent what the failing calls' data held that a passing call's did
         not (judge/timed_causes.py: a series stopped at a burst whose every call failed would give it nothing to
         compare with)."""
-        if self.pair is None or self.work.failing is None:
+        if self.pair is None or self.work.compare is None:
             return False
         burst = len(self.log.fingerprints) - 1
         calls = self.log.bursts[burst].calls
-        failed = self.work.failing(burst, self.pair.log.fingerprints[-1], self.log.fingerprints[-1], calls)
+        compared = self.work.compare(burst, self.pair.log.fingerprints[-1], self.log.fingerprints[-1])
+        self.log.differences.append(compared)
+        unreadable = any(not isinstance(found, list) for found in compared)   # a rank's ChannelError: all failed
+        failed = set(range(calls)) if unreadable else {call for found in compared for call, _ in found}
         self._passed = self._passed or len(failed) < calls
         self._failed = self._failed or bool(failed)
         return self._failed and (self._passed or len(self.log.bursts) >= self.protocol.min_bursts)

@@ -72,17 +72,19 @@ def pkb_rule_holds(expected: list[TrialOutputs], got: list[TrialOutputs], update
     return True
 
 
-def failing_calls(ctx: StepContext, expected: list[dict], got: list[dict], burst: int, calls: int) -> set[int]:
-    """The calls of one timed burst whose outputs differ from the reference's replay on some rank (every call
-    where a rank's fingerprints cannot be read): what the burst series needs to stop at a wrong step
-    (timing.TimedWork.failing); `verify_timed` then says what differed. The replicas' check waits for it."""
-    failed: set[int] = set()
-    try:
-        for rank, (e, g) in enumerate(zip(expected, got)):
-            failed.update(call for call, _ in differences(e, g, ctx.checks, burst, rank, ctx.task.inplace_arguments()))
-    except ChannelError:
-        return set(range(calls))
-    return failed
+def burst_differences(ctx: StepContext, expected: list[dict], got: list[dict], burst: int) -> list:
+    """Per rank, (call, difference) for every timed call of burst `burst` that differs from the reference's replay
+    (fingerprints.differences); a rank whose fingerprints cannot be read has its ChannelError in place of the list,
+    and no rank after it is compared. Made once a burst: by the burst series as it goes (timing.TimedWork.compare,
+    to stop at a wrong step), kept in its log, and read back by `verify_timed`."""
+    out: list = []
+    for rank, (e, g) in enumerate(zip(expected, got)):
+        try:
+            out.append(differences(e, g, ctx.checks, burst, rank, ctx.task.inplace_arguments()))
+        except ChannelError as exc:
+            out.append(exc)
+            break
+    return out
 
 
 def verify_timed(ctx: StepContext, log: BurstLog, expected: list[list[dict]]) -> VerifyResult | StageFailure:
@@ -93,11 +95,10 @@ def verify_timed(ctx: StepContext, log: BurstLog, expected: list[list[dict]]) ->
     failed: list[set[int]] = []  # per burst, the calls that differed on some rank
     for b, (exp_ranks, got_ranks) in enumerate(zip(expected, log.fingerprints)):
         failed.append(set())
-        for rank, (exp, got) in enumerate(zip(exp_ranks, got_ranks)):
-            try:
-                found = differences(exp, got, ctx.checks, b, rank, ctx.task.inplace_arguments())
-            except ChannelError as exc:
-                forged = RankFailure(rank, "forged", f"rank {rank} sent fingerprints no honest rank sends: {exc}",
+        compared = log.differences[b] if b < len(log.differences) else burst_differences(ctx, exp_ranks, got_ranks, b)
+        for rank, found in enumerate(compared):
+            if isinstance(found, ChannelError):
+                forged = RankFailure(rank, "forged", f"rank {rank} sent fingerprints no honest rank sends: {found}",
                                      "timed-output check")
                 return StageFailure(Stage.TIME, forged.message, [forged])
             failed[b].update(call for call, _ in found)
