@@ -59,9 +59,6 @@ def solution(q_local, k_local, cos_local, sin_local):
     return torch.cat(qs, dim=1), torch.cat(ks, dim=1)
 '''
 
-CANDIDATES = {13: ("gemm_allreduce", GEMM_ALLREDUCE), 17: ("rope_allgather", ROPE_ALLGATHER)}
-
-
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -91,9 +88,13 @@ def rope(world: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     return reference, once
 
 
+# PKB id: (task, the rounding-once kernel as a PKB file, its simulation on PKB's inputs)
+PROBLEMS = {13: ("gemm_allreduce", GEMM_ALLREDUCE, gemm_allreduce), 17: ("rope_allgather", ROPE_ALLGATHER, rope)}
+
+
 def simulate(trials: int, world: int) -> list[list]:
     rows = []
-    for pkb_id, (name, make) in {13: ("gemm_allreduce", gemm_allreduce), 17: ("rope_allgather", rope)}.items():
+    for pkb_id, (name, _, make) in PROBLEMS.items():
         gen = torch.Generator().manual_seed(pkb_id)
         failed, worst = 0, 0.0
         for _ in range(trials):
@@ -108,7 +109,7 @@ def judge(world: int) -> list[list]:
     config = JudgeConfig(executor="cpu", world_size=world, preset="bench", pkb=True, timing=False)
     rows = []
     with LocalClient(config) as client:
-        for pkb_id, (task, source) in CANDIDATES.items():
+        for pkb_id, (task, source, _) in PROBLEMS.items():
             record = client.submit(task, source).result()
             rows.append([pkb_id, task, record.verdict.value, record.pkb.pkb_rule if record.pkb else "-",
                          record.pkb.statement if record.pkb else "-"])
