@@ -91,6 +91,15 @@ if [ "${1:-timing}" = corpus ]; then   # issue 44 on one GPU: PKB's published co
     mkdir -p "$STATE/cache"
     export PKB_ENV_CACHE="$STATE/cache"
     MODELS=$(IFS=,; echo "${*:-gpt}")
+    # A fresh machine goes on from an earlier machine's results: what a call brought back ($OUT's corpus_*.jsonl
+    # and dataset), copied into .corpus/results here and carried, seeds the state the first time (builds are redone
+    # only for the files still to judge).
+    SEED=${CORPUS_SEED:-.corpus/results}
+    if [ -f "$SEED/corpus_${MODELS//,/_}.jsonl" ] && [ ! -f "$STATE/corpus_${MODELS//,/_}.jsonl" ]; then
+        cp "$SEED/corpus_${MODELS//,/_}.jsonl" "$STATE/"
+        [ -d "$SEED/dataset" ] && [ ! -d "$STATE/dataset" ] && cp -r "$SEED/dataset" "$STATE/"
+        echo "== seeded from $SEED: $(wc -l < "$STATE/corpus_${MODELS//,/_}.jsonl") lines" >> "$LOG"
+    fi
     part ${CORPUS_LIMIT:-560} python benchmarks/pkb_corpus.py .corpus --models "$MODELS" --resume \
                  --json "$STATE/corpus_${MODELS//,/_}.jsonl" --dataset "$STATE/dataset" --time-limit ${CORPUS_RUN:-520} \
                  --prebuild-workers ${CORPUS_BUILDERS:-8} $BUILD_ONLY

@@ -103,7 +103,7 @@ def load_topology(name: str) -> Topology:
                     vector_tflops=dict(peaks.get("vector_tflops") or {}), hbm_gbps=peaks.get("hbm_gbps"))
 
 
-CALIBRATION_VERSION = 2  # bump when the measured figures change meaning; older cache files are re-measured
+CALIBRATION_VERSION = 3  # bump when the measured figures change meaning; older cache files are re-measured
 
 
 @dataclass(frozen=True)
