@@ -101,7 +101,7 @@ if [ "${1:-timing}" = corpus ]; then   # issue 44 on one GPU: PKB's published co
         echo "== seeded from $SEED: $(wc -l < "$STATE/corpus_${MODELS//,/_}.jsonl") lines" >> "$LOG"
     fi
     part ${CORPUS_LIMIT:-560} python benchmarks/pkb_corpus.py .corpus --models "$MODELS" --resume \
-                 --json "$STATE/corpus_${MODELS//,/_}.jsonl" --dataset "$STATE/dataset" --time-limit ${CORPUS_RUN:-520} \
+                 --json "$STATE/corpus_${MODELS//,/_}.jsonl" --dataset "$STATE/dataset" --time-limit ${CORPUS_RUN:-$((${CORPUS_LIMIT:-560} - 40))} \
                  --prebuild-workers ${CORPUS_BUILDERS:-8} $BUILD_ONLY
     cp -r "$STATE"/corpus_*.jsonl "$STATE/dataset" "$OUT/" 2>/dev/null
     # What is still running once the call's judges have closed: nothing of theirs should be (issue 44's leftover check)

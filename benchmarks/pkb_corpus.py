@@ -39,6 +39,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from pkb_env import JudgeConfig
 from pkb_env.client import LocalClient
 from pkb_env.compat.checkout import CORPUS, PUBLISHED, Checkout, Folder
@@ -67,6 +69,7 @@ class Entry:
     seconds: float | None = None  # the correctness step's wall time
     restored: bool = False        # read back from an earlier run's --json (--resume)
     timed: bool = False           # the speed step ran (or was not possible at its size)
+    untimed: str = ""             # why a timed file has no speedup: its size there, or the speed step's verdict
 
     @property
     def key(self) -> str:
@@ -80,11 +83,12 @@ class Entry:
         return {"key": self.key, "model": self.folder.model, "backend": self.folder.backend,
                 "file": self.file.path.name, "task": self.file.task, "how": self.file.how, "screen": self.screen,
                 "why": self.why, "verdict": self.verdict, "pkb_verdict": self.pkb_verdict, "pkb_rule": self.pkb_rule,
-                "failure": self.failure, "seconds": self.seconds, "timed": self.timed, "speedup": self.speedup}
+                "failure": self.failure, "seconds": self.seconds, "timed": self.timed, "speedup": self.speedup,
+                "untimed": self.untimed}
 
     def restore(self, row: dict) -> None:
         for name in ("screen", "why", "verdict", "pkb_verdict", "pkb_rule", "failure", "seconds", "timed",
-                     "speedup"):
+                     "speedup", "untimed"):
             setattr(self, name, row.get(name, getattr(self, name)))
         self.restored = True
 
@@ -397,14 +401,19 @@ def time_one(judges: Judges, e: Entry, results: Results) -> None:
     """The speed of a file correct by some statement, at the timing judge's world size (none where its size
     cannot run there: timed all the same)."""
     config = judges.configs["time"]
-    if not judges.client("time").problem(e.file.task, config.preset, config.dtype):
+    problem = judges.client("time").problem(e.file.task, config.preset, config.dtype)
+    if problem:
+        e.untimed = f"size: {problem}"
+    else:
         record = judges.step("time", e)
         if record is None:   # stopped by the time limit: timed by the next call
             return
         e.speedup = record.speedup
+        if e.speedup is None:   # a first GPU run printed only "no speedup" for two correct files
+            e.untimed = f"{record.verdict.value}: {(record.error or record.feedback).strip()[:300]}"
     e.timed = True
     results.write(e)
-    speed = f"{e.speedup:.2f}x" if e.speedup is not None else "no speedup"
+    speed = f"{e.speedup:.2f}x" if e.speedup is not None else f"no speedup ({e.untimed[:160]})"
     print(f"  {e.folder.model:16s} {e.file.path.name:60s} timed at W={config.world_size}: {speed}", file=sys.stderr,
           flush=True)
 
@@ -477,7 +486,10 @@ def main() -> int:
     if args.resume and args.json is None:
         parser.error("--resume reads the --json file of the runs before: name it")
 
-    started = time.monotonic()
+    # --time-limit counts from the process's start, not from here: the imports before this line (torch, the
+    # judge) took ~15 s on the device, and a run that counted from here was killed by its caller's limit
+    # (gpu_batch.sh gave it 20 s more) while it stopped its last step.
+    started = time.monotonic() - max(0.0, time.time() - psutil.Process().create_time())
     until = started + args.time_limit if args.time_limit else float("inf")
     checkout = Checkout(args.checkout)
     if args.extract is not None:
