@@ -20,7 +20,8 @@ REPLAYS = {"all_reduce": "Here it is.\n```python\n" + load_task("all_reduce").re
            "all_gather": WRONG}
 # Judge settings for a quick run (tests/conftest.py's FAST, as a --config file)
 QUICK = ("executor: cpu\nworld_size: 2\ntrials: 1\ntrial_timeout_s: 6\nprotocol:\n  burst_s: 0.015\n"
-         "  budget_s: 0.08\n  reference_budget_s: 0.15\n  min_bursts: 3\n  replay_budget_s: 0.3\n")
+         "  budget_s: 0.05\n  reference_budget_s: 0.15\n  min_bursts: 3\n  replay_budget_s: 0.3\n"
+         "  warmup_bursts: 1\n  interval_budget_s: null\n")
 
 
 @contextmanager

@@ -73,24 +73,33 @@ def test_ranks_that_cannot_start_are_the_judges_failure_not_the_candidates(monke
 
     Through the client and the episode (the client turns the JudgeError into the judge_error record, the episode
     gives it no reward). Internals: the spares are killed and every fresh start is made to die (`executor._start`
-    replaced), which nothing outside the executor can do at the moment it starts."""
+    replaced), which nothing outside the executor can do at the moment it starts. Done on the service's own
+    thread (client.run), between its operations, and with no spare started again (depth 0): a spare's start
+    racing the patch counted as a third fresh start in one whole-suite run. Only candidate rank sets are doomed."""
     with LocalClient(FAST.replace(executor="cpu", world_size=2)) as client:
         episode = Episode(client, "all_reduce", max_turns=1000, target_speedup=float("inf"))
         episode.observation()   # the judge made ready for the task, as an env's reset does
-        executor = client.run(lambda service: service.executor)
-        real = executor._start
         starts = []
 
-        def doomed(role, hold=False):
-            gen = real(role, hold)
-            starts.append(gen)
-            for pid in gen.pids:
-                os.kill(pid, 9)
-            return gen
+        def sabotage(service):
+            executor = service.executor
+            real = executor._start
 
-        for spare in executor.spares:
-            os.kill(spare.pids[0], 9)
-        monkeypatch.setattr(executor, "_start", doomed)
+            def doomed(role, hold=False):
+                gen = real(role, hold)
+                if role == "candidate":
+                    starts.append(gen)
+                    for pid in gen.pids:
+                        os.kill(pid, 9)
+                return gen
+
+            monkeypatch.setattr(executor.spares, "depth", 0)
+            for spare in executor.spares:
+                os.kill(spare.pids[0], 9)
+            monkeypatch.setattr(executor, "_start", doomed)
+            return executor, real
+
+        executor, real = client.run(sabotage)
         turn = episode.step(REFERENCE)
         reward, info = turn.reward, turn.info
         assert info["verdict"] == "judge_error" and "failed to start" in info["error"] and reward == 0.0, info
