@@ -36,6 +36,7 @@ class BuildOutcome:
     log: str
     workdir: str   # the build's directory, as it appears in the compiler's messages
     contained: bool
+    answered: bool = False   # the build cell ran the compiler to its end and answered (not stopped, not lost)
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ def build(where: BuildCell, job: BuildRequest, timeout: float) -> BuildOutcome:
         if header.get("event") != "built" or (header.get("ok") and not payload):
             return BuildOutcome(False, None, "the build answered out of protocol", workdir, cell.contained)
         return BuildOutcome(bool(header.get("ok")), payload if header.get("ok") else None,
-                            str(header.get("log", "")), workdir, cell.contained)
+                            str(header.get("log", "")), workdir, cell.contained, answered=True)
     finally:
         theirs.close()
         ours.close()

@@ -14,6 +14,13 @@ judge's process or as the judge's user, and a built module is imported only in a
      bytes (a cubin, a shared object), never a path. A failed build answers with the compiler's
      diagnostics about the candidate's own sources only, capped, the judge's secrets redacted.
 The cache stays trusted: only this process writes it, only with what a contained build produced.
+
+A build the compiler itself refused (it ran to its end and said why) is remembered beside where its bytes would
+be, with the answer it gave: the same request fails the same way, and building it again cost a step its whole
+trial (PKB's corpus on an H200: an extension that failed in the builds ahead was built again inside the file's
+trial and timed out at 30 s, a runtime error instead of the build error it was; docs/pkb_corpus.md). A build
+stopped by its deadline, a cell that died, or a compiler killed or short of a resource (`TRANSIENT`) is not
+remembered: those may build next time.
 """
 from __future__ import annotations
 
@@ -31,6 +38,14 @@ from pkb_env.judge.compile_checks import (CompileRefused, check_cuda_options, ch
 from pkb_env.redaction import Redactor
 from pkb_env.runtime.toolchain import SOURCE_NAME, nvcc_path
 from pkb_env.wire.services import BuildRequest, Compile, LoadInline, ServiceRefused, parse_service
+
+# Messages of a compile that failed for want of something other than correct sources (the host's memory or
+# processes, a signal): such a failure is not remembered.
+TRANSIENT = ("Killed", "signal", "Resource temporarily unavailable", "out of memory", "No space left",
+             "Cannot allocate memory")
+REMEMBERED = ("\n(the judge remembers this failure: the same sources and options failed to build before; "
+              "change them to build again)")
+
 
 def _key(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:40]
@@ -70,14 +85,20 @@ class KernelService:
             job, path, own, timeout = self.jobs[type(request)](request)
             if path.is_file():
                 return {"op": "reply", "ok": True}, path.read_bytes()
+            failed = path.with_name(path.name + ".failed")
+            if failed.is_file():
+                return _error(failed.read_text() + REMEMBERED)
             if deadline is not None:
                 timeout = min(timeout, deadline - time.monotonic())
                 if timeout <= 0:
                     return _error("the step's time budget is spent; no compile can start now")
             outcome = self.executor.build(job, timeout)
             if not outcome.ok:
-                return _error(self.redactor.redact(f"{_label(job)} failed:\n" +
-                                                   diagnostics(outcome.log, own, outcome.workdir)))
+                message = self.redactor.redact(f"{_label(job)} failed:\n" +
+                                               diagnostics(outcome.log, own, outcome.workdir))
+                if outcome.answered and not any(word in outcome.log for word in TRANSIENT):
+                    _store(failed, message.encode())
+                return _error(message)
             _store(path, outcome.payload)
             return {"op": "reply", "ok": True}, outcome.payload
         except (CompileRefused, ServiceRefused) as exc:

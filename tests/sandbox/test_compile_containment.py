@@ -214,3 +214,29 @@ def solution(tensor):
         server.close()
         if os.path.exists(marker):
             os.unlink(marker)
+
+
+@needs_nvcc
+def test_a_source_the_compiler_refused_fails_again_from_memory_and_a_stopped_build_is_not_remembered(judge2,
+                                                                                                   monkeypatch):
+    """The same request, refused by nvcc, is answered the second time with the first answer and no build cell:
+    building it again cost a PKB file its whole trial on the GPU (pkb_env/judge/compiler.py). A build stopped
+    by its deadline says nothing about the sources: the next request builds."""
+    import time
+
+    token = secrets.token_hex(6)
+    request = Compile(source=f"__global__ void k(float* x) {{ x[0] = undefined_{token}; }}\n", arch="90",
+                      backend="nvcc")
+    executor = judge2.executor
+    real, builds = executor.build, []
+    monkeypatch.setattr(executor, "build", lambda job, timeout: builds.append(job) or real(job, timeout))
+
+    stopped = judge2.prebuild(request, until=time.monotonic() + 0.05)
+    assert stopped and "stopped" in stopped and len(builds) == 1, stopped
+    first = judge2.prebuild(request)
+    assert first and f"undefined_{token}" in first and "remembers" not in first and len(builds) == 2, first
+    again = judge2.prebuild(request)
+    assert again.startswith(first) and "the judge remembers this failure" in again and len(builds) == 2, again
+    fixed = judge2.prebuild(Compile(source=f"__global__ void k(float* x) {{ x[0] = 1.0f; }} // {token}\n",
+                                    arch="90", backend="nvcc"))
+    assert fixed is None and len(builds) == 3, fixed
