@@ -229,12 +229,10 @@ class BurstSeries:
         of the timed calls can still tell the agent what the failing calls' data held that a passing call's did
         not (judge/timed_causes.py: a series stopped at a burst whose every call failed would give it nothing to
         compare with)."""
-        if self.pair is None or self.work.compare is None:
+        if not self.log.differences:   # unpaired, or nothing compared (`_fingerprint` compares each paired burst)
             return False
-        burst = len(self.log.fingerprints) - 1
-        calls = self.log.bursts[burst].calls
-        compared = self.work.compare(burst, self.pair.log.fingerprints[-1], self.log.fingerprints[-1])
-        self.log.differences.append(compared)
+        calls = self.log.bursts[-1].calls
+        compared = self.log.differences[-1]
         unreadable = any(not isinstance(found, list) for found in compared)   # a rank's ChannelError: all failed
         failed = set(range(calls)) if unreadable else {call for found in compared for call, _ in found}
         self._passed = self._passed or len(failed) < calls
@@ -279,6 +277,9 @@ class BurstSeries:
                 finish()
         self.log.fingerprint_seeds.append(seed)
         self.log.samples.append(sample)
+        if paired is not None and self.work.compare is not None:   # both halves' fingerprints are in: compared once
+            self.log.differences.append(self.work.compare(paired.burst, self.pair.log.fingerprints[-1],
+                                                          self.log.fingerprints[-1]))
 
     def _paired_s(self) -> float:
         """The reference's part so far (its halves of the pairs): counted in neither the budget nor the log's
