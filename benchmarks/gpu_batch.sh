@@ -77,12 +77,12 @@ if [ "${1:-timing}" = review ]; then   # issues 42, 43, 46 on one GPU: the answe
 fi
 if [ "${1:-timing}" = corpus ]; then   # issue 44 on one GPU: PKB's published corpus from .corpus/ (the five
     # solutions_* folders written by `pkb_corpus.py CLONE --extract .corpus`, carried as an ignored folder): builds
-    # on every core, correctness on 4 emulated ranks, each file correct by some statement timed at W=1 at once, the
+    # on every core beside correctness on 4 emulated ranks, then each file correct by some statement timed at W=1, the
     # models named after `corpus`. State stays in /tmp/pkb-corpus on the device between calls (the judge's build
     # cache, the results, the dataset), so a call continues where the last one stopped (--resume) while the machine
     # stays warm; each call ends by its own time limit (a step running then is stopped, its file left to the next
     # call), the table printed, the dataset closed; $OUT gets the results so far. `corpus build MODELS` only builds
-    # (--prebuild-only, the whole limit; builds otherwise get at most half of a call): a first call that builds
+    # (--prebuild-only, the whole limit; builds otherwise end at the last fifth of a call): a first call that builds
     # everything into the cache, so that the warm calls after it judge.
     shift
     BUILD_ONLY=
@@ -102,7 +102,7 @@ if [ "${1:-timing}" = corpus ]; then   # issue 44 on one GPU: PKB's published co
     fi
     part ${CORPUS_LIMIT:-560} python benchmarks/pkb_corpus.py .corpus --models "$MODELS" --resume \
                  --json "$STATE/corpus_${MODELS//,/_}.jsonl" --dataset "$STATE/dataset" --time-limit ${CORPUS_RUN:-$((${CORPUS_LIMIT:-560} - 40))} \
-                 --prebuild-workers ${CORPUS_BUILDERS:-8} $BUILD_ONLY
+                 --prebuild-workers ${CORPUS_BUILDERS:-$(( $(nproc) > 3 ? $(nproc) - 2 : 1 ))} $BUILD_ONLY
     cp -r "$STATE"/corpus_*.jsonl "$STATE/dataset" "$OUT/" 2>/dev/null
     # What is still running once the call's judges have closed: nothing of theirs should be (issue 44's leftover check)
     ps -eo pid,ppid,etimes,rss,args --sort=pid | grep -E "python|nvcc|ninja|cicc|ptxas" | grep -v -E "grep|gpu_batch" \

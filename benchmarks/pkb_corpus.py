@@ -12,15 +12,16 @@ deleting commit's parent (pkb_env/compat/checkout.py, CORPUS). For every file:
            one): NVLink multicast refused with the screen's message (counted), other exploits flagged, signatures
            the judge cannot call unparsable. This much runs anywhere.
   build    (a GPU present) every extension a file asks `compile_cuda_extension` for with a literal name and a module
-           string, built ahead of judging by --prebuild-workers judge services at once over one cache, so that the
-           steps find them cached: with at most half of what is left of --time-limit, or all of it and nothing
-           else with --prebuild-only (a first call that builds; later calls over the same PKB_ENV_CACHE judge).
-           Builds that fail (compiler errors) are told apart from those the deadline stopped (built next call).
+           string, built by --prebuild-workers judge services at once over one cache, at a lower CPU priority, in
+           the background while the files whose builds have ended are judged (their steps find them cached), until
+           the last fifth of --time-limit; or with all of it and nothing else with --prebuild-only. Builds that fail
+           (compiler errors) are told apart from those the deadline stopped (built next call).
   judge    (a GPU present) correctness on cuda-emulated ranks at --world-size (4), preset --preset (bench) in
            --dtype (bfloat16), PKB's sizes and dtype: pkb-env's verdict, PKB's statement's where a variant exists,
-           and PKB's own allclose check; each file correct by some statement is timed at once, at world size
-           --timing-world-size (1) on the cuda executor (a second judge beside the first), so that every call
-           yields the speedups of what it judged. Steps start while 15 s are left of --time-limit; one running at
+           and PKB's own allclose check; once the builds are over, each file correct by some statement is timed,
+           at world size --timing-world-size (1) on the cuda executor (a second judge beside the first), right
+           after it is judged where that comes later, so that every call yields the speedups of what it judged
+           and no build's load is in a timing. Steps start while 15 s are left of --time-limit; one running at
            the limit is stopped and its file left to the next call (--resume)
 Without a GPU the steps that need one say so. Every judged or screened step is a row of the dataset --dataset DIR
 (pkb_env/data). The table: one row per folder, with PKB's published zero-shot counts beside each model's CUDA row.
@@ -31,8 +32,10 @@ import argparse
 import ast
 import concurrent.futures
 import json
+import os
 import statistics
 import sys
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -253,41 +256,104 @@ def build_outcome(error: str | None, until: float, now: float) -> str:
     return "stopped" if now >= until - 1 else f"failed: {error}"
 
 
+BUILD_NICE = 10   # the builders' CPU priority below the judging beside them (nice(2): per thread on Linux)
+
+
+class Prebuild:
+    """The statically known extensions of every file still to judge, built in the background by `workers` judge
+    services into the judge's cache (each service one build at a time, all taking from one queue in the files'
+    order), none past `until` (time.monotonic(): a build in flight gets what is left of it, then it is stopped;
+    one not started by then is built by its step or a later call). Meanwhile the files whose builds have all ended
+    are judged (`ready`): their steps find the extension cached, or the compiler's refusal remembered, so the
+    judging of a call overlaps its builds instead of waiting for them (on one H200 the builds of 83 files take
+    minutes of 16 cores, the correctness steps 1-4 s each).
+
+    The builders' threads run at nice BUILD_NICE, and so do the service threads and build cells they start (a
+    thread's nice value is inherited by the threads and processes it creates), so that the correctness steps'
+    ranks beside them get the CPU first. `config`: the services' (default: the cuda executor's build cells, as
+    the steps' own builds)."""
+
+    def __init__(self, entries: list[Entry], workers: int, until: float, config: JudgeConfig | None = None):
+        self.config = config or JudgeConfig(executor="cuda", world_size=1, pkb=True)
+        self.needs = {e.key: build_requests(e.source) for e in entries if not e.judged}
+        self.queue = list(dict.fromkeys(r for requests in self.needs.values() for r in requests))
+        self.total, self.workers, self.until = len(self.queue), max(1, workers), until
+        self.outcomes: dict[LoadInline, str] = {}
+        self.changed = threading.Condition()
+        self.pool: ThreadPoolExecutor | None = None
+        self.futures: list[concurrent.futures.Future] = []
+        self.started = 0.0
+
+    def start(self) -> "Prebuild":
+        self.started = time.perf_counter()
+        self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="prebuild")
+        self.futures = [self.pool.submit(self._builder) for _ in range(min(self.workers, self.total))]
+        return self
+
+    def _builder(self) -> None:
+        from pkb_env.service import JudgeService
+
+        os.setpriority(os.PRIO_PROCESS, 0, BUILD_NICE)
+        try:
+            with JudgeService(self.config) as service:
+                while (request := self._next()) is not None:
+                    if time.monotonic() >= self.until - 5:
+                        outcome = "not started"
+                    else:
+                        outcome = build_outcome(service.prebuild(request, self.until), self.until, time.monotonic())
+                    with self.changed:
+                        self.outcomes[request] = outcome
+                        self.changed.notify_all()
+        finally:
+            with self.changed:   # a builder that could not go on: whoever waits looks again (running())
+                self.changed.notify_all()
+
+    def stop(self) -> None:
+        """No build starts after this (those in flight end): the judging is over, or failed."""
+        with self.changed:
+            self.queue.clear()
+
+    def _next(self) -> LoadInline | None:
+        with self.changed:
+            return self.queue.pop(0) if self.queue else None
+
+    def running(self) -> bool:
+        return any(not f.done() for f in self.futures)
+
+    def ready(self, e: Entry) -> bool:
+        """Whether every extension `e` asks for has ended (built, failed, stopped or not started), or no builder
+        is left to end it."""
+        with self.changed:
+            return all(r in self.outcomes for r in self.needs.get(e.key, ())) or not self.running()
+
+    def wait(self, timeout: float) -> None:
+        """Until the next build ends, `timeout` seconds at most."""
+        with self.changed:
+            self.changed.wait(timeout)
+
+    def result(self) -> Builds:
+        """Waits for the builders, then what they did (a builder that failed to start raises here)."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+            for future in self.futures:
+                future.result()
+        results = [(r, self.outcomes.get(r, "not started")) for r in dict.fromkeys(
+            r for requests in self.needs.values() for r in requests)]
+        outcomes = Counter(outcome.split(":")[0] for _, outcome in results)
+        failures = tuple(f"{r.name}: {next((line for line in o.split(chr(10))[1:] if line.strip()), o)}"
+                         for r, o in results if o.startswith("failed"))
+        return Builds(outcomes["built"], outcomes["failed"], outcomes["stopped"], outcomes["not started"],
+                      time.perf_counter() - self.started, failures)
+
+
 def prebuild(entries: list[Entry], workers: int, until: float, config: JudgeConfig | None = None) -> Builds:
-    """The statically known extensions of every file still to judge, built by `workers` judge services at once
-    (each one build at a time) into the judge's cache, none past `until` (time.monotonic(): a build in flight
-    gets what is left of it, then it is stopped; one not started by then is built by its step or a later call).
-    `config`: the services' (default: the cuda executor's build cells, as the steps' own builds)."""
-    from pkb_env.service import JudgeService
-
-    config = config or JudgeConfig(executor="cuda", world_size=1, pkb=True)
-    requests = [r for e in entries if not e.judged for r in build_requests(e.source)]
-    unique = list(dict.fromkeys(requests))
-    started = time.perf_counter()
-
-    def run(share: list[LoadInline]) -> list[tuple[LoadInline, str]]:
-        done = []
-        with JudgeService(config) as service:
-            for request in share:
-                if time.monotonic() >= until - 5:
-                    done.append((request, "not started"))
-                    continue
-                error = service.prebuild(request, until)
-                done.append((request, build_outcome(error, until, time.monotonic())))
-        return done
-
-    shares = [unique[i::workers] for i in range(workers)]
-    with ThreadPoolExecutor(max(1, workers)) as pool:
-        results = [r for share in pool.map(run, [s for s in shares if s]) for r in share]
-    outcomes = Counter(outcome.split(":")[0] for _, outcome in results)
-    failures = tuple(f"{r.name}: {next((line for line in outcome.split(chr(10))[1:] if line.strip()), outcome)}"
-                     for r, outcome in results if outcome.startswith("failed"))
-    return Builds(outcomes["built"], outcomes["failed"], outcomes["stopped"], outcomes["not started"],
-                  time.perf_counter() - started, failures)
+    """Prebuild's builds alone, waited for (--prebuild-only)."""
+    return Prebuild(entries, workers, until, config).start().result()
 
 
 # -- judging and timing (a GPU) ------------------------------------------------------------------------------------
 MIN_LEFT_S = 15.0   # no step starts with less than this left before the run's time limit (a step takes ~2 s)
+TIMING_SHARE = 0.2  # the end of a run no build may take: the correct files' speed, measured with the builds over
 
 
 def gpu_configs(args) -> dict[str, JudgeConfig]:
@@ -355,12 +421,20 @@ def correct(e: Entry) -> bool:
 
 
 def judge_all(entries: list[Entry], configs: dict[str, JudgeConfig], recorder, results: Results, until: float,
-              min_left: float = MIN_LEFT_S) -> dict[str, int]:
+              min_left: float = MIN_LEFT_S, builds: Prebuild | None = None) -> dict[str, int]:
     """Each file in turn: its correctness, every statement (a PKB variant's file is judged on PKB's statement and
     on pkb-env's), unless an earlier call judged it; then, where correct by some statement and not timed yet, its
-    speed, at once (Judges). Each result is written as it ends; a step the time limit stops writes nothing. The
-    files left to judge and to time."""
+    speed, at once (Judges). While `builds` (started) run, only correctness: the files whose builds have ended, in
+    order, waiting for the next build where none is; a file's speed is measured once the builds are over, so that
+    their load on the host is not in its timing. Each result is written as it ends; a step the time limit stops
+    writes nothing. The files left to judge and to time."""
     with Judges(configs, recorder, until, min_left) as judges:
+        while builds is not None and builds.running() and judges.time_left():
+            e = next((e for e in entries if not e.judged and builds.ready(e)), None)
+            if e is None:
+                builds.wait(1.0)
+            else:
+                judge_one(judges, e, results)
         for e in entries:
             if not e.judged and judges.time_left():
                 judge_one(judges, e, results)
@@ -521,9 +595,15 @@ def main() -> int:
             print(f"built only (--prebuild-only), into the judge's cache {JudgeConfig().cache_dir}: judge with the "
                   f"same command without it, that cache kept (PKB_ENV_CACHE)", file=sys.stderr)
         elif judged:
-            # Builds get at most half of what is left, so that this run judges what they built.
-            report_builds(prebuild(entries, args.prebuild_workers, time.monotonic() + (until - time.monotonic()) / 2))
-            left = judge_all(entries, gpu_configs(args), recorder, results, until)
+            # Builds run beside the judging, until what is left is the timing's share of the run.
+            now = time.monotonic()
+            build_until = until if until == float("inf") else until - (until - now) * TIMING_SHARE
+            builds = Prebuild(entries, args.prebuild_workers, build_until).start()
+            try:
+                left = judge_all(entries, gpu_configs(args), recorder, results, until, builds=builds)
+            finally:
+                builds.stop()
+                report_builds(builds.result())
         else:
             waiting = sum(1 for e in entries if not e.screen)
             print(f"no GPU here: building, judging and timing the {waiting} files that pass the screen needs a GPU "

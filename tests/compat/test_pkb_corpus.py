@@ -1,12 +1,15 @@
 """benchmarks/pkb_corpus.py's bookkeeping on CPU ranks (issue 44): a fake extracted corpus of tiny PKB-format files
 read as a plain folder, the --json file read back by --resume, builds told apart by why they did not finish, and
-the judging loop (each file timed right after it is judged correct; a step the time limit stops left unjudged)
+the judging loop (each file timed right after it is judged correct, but only once the builds beside it are over;
+a step the time limit stops left unjudged)
 run with CPU judges in place of the GPU's (gpu_configs)."""
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -163,3 +166,39 @@ def test_a_step_running_at_the_time_limit_is_stopped_and_its_file_left_for_the_n
     assert left == {"to judge": 2, "to time": 0}            # the hung one stopped, the next one never started
     assert path.read_text() == "" and rows.rows == [] and recorder.muted
     assert all(e.verdict is None and not e.judged for e in entries)
+
+
+@pytest.mark.slow   # two CPU judges start (about 12 s on the shared 2-core machine)
+def test_while_builds_run_only_files_whose_builds_ended_are_judged_and_nothing_is_timed(tmp_path):
+    entries = fake_corpus(tmp_path, {"3_broadcast_cuda.py": BROADCAST, "4_reduce_cuda.py": REFUSED_BUILD})
+    broadcast, reduce = entries
+    config = FAST.replace(executor="cpu", world_size=1, pkb=True)
+    builds = pkb_corpus.Prebuild(entries, 1, float("inf"), config)   # not started: the test plays its builder
+    assert list(builds.needs) == [broadcast.key, reduce.key] and builds.needs[broadcast.key] == []
+    builder = concurrent.futures.Future()
+    builds.futures = [builder]                                        # a build in flight: reduce's extension
+    path = tmp_path / "corpus.jsonl"
+    results = pkb_corpus.Results(path, resume=False)
+    judging = threading.Thread(target=pkb_corpus.judge_all,
+                               args=(entries, cpu_configs(), None, results, float("inf")), kwargs={"builds": builds})
+    judging.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        assert [(r["file"], r["verdict"], r["timed"]) for r in lines] == [("3_broadcast_cuda.py", "correct", False)]
+        assert not reduce.judged
+    finally:
+        with builds.changed:                                          # the build ends: refused by the compiler
+            builds.outcomes[builds.needs[reduce.key][0]] = "failed: error: no such file"
+            builds.changed.notify_all()
+        builder.set_result(None)
+        judging.join(timeout=180)
+        results.close()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["file"], r["verdict"], r["timed"]) for r in lines] == [
+        ("3_broadcast_cuda.py", "correct", False), ("3_broadcast_cuda.py", "correct", True),
+        ("4_reduce_cuda.py", "build_error", False)]
+    assert builds.result().failed == 1
