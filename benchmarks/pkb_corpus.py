@@ -73,6 +73,7 @@ class Entry:
     restored: bool = False        # read back from an earlier run's --json (--resume)
     timed: bool = False           # the speed step ran (or was not possible at its size)
     untimed: str = ""             # why a timed file has no speedup: its size there, or the speed step's verdict
+    device: str = ""              # the GPU that timed it (calls may get different GPUs: H100 or H200)
 
     @property
     def key(self) -> str:
@@ -87,11 +88,11 @@ class Entry:
                 "file": self.file.path.name, "task": self.file.task, "how": self.file.how, "screen": self.screen,
                 "why": self.why, "verdict": self.verdict, "pkb_verdict": self.pkb_verdict, "pkb_rule": self.pkb_rule,
                 "failure": self.failure, "seconds": self.seconds, "timed": self.timed, "speedup": self.speedup,
-                "untimed": self.untimed}
+                "untimed": self.untimed, "device": self.device}
 
     def restore(self, row: dict) -> None:
         for name in ("screen", "why", "verdict", "pkb_verdict", "pkb_rule", "failure", "seconds", "timed",
-                     "speedup", "untimed"):
+                     "speedup", "untimed", "device"):
             setattr(self, name, row.get(name, getattr(self, name)))
         self.restored = True
 
@@ -482,7 +483,7 @@ def time_one(judges: Judges, e: Entry, results: Results) -> None:
         record = judges.step("time", e)
         if record is None:   # stopped by the time limit: timed by the next call
             return
-        e.speedup = record.speedup
+        e.speedup, e.device = record.speedup, gpu_name()
         if e.speedup is None:   # a first GPU run printed only "no speedup" for two correct files
             e.untimed = f"{record.verdict.value}: {(record.error or record.feedback).strip()[:300]}"
     e.timed = True
@@ -524,7 +525,13 @@ def summary(entries: list[Entry], judged: bool) -> str:
     return table(["model", "backend", "files", "mapped", "multicast refused", "flagged", "unparsable", "no statement",
                   "to judge",
                   "correct (pkb-env)", "correct by PKB's rule", "build errors", "deadlocks/timeouts",
-                  "runtime errors", "wrong", "faster at W=1", "PKB published correct / faster"], rows)
+                  "runtime errors", "wrong", "faster at W=1", "PKB published correct / faster"], rows) + timed_on(entries)
+
+
+def timed_on(entries: list[Entry]) -> str:
+    """Which GPUs timed the speedups (a run's calls may get different ones; rows before this field say none)."""
+    devices = Counter(e.device or "not recorded" for e in entries if e.speedup is not None)
+    return ("\nspeedups timed on: " + ", ".join(f"{name} ({n})" for name, n in devices.most_common())) if devices else ""
 
 
 def main() -> int:
@@ -631,6 +638,13 @@ def report_builds(builds: Builds) -> None:
     print(builds, file=sys.stderr)
     for failure in builds.failures:
         print(f"  build failed: {failure[:200]}", file=sys.stderr)
+
+
+def gpu_name() -> str:
+    """The first GPU's name (the timing judge's ranks run there at W=1), "" without one."""
+    import torch
+
+    return torch.cuda.get_device_name(0) if gpu_present() else ""
 
 
 def gpu_present() -> bool:
