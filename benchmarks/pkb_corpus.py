@@ -21,7 +21,9 @@ deleting commit's parent (pkb_env/compat/checkout.py, CORPUS). For every file:
            and PKB's own allclose check; once the builds are over, each file correct by some statement is timed,
            at world size --timing-world-size (1) on the cuda executor (a second judge beside the first), right
            after it is judged where that comes later, so that every call yields the speedups of what it judged
-           and no build's load is in a timing. Steps start while 15 s are left of --time-limit; one running at
+           and no build's load is in a timing. A file whose size the correctness run cannot take (a reference too
+           heavy for the emulated ranks' CPU reference) is judged and timed in one step by the timing judge,
+           and its row says so (judged_at). Steps start while 15 s are left of --time-limit; one running at
            the limit is stopped and its file left to the next call (--resume)
 Without a GPU the steps that need one say so. Every judged or screened step is a row of the dataset --dataset DIR
 (pkb_env/data). The table: one row per folder, with PKB's published zero-shot counts beside each model's CUDA row.
@@ -74,6 +76,7 @@ class Entry:
     timed: bool = False           # the speed step ran (or was not possible at its size)
     untimed: str = ""             # why a timed file has no speedup: its size there, or the speed step's verdict
     device: str = ""              # the GPU that timed it (calls may get different GPUs: H100 or H200)
+    judged_at: str = ""           # "" (the correctness run), else where and why its correctness was judged elsewhere
 
     @property
     def key(self) -> str:
@@ -88,11 +91,12 @@ class Entry:
                 "file": self.file.path.name, "task": self.file.task, "how": self.file.how, "screen": self.screen,
                 "why": self.why, "verdict": self.verdict, "pkb_verdict": self.pkb_verdict, "pkb_rule": self.pkb_rule,
                 "failure": self.failure, "seconds": self.seconds, "timed": self.timed, "speedup": self.speedup,
-                "untimed": self.untimed, "device": self.device}
+                "untimed": self.untimed, "device": self.device,
+                "judged_at": self.judged_at}
 
     def restore(self, row: dict) -> None:
         for name in ("screen", "why", "verdict", "pkb_verdict", "pkb_rule", "failure", "seconds", "timed",
-                     "speedup", "untimed", "device"):
+                     "speedup", "untimed", "device", "judged_at"):
             setattr(self, name, row.get(name, getattr(self, name)))
         self.restored = True
 
@@ -431,7 +435,8 @@ def judge_all(entries: list[Entry], configs: dict[str, JudgeConfig], recorder, r
     writes nothing. The files left to judge and to time."""
     with Judges(configs, recorder, until, min_left) as judges:
         while builds is not None and builds.running() and judges.time_left():
-            e = next((e for e in entries if not e.judged and builds.ready(e)), None)
+            e = next((e for e in entries if not e.judged and builds.ready(e)
+                      and deciding_judge(judges, e)[0] == "judge"), None)   # nothing timed while builds run
             if e is None:
                 builds.wait(1.0)
             else:
@@ -447,15 +452,30 @@ def judge_all(entries: list[Entry], configs: dict[str, JudgeConfig], recorder, r
             "to time": sum(1 for e in entries if correct(e) and not e.timed)}
 
 
-def judge_one(judges: Judges, e: Entry, results: Results) -> None:
+def deciding_judge(judges: Judges, e: Entry) -> tuple[str | None, str]:
+    """Which judge decides `e`'s correctness, and why not the correctness run where it cannot: "judge" (the
+    correctness run), "time" (the correctness run cannot take its size, e.g. PKB's importance_sampling_loss at
+    bench is too heavy for the emulated ranks' CPU reference, but the timing judge can: correctness and speed in
+    one step there, at the timing judge's world size, which checks less of the communication), or None
+    (neither can: the correctness run's problem)."""
     config = judges.configs["judge"]
     problem = judges.client("judge").problem(e.file.task, config.preset, config.dtype)
-    if problem:
+    if not problem:
+        return "judge", ""
+    timing = judges.configs["time"]
+    if judges.client("time").problem(e.file.task, timing.preset, timing.dtype) is None:
+        return "time", problem
+    return None, problem
+
+
+def judge_one(judges: Judges, e: Entry, results: Results) -> None:
+    kind, problem = deciding_judge(judges, e)
+    if kind is None:
         e.screen, e.why = "size", problem
         results.write(e)
         return
     started = time.perf_counter()
-    record = judges.step("judge", e)
+    record = judges.step(kind, e)
     if record is None:   # stopped by the time limit: judged by the next call
         return
     e.seconds = round(time.perf_counter() - started, 1)
@@ -467,8 +487,13 @@ def judge_one(judges: Judges, e: Entry, results: Results) -> None:
         e.verdict = record.verdict.value
     if record.failure and any(f.kind == "timeout" for f in record.failure.failures):
         e.failure = "timeout"
+    if kind == "time":
+        timing = judges.configs["time"]
+        e.judged_at = f"W={timing.world_size} ({timing.executor}): {problem}"
+        take_speed(e, record)
     results.write(e)
-    print(f"  {e.folder.model:16s} {e.file.path.name:60s} {record.verdict.value:14s} {e.seconds:6.1f} s",
+    where = f" at W={judges.configs[kind].world_size} only" if kind == "time" else ""
+    print(f"  {e.folder.model:16s} {e.file.path.name:60s} {record.verdict.value:14s} {e.seconds:6.1f} s{where}",
           file=sys.stderr, flush=True)
 
 
@@ -478,19 +503,23 @@ def time_one(judges: Judges, e: Entry, results: Results) -> None:
     config = judges.configs["time"]
     problem = judges.client("time").problem(e.file.task, config.preset, config.dtype)
     if problem:
-        e.untimed = f"size: {problem}"
+        e.untimed, e.timed = f"size: {problem}", True
     else:
         record = judges.step("time", e)
         if record is None:   # stopped by the time limit: timed by the next call
             return
-        e.speedup, e.device = record.speedup, gpu_name()
-        if e.speedup is None:   # a first GPU run printed only "no speedup" for two correct files
-            e.untimed = f"{record.verdict.value}: {(record.error or record.feedback).strip()[:300]}"
-    e.timed = True
+        take_speed(e, record)
     results.write(e)
     speed = f"{e.speedup:.2f}x" if e.speedup is not None else f"no speedup ({e.untimed[:160]})"
     print(f"  {e.folder.model:16s} {e.file.path.name:60s} timed at W={config.world_size}: {speed}", file=sys.stderr,
           flush=True)
+
+
+def take_speed(e: Entry, record) -> None:
+    """The timing judge's step `record` as `e`'s speed (None, and why, where the step gave none)."""
+    e.speedup, e.device, e.timed = record.speedup, gpu_name(), True
+    if e.speedup is None:   # a first GPU run printed only "no speedup" for two correct files
+        e.untimed = f"{record.verdict.value}: {(record.error or record.feedback).strip()[:300]}"
 
 
 # -- the table -----------------------------------------------------------------------------------------------------
@@ -525,7 +554,15 @@ def summary(entries: list[Entry], judged: bool) -> str:
     return table(["model", "backend", "files", "mapped", "multicast refused", "flagged", "unparsable", "no statement",
                   "to judge",
                   "correct (pkb-env)", "correct by PKB's rule", "build errors", "deadlocks/timeouts",
-                  "runtime errors", "wrong", "faster at W=1", "PKB published correct / faster"], rows) + timed_on(entries)
+                  "runtime errors", "wrong", "faster at W=1", "PKB published correct / faster"], rows) + timed_on(entries) \
+        + judged_elsewhere(entries)
+
+
+def judged_elsewhere(entries: list[Entry]) -> str:
+    """The files whose correctness the timing judge decided (deciding_judge), named."""
+    moved = [e for e in entries if e.judged_at]
+    return ("\ncorrectness judged by the timing judge only (the correctness run cannot take their size): "
+            + ", ".join(f"{e.folder.model} {e.file.path.name}" for e in moved)) if moved else ""
 
 
 def timed_on(entries: list[Entry]) -> str:
