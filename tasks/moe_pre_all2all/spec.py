@@ -97,7 +97,7 @@ SPEC = TaskSpec(
         "(2M / W for every peer) and per-expert counts unrelated to its random mask, so its splits never match "
         "the mask's per-rank pairs",
         "expert_mask is int64 (Hugging Face's one_hot) and contiguous, and the routing map is returned as bool "
-        "(Megatron's); PKB's mask is the fp32 non-contiguous permute of a one_hot and its routing map fp32",
+        "(Megatron's); PKB's mask is fp32 (an int64 mask cast by .float()) and its routing map fp32",
         "the fourth output, the hidden states' shape (a torch.Size), is left out: the contract has no Size "
         "output and it is the shape of an input the caller holds",
         "no host sync for PKB's check that the splits add up to the permuted rows (the routing guarantees "
