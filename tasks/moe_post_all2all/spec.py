@@ -150,4 +150,9 @@ PKB = Pkb("moe_post_all2all",
                   Arg("routing_weights"), Arg("selected_experts"), Arg("num_experts"), Arg("input_splits", to="list"),
                   Arg("output_splits", to="list"), Arg("num_global_tokens_per_local_expert"), Arg("routing_map"),
                   Arg("local_input_permutation_mapping"),
-                  Computed("org_hidden_states_shape", _pkb_shape, "torch.Size([T, N])"), Arg("group")))
+                  Computed("org_hidden_states_shape", _pkb_shape, "torch.Size([T, N])"), Arg("group")),
+          differs="PKB gives every rank 2T expert-output rows and synthetic counts (2T / W rows to and from every "
+                  "rank, 2T / E per local expert and source, whatever the routing); pkb-env's are the routing's "
+                  "real counts, uneven and different every call, so ranks hold and receive different numbers of "
+                  "rows and a file that sizes its buffers by its own rows (equal on every rank in PKB) fails here",
+          variant="pkb")

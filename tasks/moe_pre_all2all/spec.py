@@ -115,4 +115,8 @@ PKB = Pkb("moe_pre_all2all",
           params=(Arg("hidden_states"), Arg("expert_mask"), Arg("num_experts"), Arg("input_splits", to="list"),
                   Arg("output_splits", to="list"), Arg("num_global_tokens_per_local_expert"), Arg("group")),
           returns=(Ret("permuted"), Ret("routing_map", to="bool"), Ret("permutation"),
-                   Ret(None, why="the tokens' torch.Size, which the caller knows")))
+                   Ret(None, why="the tokens' torch.Size, which the caller knows")),
+          differs="PKB's counts are synthetic: input_splits = output_splits = 2T / W rows for every rank and "
+                  "2T / E per local expert and source, whatever the mask; pkb-env's are the routing's real counts, "
+                  "uneven and different every call, so a file that assumes equal splits fails here",
+          variant="pkb")
