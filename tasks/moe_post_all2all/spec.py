@@ -116,7 +116,9 @@ SPEC = TaskSpec(
         "edge cases in every step's trials: an expert that no token picks and a rank whose experts no token picks",
         "every count is the real one of a top-2-of-8 routing drawn per call with skewed expert popularity "
         "(uneven, different every call, consistent across ranks), and the routing map and permutation are "
-        "this routing's; PKB draws them at random, apart from each other",
+        "this routing's; PKB draws each rank's routing uniformly (each token 2 distinct experts) and derives "
+        "the routing map, selected experts and permutation from it, but passes equal counts that do not "
+        "follow it (2T / W for every peer)",
         "the expert outputs arrive in a buffer sized for the most pairs a rank can receive (W T min(K, E / W) "
         "rows), the first sum(output_splits) being outputs and the rest random: the contract cannot size an "
         "input by the routing; PKB's input is 2M rows, all outputs, at its equal splits",
@@ -148,4 +150,9 @@ PKB = Pkb("moe_post_all2all",
                   Arg("routing_weights"), Arg("selected_experts"), Arg("num_experts"), Arg("input_splits", to="list"),
                   Arg("output_splits", to="list"), Arg("num_global_tokens_per_local_expert"), Arg("routing_map"),
                   Arg("local_input_permutation_mapping"),
-                  Computed("org_hidden_states_shape", _pkb_shape, "torch.Size([T, N])"), Arg("group")))
+                  Computed("org_hidden_states_shape", _pkb_shape, "torch.Size([T, N])"), Arg("group")),
+          differs="PKB gives every rank 2T expert-output rows and synthetic counts (2T / W rows to and from every "
+                  "rank, 2T / E per local expert and source, whatever the routing); pkb-env's are the routing's "
+                  "real counts, uneven and different every call, so ranks hold and receive different numbers of "
+                  "rows and a file that sizes its buffers by its own rows (equal on every rank in PKB) fails here",
+          variant="pkb")

@@ -97,7 +97,7 @@ SPEC = TaskSpec(
         "(2M / W for every peer) and per-expert counts unrelated to its random mask, so its splits never match "
         "the mask's per-rank pairs",
         "expert_mask is int64 (Hugging Face's one_hot) and contiguous, and the routing map is returned as bool "
-        "(Megatron's); PKB's mask is the fp32 non-contiguous permute of a one_hot and its routing map fp32",
+        "(Megatron's); PKB's mask is fp32 (an int64 mask cast by .float()) and its routing map fp32",
         "the fourth output, the hidden states' shape (a torch.Size), is left out: the contract has no Size "
         "output and it is the shape of an input the caller holds",
         "no host sync for PKB's check that the splits add up to the permuted rows (the routing guarantees "
@@ -115,4 +115,8 @@ PKB = Pkb("moe_pre_all2all",
           params=(Arg("hidden_states"), Arg("expert_mask"), Arg("num_experts"), Arg("input_splits", to="list"),
                   Arg("output_splits", to="list"), Arg("num_global_tokens_per_local_expert"), Arg("group")),
           returns=(Ret("permuted"), Ret("routing_map", to="bool"), Ret("permutation"),
-                   Ret(None, why="the tokens' torch.Size, which the caller knows")))
+                   Ret(None, why="the tokens' torch.Size, which the caller knows")),
+          differs="PKB's counts are synthetic: input_splits = output_splits = 2T / W rows for every rank and "
+                  "2T / E per local expert and source, whatever the mask; pkb-env's are the routing's real counts, "
+                  "uneven and different every call, so a file that assumes equal splits fails here",
+          variant="pkb")

@@ -360,3 +360,58 @@ def test_splits_pkb_returned_as_python_lists_become_the_tasks_int64_tensors():
 
     out = adapted("moe_token_preprocess", pkb_preprocess)(None, 4, None)
     assert out[0].dtype == torch.int64 and out[0].tolist() == [1, 2] and out[1].tolist() == [3, 4]
+
+
+# PKB 28 and 29 in PKB's format, written here from PKB's statement: they move rows by the counts they are given, so
+# they are right on PKB's equal counts (the variant) and on the task's real ones (pkb-env's verdict beside).
+PKB_PRE_ALL2ALL = """
+    import torch
+    import torch.distributed as dist
+
+    def solution(hidden_states, expert_mask, num_experts, input_splits, output_splits,
+                 num_global_tokens_per_local_expert, group=None):
+        routing_map = expert_mask.sum(dim=1)
+        picked = routing_map.bool()
+        tokens = torch.arange(picked.shape[1], device=picked.device).expand_as(picked)
+        permutation = tokens.masked_select(picked)
+        received = hidden_states.new_empty((sum(output_splits), hidden_states.shape[1]))
+        dist.all_to_all_single(received, hidden_states[permutation], output_splits, input_splits, group=group)
+        world = dist.get_world_size(group)
+        local = num_experts // world
+        chunks = received.split(num_global_tokens_per_local_expert.flatten().tolist())
+        regrouped = torch.cat([chunks[s * local + l] for l in range(local) for s in range(world)])
+        return regrouped, routing_map, permutation, hidden_states.shape
+"""
+PKB_POST_ALL2ALL = """
+    import torch
+    import torch.distributed as dist
+
+    def solution(expert_outputs, routing_weights, selected_experts, num_experts, input_splits, output_splits,
+                 num_global_tokens_per_local_expert, routing_map, local_input_permutation_mapping,
+                 org_hidden_states_shape, group=None):
+        world = dist.get_world_size(group)
+        local = num_experts // world
+        chunks = expert_outputs.split(num_global_tokens_per_local_expert.T.flatten().tolist())
+        by_source = torch.cat([chunks[l * world + s] for s in range(world) for l in range(local)])
+        back = expert_outputs.new_empty((sum(input_splits), expert_outputs.shape[1]))
+        dist.all_to_all_single(back, by_source, input_splits, output_splits, group=group)
+        weights = routing_weights.new_zeros(routing_map.T.shape).scatter(1, selected_experts, routing_weights)
+        rows = back * weights.T[routing_map].unsqueeze(1)
+        pairs = local_input_permutation_mapping
+        return rows.new_zeros(org_hidden_states_shape).index_add_(0, pairs, rows)
+"""
+
+
+@pytest.mark.parametrize("task, code, wrong", [
+    ("moe_pre_all2all", PKB_PRE_ALL2ALL, ("return regrouped,", "return received,")),   # skips the regrouping
+    ("moe_post_all2all", PKB_POST_ALL2ALL, ("(0, pairs, rows)", "(0, pairs[1:], rows[1:])")),   # drops a pair
+])
+def test_pkbs_moe_dispatch_and_combine_are_judged_on_pkbs_equal_splits(pkb_client, task, code, wrong):
+    record = judged(pkb_client, task, code)
+    assert record.verdict is Verdict.CORRECT, record.feedback
+    assert (record.pkb.statement, record.pkb.judged_on) == ("pkb", f"pkb_env.tasks.{task}.pkb")
+    assert record.pkb.pkb_env_verdict == "correct"   # it follows the counts: the task's real ones too
+    assert "PKB's inputs, function and tolerance" in record.feedback
+    assert code.count(wrong[0]) == 1
+    broken = judged(pkb_client, task, code.replace(*wrong))
+    assert broken.verdict is Verdict.WRONG and broken.pkb.statement == "pkb", broken.feedback
