@@ -519,7 +519,8 @@ def take_speed(e: Entry, record) -> None:
     """The timing judge's step `record` as `e`'s speed (None, and why, where the step gave none)."""
     e.speedup, e.device, e.timed = record.speedup, gpu_name(), True
     if e.speedup is None:   # a first GPU run printed only "no speedup" for two correct files
-        e.untimed = f"{record.verdict.value}: {(record.error or record.feedback).strip()[:300]}"
+        # the error alone can be a count ("3 mismatch(es)"): the feedback's opening lines say what was wrong
+        e.untimed = f"{record.verdict.value}: {record.error or ''}; {record.feedback.strip()[:300]}"
 
 
 # -- the table -----------------------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ def adapt(spec, solution: Callable[..., Any], sizes: Mapping[str, float], rank: 
         for decl in returned:
             if decl.name in results and not decl.holds(rank, values, sizes, layout):
                 results[decl.name] = None   # PKB returns a tensor on every rank; this task has None there
+        results = _own_memory(results, (*args, *pkb_args))
         if not returned:
             return None
         missing = [d.name for d in returned if d.name not in results]
@@ -54,6 +55,33 @@ def adapt(spec, solution: Callable[..., Any], sizes: Mapping[str, float], rank: 
         return tuple(results[d.name] for d in returned)
 
     return call
+
+
+def _own_memory(results: dict[str, Any], arguments: tuple) -> dict[str, Any]:
+    """`results` with every tensor that shares memory with an argument copied. PKB's harness takes a solution's
+    input back as its output (a collective's identity at world size 1: `return x.contiguous()`); pkb-env's
+    contract wants new memory (an output that is a view of an input is wrong: docs/task_contract.md), so the
+    adapter copies it, inside the call, where its time counts against the file."""
+    held = {t.untyped_storage().data_ptr() for t in _tensors(arguments) if t.untyped_storage().nbytes()}
+    if not held:
+        return results
+
+    def own(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return value.clone() if value.untyped_storage().data_ptr() in held else value
+        if isinstance(value, (tuple, list)):
+            return type(value)(own(v) for v in value)
+        return value
+
+    return {name: own(value) for name, value in results.items()}
+
+
+def _tensors(values: Any):
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(value, (tuple, list)):
+            yield from _tensors(value)
 
 
 def _argument(param, context: PkbCall) -> Any:

@@ -35,6 +35,16 @@ def test_an_output_only_on_the_root_is_none_elsewhere_whatever_pkb_returns_there
     assert torch.equal(adapted("reduce", pkb_reduce, rank=0)(x, 0), x)
 
 
+def test_an_input_returned_as_the_output_is_copied_pkbs_identity_at_world_size_one():
+    pkb_ulysses = lambda x, scatter_dim, gather_dim, group=None: x.contiguous()   # noqa: E731
+    x = torch.arange(8.0).reshape(2, 4)
+    out = adapted("ulysses_all_to_all", pkb_ulysses, world_size=1)(x, 0, 1, None)
+    assert torch.equal(out, x) and out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    fresh = adapted("ulysses_all_to_all", lambda x, s, g, group=None: x + 0, world_size=1)
+    kept = torch.zeros(1)
+    assert fresh(kept, 0, 1, None).untyped_storage().data_ptr() != kept.untyped_storage().data_ptr()
+
+
 def test_parameters_are_converted_as_declared_lists_python_ints_and_transposes():
     seen = {}
 
