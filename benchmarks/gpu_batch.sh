@@ -92,8 +92,8 @@ if [ "${1:-timing}" = corpus ]; then   # issue 44 on one GPU: PKB's published co
     export PKB_ENV_CACHE="$STATE/cache"
     MODELS=$(IFS=,; echo "${*:-gpt}")
     # A fresh machine goes on from an earlier machine's results: what a call brought back ($OUT's corpus_*.jsonl
-    # and dataset), copied into .corpus/results here and carried, seeds the state the first time (builds are redone
-    # only for the files still to judge).
+    # and dataset.tar), copied (unpacked) into .corpus/results here and carried, seeds the state the first time
+    # (builds are redone only for the files still to judge).
     SEED=${CORPUS_SEED:-.corpus/results}
     if [ -f "$SEED/corpus_${MODELS//,/_}.jsonl" ] && [ ! -f "$STATE/corpus_${MODELS//,/_}.jsonl" ]; then
         cp "$SEED/corpus_${MODELS//,/_}.jsonl" "$STATE/"
@@ -103,7 +103,10 @@ if [ "${1:-timing}" = corpus ]; then   # issue 44 on one GPU: PKB's published co
     part ${CORPUS_LIMIT:-560} python benchmarks/pkb_corpus.py .corpus --models "$MODELS" --resume \
                  --json "$STATE/corpus_${MODELS//,/_}.jsonl" --dataset "$STATE/dataset" --time-limit ${CORPUS_RUN:-$((${CORPUS_LIMIT:-560} - 40))} \
                  --prebuild-workers ${CORPUS_BUILDERS:-$(( $(nproc) > 3 ? $(nproc) - 2 : 1 ))} $BUILD_ONLY
-    cp -r "$STATE"/corpus_*.jsonl "$STATE/dataset" "$OUT/" 2>/dev/null
+    # The dataset as one file: a call brings back at most 8 files, and each call adds a part to the dataset
+    # (a call's newest part was left on the device once). Unpack it into .corpus/results to seed the next machine.
+    cp "$STATE"/corpus_*.jsonl "$OUT/" 2>/dev/null
+    [ -d "$STATE/dataset" ] && tar -C "$STATE" -cf "$OUT/dataset.tar" dataset
     # What is still running once the call's judges have closed: nothing of theirs should be (issue 44's leftover check)
     ps -eo pid,ppid,etimes,rss,args --sort=pid | grep -E "python|nvcc|ninja|cicc|ptxas" | grep -v -E "grep|gpu_batch" \
         > "$OUT/processes_after.txt"

@@ -52,6 +52,7 @@ from pkb_env.compat.checkout import CORPUS, PUBLISHED, Checkout, Folder
 from pkb_env.compat.files import PkbFile, classify
 from pkb_env.compat.helpers.cuda_helpers import cflags
 from pkb_env.record import Severity, Verdict
+from pkb_env.task import load_task
 from pkb_env.runtime.kernels import CompileError, extension_request
 from pkb_env.wire.services import LoadInline
 from pkb_env.tables import table
@@ -77,6 +78,7 @@ class Entry:
     untimed: str = ""             # why a timed file has no speedup: its size there, or the speed step's verdict
     device: str = ""              # the GPU that timed it (calls may get different GPUs: H100 or H200)
     judged_at: str = ""           # "" (the correctness run), else where and why its correctness was judged elsewhere
+    dtype: str = ""               # "" (the run's --dtype), else "the task's own" (the task does not take the run's)
 
     @property
     def key(self) -> str:
@@ -92,11 +94,11 @@ class Entry:
                 "why": self.why, "verdict": self.verdict, "pkb_verdict": self.pkb_verdict, "pkb_rule": self.pkb_rule,
                 "failure": self.failure, "seconds": self.seconds, "timed": self.timed, "speedup": self.speedup,
                 "untimed": self.untimed, "device": self.device,
-                "judged_at": self.judged_at}
+                "judged_at": self.judged_at, "dtype": self.dtype}
 
     def restore(self, row: dict) -> None:
         for name in ("screen", "why", "verdict", "pkb_verdict", "pkb_rule", "failure", "seconds", "timed",
-                     "speedup", "untimed", "device", "judged_at"):
+                     "speedup", "untimed", "device", "judged_at", "dtype"):
             setattr(self, name, row.get(name, getattr(self, name)))
         self.restored = True
 
@@ -388,6 +390,17 @@ class Judges:
             self.clients[kind] = LocalClient(self.configs[kind], recorder=self.recorder)
         return self.clients[kind]
 
+    def dtype(self, kind: str, e: Entry) -> str:
+        """The run's dtype for `e`'s task where the task takes it, else the task's own at the preset: PKB's bf16
+        folders hold files of problems PKB states in float32 or float64 (its FFTs, spherical convolution,
+        Kalman filter), which PKB's harness runs in their own dtype."""
+        config = self.configs[kind]
+        spec = load_task(e.file.task)
+        if config.dtype in spec.dtypes:
+            return config.dtype
+        e.dtype = "the task's own"
+        return spec.resolve_dtype(config.preset, None)
+
     def time_left(self) -> bool:
         return not self.stopped and self.until - time.monotonic() >= self.min_left
 
@@ -395,7 +408,7 @@ class Judges:
         """`e`'s file judged by the `kind` judge: its EvaluationRecord, or None where the time limit stopped it."""
         if self.recorder is not None:
             self.recorder.agent = f"{e.folder.model} ({e.folder.backend})"
-        future = self.client(kind).submit(e.file.task, e.source)
+        future = self.client(kind).submit(e.file.task, e.source, dtype=self.dtype(kind, e))
         left = self.until - time.monotonic()
         try:
             return future.result(timeout=None if left == float("inf") else max(left, 0.0))
@@ -408,6 +421,7 @@ class Judges:
         self.stopped = True
         if self.recorder is not None:
             self.recorder.muted = True
+        say("the time limit: the step in progress stopped, its judges closing")
         self.close()
 
     def close(self) -> None:
@@ -459,11 +473,11 @@ def deciding_judge(judges: Judges, e: Entry) -> tuple[str | None, str]:
     one step there, at the timing judge's world size, which checks less of the communication), or None
     (neither can: the correctness run's problem)."""
     config = judges.configs["judge"]
-    problem = judges.client("judge").problem(e.file.task, config.preset, config.dtype)
+    problem = judges.client("judge").problem(e.file.task, config.preset, judges.dtype("judge", e))
     if not problem:
         return "judge", ""
     timing = judges.configs["time"]
-    if judges.client("time").problem(e.file.task, timing.preset, timing.dtype) is None:
+    if judges.client("time").problem(e.file.task, timing.preset, judges.dtype("time", e)) is None:
         return "time", problem
     return None, problem
 
@@ -493,15 +507,14 @@ def judge_one(judges: Judges, e: Entry, results: Results) -> None:
         take_speed(e, record)
     results.write(e)
     where = f" at W={judges.configs[kind].world_size} only" if kind == "time" else ""
-    print(f"  {e.folder.model:16s} {e.file.path.name:60s} {record.verdict.value:14s} {e.seconds:6.1f} s{where}",
-          file=sys.stderr, flush=True)
+    say(f"  {e.folder.model:16s} {e.file.path.name:60s} {record.verdict.value:14s} {e.seconds:6.1f} s{where}")
 
 
 def time_one(judges: Judges, e: Entry, results: Results) -> None:
     """The speed of a file correct by some statement, at the timing judge's world size (none where its size
     cannot run there: timed all the same)."""
     config = judges.configs["time"]
-    problem = judges.client("time").problem(e.file.task, config.preset, config.dtype)
+    problem = judges.client("time").problem(e.file.task, config.preset, judges.dtype("time", e))
     if problem:
         e.untimed, e.timed = f"size: {problem}", True
     else:
@@ -511,8 +524,7 @@ def time_one(judges: Judges, e: Entry, results: Results) -> None:
         take_speed(e, record)
     results.write(e)
     speed = f"{e.speedup:.2f}x" if e.speedup is not None else f"no speedup ({e.untimed[:160]})"
-    print(f"  {e.folder.model:16s} {e.file.path.name:60s} timed at W={config.world_size}: {speed}", file=sys.stderr,
-          flush=True)
+    say(f"  {e.folder.model:16s} {e.file.path.name:60s} timed at W={config.world_size}: {speed}")
 
 
 def take_speed(e: Entry, record) -> None:
@@ -646,6 +658,7 @@ def main() -> int:
             builds = Prebuild(entries, args.prebuild_workers, build_until).start()
             try:
                 left = judge_all(entries, gpu_configs(args), recorder, results, until, builds=builds)
+                say("judging over, its judges closed")
             finally:
                 builds.stop()
                 report_builds(builds.result())
@@ -672,8 +685,16 @@ def main() -> int:
     return 0
 
 
+def say(line: str) -> None:
+    """A progress line on stderr, with the seconds since the process started (where a run's time went)."""
+    print(f"[{time.time() - STARTED:5.0f} s] {line}", file=sys.stderr, flush=True)
+
+
+STARTED = psutil.Process().create_time()
+
+
 def report_builds(builds: Builds) -> None:
-    print(builds, file=sys.stderr)
+    say(str(builds))
     for failure in builds.failures:
         print(f"  build failed: {failure[:200]}", file=sys.stderr)
 

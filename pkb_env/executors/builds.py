@@ -27,6 +27,9 @@ BUILD_SIGNALS = {"SIGXCPU": "its CPU-time limit", "SIGKILL": "out of memory or a
                  "SIGXFSZ": "a file over its size limit", "SIGSEGV": "a crash of the compiler or of the build's code"}
 
 
+STOPPED = "the build was stopped: its judge is closing"
+
+
 @dataclass(frozen=True)
 class BuildOutcome:
     """What a build cell returned: the bytes, or the compiler's messages (unfiltered: the judge filters)."""
@@ -51,6 +54,7 @@ class BuildCell:
     config: JudgeConfig
     warn: Callable[[bool, dict[str, str]], None]   # told once whether the cell was contained
     sweep: Callable[[], None]      # after an uncontained build: kill what it left behind
+    stopped: Callable[[], bool] = lambda: False   # the executor was interrupted (its judge closing): stop waiting
 
 
 def build(where: BuildCell, job: BuildRequest, timeout: float) -> BuildOutcome:
@@ -74,7 +78,9 @@ def build(where: BuildCell, job: BuildRequest, timeout: float) -> BuildOutcome:
         conn = Connection(os.dup(ours.fileno()))
         try:
             channel.send(conn, job.message())
-            header, payload = channel.recv(conn, time.monotonic() + timeout, config.max_build_bytes)
+            header, payload = channel.recv(conn, time.monotonic() + timeout, config.max_build_bytes, where.stopped)
+        except channel.ChannelStopped:   # not waited for: a compile can outlast a closing judge's patience by minutes
+            return BuildOutcome(False, None, STOPPED, workdir, cell.contained)
         except channel.ChannelTimeout:
             return BuildOutcome(False, None, f"the build took longer than {timeout:.0f} s and was stopped",
                                 workdir, cell.contained)

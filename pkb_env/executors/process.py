@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import warnings
 import weakref
@@ -60,6 +61,7 @@ class ProcessExecutor:
         os.chmod(self.root, 0o711)  # unprivileged ranks may enter their own directories below it, not list it
         # Gone with the executor, or at exit when nobody closed it (a failed start must not litter /tmp).
         self._zygotes: list = []  # the zygote processes started, for the finalizer (it may not hold self)
+        self._interrupted = threading.Event()   # interrupt(): waits that may take long (builds) stop
         self._remove_root = weakref.finalize(self, _remove_at_exit, self.root, self._zygotes)
         # progress(role, phase, ranks_done, world_size) as ranks report (the CLI's progress line); None: silent
         self.progress: Callable[[str, str, int, int], None] | None = None
@@ -321,9 +323,12 @@ class ProcessExecutor:
 
     # -- builds, start, reference --------------------------------------------------------------------
     def build(self, job: BuildRequest, timeout: float) -> builds.BuildOutcome:
-        """One build of a candidate's kernels in a build cell of its own (builds.py)."""
+        """One build of a candidate's kernels in a build cell of its own (builds.py); none once interrupted (the
+        ranks of a step ask for the same build one after another, and the next one would start a new zygote)."""
+        if self._interrupted.is_set():
+            return builds.BuildOutcome(False, None, builds.STOPPED, "", False)
         cell = builds.BuildCell(lambda: self.zygote, self.containment, self.root, self.candidate_uid, self.env,
-                                self.config, self._warn_if_uncontained, self.sweep)
+                                self.config, self._warn_if_uncontained, self.sweep, self._interrupted.is_set)
         return builds.build(cell, job, timeout)
 
     def prestart(self) -> None:
@@ -412,7 +417,10 @@ class ProcessExecutor:
 
     def interrupt(self) -> None:
         """Kill the zygotes, from any thread: every cell, rank and build dies with them (parent-death signals), so
-        a step in progress on another thread fails at its next wait; `close` removes what is left."""
+        a step in progress on another thread fails at its next wait, and a build's wait ends within a quarter
+        second (a compile's answer could be a minute away: closing a judge mid-build waited for it, 43 s on the
+        2-core machine); `close` removes what is left."""
+        self._interrupted.set()
         for process in self._zygotes:
             if process.poll() is None:
                 process.kill()

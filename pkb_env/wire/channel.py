@@ -11,7 +11,7 @@ import io
 import json
 import time
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Callable
 
 MAX_HEADER_BYTES = 1 << 20
 
@@ -28,6 +28,13 @@ class ChannelError(ValueError):
     """The peer sent something that is not a well-formed message."""
 
 
+class ChannelStopped(Exception):
+    """The waiter was told to stop waiting (`recv`'s `stopped`: its judge is closing)."""
+
+
+STOP_POLL_S = 0.25   # how often a wait that may be stopped looks at its `stopped`
+
+
 def send(conn: Connection, header: dict[str, Any], payload: bytes | None = None) -> None:
     header = {**header, "payload": payload is not None}
     conn.send_bytes(json.dumps(header).encode())
@@ -35,10 +42,11 @@ def send(conn: Connection, header: dict[str, Any], payload: bytes | None = None)
         conn.send_bytes(payload)
 
 
-def recv(conn: Connection, deadline: float | None = None,
-         max_payload: int = 1 << 30) -> tuple[dict[str, Any], bytes | None]:
-    """One message; raises ChannelTimeout past `deadline` (a time.monotonic() value)."""
-    _wait(conn, deadline)
+def recv(conn: Connection, deadline: float | None = None, max_payload: int = 1 << 30,
+         stopped: Callable[[], bool] | None = None) -> tuple[dict[str, Any], bytes | None]:
+    """One message; raises ChannelTimeout past `deadline` (a time.monotonic() value), and ChannelStopped before
+    the message starts where `stopped()` turns true (a peer's answer can be minutes away: a build)."""
+    _wait(conn, deadline, stopped)
     header = _read(conn, MAX_HEADER_BYTES)
     try:
         message = json.loads(header, parse_constant=_no_constant)
@@ -57,14 +65,21 @@ def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")  # NaN and Infinity: no honest header carries them
 
 
-def _wait(conn: Connection, deadline: float | None) -> None:
-    timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-    try:
-        ready = conn.poll(timeout)
-    except (OSError, EOFError):
-        raise ChannelClosed("channel closed") from None
-    if not ready:
-        raise ChannelTimeout("no message before the deadline")
+def _wait(conn: Connection, deadline: float | None, stopped: Callable[[], bool] | None = None) -> None:
+    while True:
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if stopped is not None:
+            timeout = STOP_POLL_S if timeout is None else min(timeout, STOP_POLL_S)
+        try:
+            ready = conn.poll(timeout)
+        except (OSError, EOFError):
+            raise ChannelClosed("channel closed") from None
+        if ready:
+            return
+        if stopped is not None and stopped():
+            raise ChannelStopped("stopped while waiting")
+        if deadline is not None and time.monotonic() >= deadline:
+            raise ChannelTimeout("no message before the deadline")
 
 
 def _read(conn: Connection, limit: int) -> bytes:

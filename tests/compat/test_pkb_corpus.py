@@ -208,19 +208,27 @@ ZERO1_RAISES = """
     def solution(X_local, y_local, W1, b1, W2, b2, exp_avg_part, exp_avg_sq_part, lr, beta1, beta2, eps, step):
         raise RuntimeError("not written yet")
 """
+RFFT_RAISES = """
+    def solution(x, s, dim, norm="ortho", group=None):
+        raise RuntimeError("not written yet")
+"""
 
 
 @pytest.mark.slow   # a CPU judge starts (about 8 s on the shared 2-core machine)
 def test_a_file_the_correctness_run_cannot_size_is_judged_and_timed_in_one_step_by_the_timing_judge(tmp_path):
-    entries = fake_corpus(tmp_path, {"42_zero1_optimizer_shard_cuda.py": ZERO1_RAISES})
-    configs = {"judge": FAST.replace(executor="cpu", world_size=3, pkb=True, calibration="cached"),   # N = 32 / 3
-               "time": FAST.replace(executor="cpu", world_size=1, pkb=True, calibration="cached")}
+    entries = fake_corpus(tmp_path, {"42_zero1_optimizer_shard_cuda.py": ZERO1_RAISES,
+                                     "60_physicsnemo_distributed_rfft_cuda.py": RFFT_RAISES})
+    # W = 3: zero1's N = 32 and the FFT's X = 16 do not split over 3 ranks; the FFT takes no bfloat16
+    configs = {"judge": FAST.replace(executor="cpu", world_size=3, pkb=True, calibration="cached", dtype="bfloat16"),
+               "time": FAST.replace(executor="cpu", world_size=1, pkb=True, calibration="cached", dtype="bfloat16")}
     path = tmp_path / "corpus.jsonl"
     results = pkb_corpus.Results(path, resume=False)
     left = pkb_corpus.judge_all(entries, configs, None, results, float("inf"))
     results.close()
     assert left == {"to judge": 0, "to time": 0}
-    [row] = [json.loads(line) for line in path.read_text().splitlines()]
-    assert (row["screen"], row["pkb_verdict"], row["timed"], row["speedup"]) == ("", "runtime_error", True, None)
-    assert row["judged_at"].startswith("W=1 (cpu): ") and "world size 3" in row["judged_at"]
-    assert "not written yet" in row["why"]
+    zero1, rfft = [json.loads(line) for line in path.read_text().splitlines()]
+    assert (zero1["screen"], zero1["pkb_verdict"], zero1["timed"], zero1["speedup"]) == ("", "runtime_error", True,
+                                                                                          None)
+    assert zero1["judged_at"].startswith("W=1 (cpu): ") and "world size 3" in zero1["judged_at"]
+    assert "not written yet" in zero1["why"] and zero1["dtype"] == ""
+    assert (rfft["screen"], rfft["verdict"], rfft["dtype"]) == ("", "runtime_error", "the task's own")

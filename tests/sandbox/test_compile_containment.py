@@ -240,3 +240,44 @@ def test_a_source_the_compiler_refused_fails_again_from_memory_and_a_stopped_bui
     fixed = judge2.prebuild(Compile(source=f"__global__ void k(float* x) {{ x[0] = 1.0f; }} // {token}\n",
                                     arch="90", backend="nvcc"))
     assert fixed is None and len(builds) == 3, fixed
+
+
+@needs_compilers
+def test_closing_a_judge_mid_build_abandons_the_build_instead_of_waiting_for_it(tmp_path):
+    """Closing a judge interrupts the step in progress; a step's build can be a minute from its answer (g++ on
+    torch's headers), and closing waited for one (43 s on the 2-core machine; a benchmarks/pkb_corpus.py run was
+    killed past its time limit so). Now no wait outlasts the interrupt and no build starts after it: the build
+    never finishes (nothing cached) and nothing of it runs on."""
+    import psutil
+
+    from pkb_env.client import LocalClient
+
+    name = f"stopprobe_{secrets.token_hex(4)}"
+    code = (f"from pkb_env.runtime import load_inline\n"
+            f"ext = load_inline({name!r}, cpp_sources='int probe() {{ return 1; }}', functions=['probe'])\n"
+            f"def solution(tensor):\n    return tensor.clone()\n")
+
+    def compiling() -> list:
+        found = []
+        for p in psutil.process_iter(["name", "cmdline"]):
+            try:
+                if p.info["name"] in ("cc1plus", "g++", "c++") and name in " ".join(p.info["cmdline"] or ()):
+                    found.append(p)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        return found
+
+    # two ranks: both ask for the build, the second behind the first (a second build started after the first
+    # was killed, in a new zygote: what held the closing judge)
+    client = LocalClient(FAST.replace(executor="cpu", world_size=2, cache_dir=str(tmp_path)))
+    try:
+        step = client.submit("all_reduce", code)
+        for _ in range(2400):                    # until the compiler runs (two minutes at most)
+            if compiling() or step.done():
+                break
+            threading.Event().wait(0.05)
+        assert compiling(), "the step's build never reached the compiler"
+    finally:
+        client.close()
+    assert list(tmp_path.glob(f"extensions/*/{name}.so")) == []   # abandoned, not finished and cached
+    assert psutil.wait_procs(compiling(), timeout=10)[1] == []   # nothing of the build left running
