@@ -2,11 +2,11 @@
 
 | name          | ranks                     | backend: candidates / reference   | clock       | times mean anything |
 |---------------|---------------------------|-----------------------------------|-------------|---------------------|
-| cpu           | processes on the CPU      | host_staged (gloo, NCCL's forms)  | host        | yes                 |
-|               |                           | / gloo                            |             |                     |
+| cpu           | processes on the CPU      | host_staged (gloo, NCCL's forms   | host        | yes                 |
+|               |                           | and rules) / the same             |             |                     |
 | cuda          | one process per GPU       | nccl / nccl                       | CUDA events | yes                 |
 | cuda-emulated | several processes per GPU | host_staged (gloo, CUDA via host) | CUDA events | no (time-sliced GPU)|
-|               |                           | / gloo on CPU ranks               |             |                     |
+|               |                           | / host_staged on CPU ranks        |             |                     |
 
 Everything that differs between them is data in the `Placement` (devices, backend, clock, calibration
 sizes, limits) and the `ExecutorInfo` (whether times mean anything, hardware fingerprint, topology):
@@ -142,12 +142,13 @@ def plan_executor(config: JudgeConfig, name: str, gpus: int, model: str, topolog
     the topology config `topology`."""
     world_size = config.world_size
     if name == "cpu":
-        # Candidates get gloo with NCCL's forms of the collectives (ranks/host_staged.py; nothing is staged on
-        # CPU ranks): plain gloo refuses forms NCCL takes, e.g. a stacked all_gather_into_tensor output. The
-        # trusted reference keeps plain gloo.
-        reference = cpu_placement(world_size)
-        return ExecutorPlan(ExecutorInfo("cpu", cpu_fingerprint(), True, "cpu"),
-                            replace(reference, backend=HOST_STAGED), reference_placement=reference)
+        # Every rank gets gloo with NCCL's forms and rules of the collectives (ranks/host_staged.py; nothing is
+        # staged on CPU ranks): plain gloo refuses forms NCCL takes, e.g. a stacked all_gather_into_tensor
+        # output, and takes tensors NCCL refuses (non-contiguous ones). The trusted reference too, so that a
+        # reference that would fail under NCCL fails here first, and both sides of a timed pair pay the same
+        # Python call per operation.
+        placement = replace(cpu_placement(world_size), backend=HOST_STAGED)
+        return ExecutorPlan(ExecutorInfo("cpu", cpu_fingerprint(), True, "cpu"), placement)
     if name == "cuda":
         placement = Placement(tuple(f"cuda:{r}" for r in range(world_size)), "nccl", ResourceLimits(), clock="cuda",
                               calibration_sizes=GPU_CALIBRATION_SIZES, spares=len(START_PHASES) + 1,
@@ -159,8 +160,10 @@ def plan_executor(config: JudgeConfig, name: str, gpus: int, model: str, topolog
                           clock="cuda", calibration_sizes=(1 << 20,))
     info = ExecutorInfo("cuda-emulated", f"cuda-emulated/{model}/{world_size}on{gpus}", False, topology)
     # Several ranks per GPU: torch symmetric memory refuses overlapping devices unless told otherwise, and
-    # NCCL refuses two ranks on one GPU, so the (trusted) reference runs on CPU ranks over gloo.
-    return ExecutorPlan(info, placement, {"TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1"}, cpu_placement(world_size))
+    # NCCL refuses two ranks on one GPU, so the (trusted) reference runs on CPU ranks over gloo, NCCL's rules
+    # kept (as the cpu executor's).
+    return ExecutorPlan(info, placement, {"TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1"},
+                        replace(cpu_placement(world_size), backend=HOST_STAGED))
 
 
 def cpu_placement(world_size: int) -> Placement:

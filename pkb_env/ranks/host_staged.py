@@ -38,8 +38,11 @@ NCCL's forms, on CPU ranks too (issue 42): NCCL checks only element counts where
 refuses forms of the collectives NCCL takes, which PKB's references use (an all_gather_into_tensor into a stacked
 (W, ...) output or of a 0-dim tensor, an all_gather into outputs of different sizes, an all_to_all of uneven
 lists), and aborts the process on a stacked reduce_scatter_tensor input. Every candidate's group hands gloo these
-in a form it takes (`_gloo_form`, `allgather`, `alltoall`); on CPU ranks it stages nothing (`stage` None) and
-costs a Python call per operation. The reference's ranks keep plain gloo.
+in a form it takes (`_gloo_form`, `allgather`, `alltoall`); on CPU ranks it stages nothing (`stage` None),
+refuses what NCCL refuses and gloo would take (a non-contiguous tensor) and costs a Python call per operation
+(not measurable beside gloo's all_to_all_single of 16 KB at 2 and 4 CPU ranks). The trusted reference's CPU ranks
+get this group too: a reference that NCCL would refuse fails on CPU ranks first (PKB 74's variant all-reduced a
+transposed view, found on one H100 at world size 1: "Tensors must be contiguous").
 
 The transport is the judge's, so the judge proves it before any candidate code runs: `check_transport`
 runs every operation the references use on CUDA tensors when a rank set joins its group (ranks/server.py),
@@ -146,7 +149,8 @@ class _Staging:
         return self._map(tensors, copy=True, land=True)
 
     def _map(self, tensors: Any, copy: bool, land: bool) -> Any:
-        if self.stage is None:  # nothing staged (CPU ranks): gloo gets the caller's tensors, at no cost
+        if self.stage is None:  # nothing staged (CPU ranks): gloo gets the caller's tensors, held to NCCL's rule
+            _contiguous(tensors)
             return tensors
         if isinstance(tensors, (list, tuple)):
             return [self._map(t, copy, land) for t in tensors]
@@ -162,8 +166,7 @@ class _Staging:
         if kind != self.stage:
             host = tensor          # gloo moves it as it is
         elif not tensor.is_contiguous():
-            raise ValueError("tensors passed to torch.distributed must be contiguous (NCCL refuses others too); "
-                             "call .contiguous() first, or send a contiguous buffer")
+            raise ValueError(NOT_CONTIGUOUS)
         elif copy:
             # A blocking copy on the current stream: it starts after everything the stream queued before it.
             host = tensor.to("cpu", copy=True)
@@ -182,6 +185,20 @@ class _Staging:
         for target, host in self.landings:
             target.copy_(host)  # on the current stream; a blocking copy, so `host` may go when it returns
         self.landings = []
+
+
+NOT_CONTIGUOUS = ("tensors passed to torch.distributed must be contiguous (NCCL refuses others too); call "
+                  ".contiguous() first, or send a contiguous buffer")
+
+
+def _contiguous(tensors: Any) -> None:
+    """NCCL's rule on CPU ranks, where gloo would take a non-contiguous tensor that NCCL refuses ("Tensors must
+    be contiguous"): code that passes here fails on GPUs (found in a trusted reference: PKB 74's variant)."""
+    if isinstance(tensors, (list, tuple)):
+        for t in tensors:
+            _contiguous(t)
+    elif isinstance(tensors, torch.Tensor) and not tensors.is_contiguous():
+        raise ValueError(NOT_CONTIGUOUS)
 
 
 class HostStagedGroup(dist.ProcessGroup):

@@ -70,7 +70,7 @@ def skeleton(obj: Any, path: str = "output", strict: bool = True) -> Any:
         return ["dict", {k: skeleton(v, f"{path}[{k!r}]", strict) for k, v in obj.items()}]
     if not strict:
         # A process group by what it is, not by its class: a candidate's group (ranks/host_staged.py) and the
-        # reference's plain gloo one are the same argument to the call.
+        # reference's (NCCL's, on GPUs) are the same argument to the call.
         return ["object", "ProcessGroup" if isinstance(obj, dist.ProcessGroup) else kind.__name__]
     if kind is dict:
         raise OutputError(f"{path} is a dict with non-string keys")

@@ -7,11 +7,11 @@ from pkb_env.executors import make_executor
 from pkb_env.wire.messages import HOST_STAGED
 
 
-def test_only_candidates_get_the_group_the_reference_keeps_plain_gloo():
-    """On CPU ranks a candidate's process group takes the forms NCCL takes (tests/ranks/test_gloo_forms.py); the
-    trusted reference keeps plain gloo."""
+def test_candidates_and_the_reference_get_the_same_group_on_cpu_ranks():
+    """On CPU ranks every process group takes the forms NCCL takes and keeps its rules (tests/ranks/test_gloo_forms.py,
+    test_host_staged.py): the trusted reference's too, so that a reference NCCL would refuse fails here first."""
     executor = make_executor(FAST.replace(executor="cpu", world_size=4))
     try:
-        assert (executor.placement.backend, executor.reference_placement.backend) == (HOST_STAGED, "gloo")
+        assert (executor.placement.backend, executor.reference_placement.backend) == (HOST_STAGED, HOST_STAGED)
     finally:
         executor.close()
