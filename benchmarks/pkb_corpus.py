@@ -536,6 +536,15 @@ def take_speed(e: Entry, record) -> None:
 
 
 # -- the table -----------------------------------------------------------------------------------------------------
+def outcome(e: Entry) -> str | None:
+    """`e`'s pkb-env verdict, a runtime error that is the compiler's refusal counted as a build error: a file that
+    builds its extension lazily, inside its first call, fails in the trials (the judge's verdict), but what failed
+    is the build (the compile service's CompileError)."""
+    if e.verdict == Verdict.RUNTIME_ERROR.value and "CompileError: building extension" in e.why:
+        return Verdict.BUILD_ERROR.value
+    return e.verdict
+
+
 def summary(entries: list[Entry], judged: bool) -> str:
     rows = []
     for folder in CORPUS:
@@ -543,7 +552,7 @@ def summary(entries: list[Entry], judged: bool) -> str:
         if not mine:
             continue
         screens = Counter(e.screen for e in mine)
-        verdicts = Counter(e.verdict for e in mine if not e.screen)
+        verdicts = Counter(outcome(e) for e in mine if not e.screen)
         waiting = sum(1 for e in mine if not e.screen and e.verdict is None)
         correct = verdicts[Verdict.CORRECT.value]
         by_pkb = sum(1 for e in mine if e.pkb_verdict == Verdict.CORRECT.value

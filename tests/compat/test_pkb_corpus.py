@@ -232,3 +232,12 @@ def test_a_file_the_correctness_run_cannot_size_is_judged_and_timed_in_one_step_
     assert zero1["judged_at"].startswith("W=1 (cpu): ") and "world size 3" in zero1["judged_at"]
     assert "not written yet" in zero1["why"] and zero1["dtype"] == ""
     assert (rfft["screen"], rfft["verdict"], rfft["dtype"]) == ("", "runtime_error", "the task's own")
+
+
+def test_a_lazy_build_the_compiler_refused_counts_as_a_build_error_in_the_table(tmp_path):
+    [entry] = fake_corpus(tmp_path, {"4_reduce_cuda.py": REDUCE_WRONG})
+    entry.verdict = "runtime_error"
+    entry.why = "ranks 0, 1 raised during trials: CompileError: building extension 'ext' failed: error: ..."
+    assert pkb_corpus.outcome(entry) == "build_error"
+    entry.why = "rank 0 raised during trials: TypeError: launch(): incompatible function arguments"
+    assert pkb_corpus.outcome(entry) == "runtime_error"
