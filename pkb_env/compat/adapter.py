@@ -14,6 +14,8 @@ import torch
 
 from pkb_env.contract import DTYPES, PkbCall
 from pkb_env.contract.pkb import Arg, Computed, Harness, Listed, Pkb, Ret, Sizes
+from pkb_env.contract.sparse import is_sparse
+from pkb_env.ranks.outputs import tensors
 
 
 class PkbResultError(TypeError):
@@ -62,26 +64,18 @@ def _own_memory(results: dict[str, Any], arguments: tuple) -> dict[str, Any]:
     input back as its output (a collective's identity at world size 1: `return x.contiguous()`); pkb-env's
     contract wants new memory (an output that is a view of an input is wrong: docs/task_contract.md), so the
     adapter copies it, inside the call, where its time counts against the file."""
-    held = {t.untyped_storage().data_ptr() for t in _tensors(arguments) if t.untyped_storage().nbytes()}
+    held = {t.untyped_storage().data_ptr() for _, t in tensors(arguments) if t.untyped_storage().nbytes()}
     if not held:
         return results
 
     def own(value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, torch.Tensor) and not is_sparse(value):   # a sparse one's parts: its own business
             return value.clone() if value.untyped_storage().data_ptr() in held else value
         if isinstance(value, (tuple, list)):
             return type(value)(own(v) for v in value)
         return value
 
     return {name: own(value) for name, value in results.items()}
-
-
-def _tensors(values: Any):
-    for value in values:
-        if isinstance(value, torch.Tensor):
-            yield value
-        elif isinstance(value, (tuple, list)):
-            yield from _tensors(value)
 
 
 def _argument(param, context: PkbCall) -> Any:

@@ -45,6 +45,22 @@ def test_an_input_returned_as_the_output_is_copied_pkbs_identity_at_world_size_o
     assert fresh(kept, 0, 1, None).untyped_storage().data_ptr() != kept.untyped_storage().data_ptr()
 
 
+def test_a_sparse_argument_passes_the_adapter_pkbs_spherical_convolution_takes_one():
+    """The copy of returned inputs looks at arguments' memory: a sparse one is its parts (a sparse tensor has no
+    storage to ask: GPT-5.5's file for PKB 62 failed so on one H100, before this was fixed)."""
+    spec = load_task("torchharmonics_spherical_convolution")
+    psi = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.tensor([1.0, 2.0]), (2, 2))
+    args = [psi if name == "psi" else torch.zeros(2) for name in spec.parameters]
+    seen = {}
+
+    def pkb_conv(*pkb_args):
+        seen["sparse"] = [a for a in pkb_args if isinstance(a, torch.Tensor) and a.is_sparse]
+        return pkb_args[0] + 1
+
+    adapted("torchharmonics_spherical_convolution", pkb_conv, world_size=1)(*args)
+    assert len(seen["sparse"]) == 1
+
+
 def test_parameters_are_converted_as_declared_lists_python_ints_and_transposes():
     seen = {}
 
