@@ -537,12 +537,20 @@ def take_speed(e: Entry, record) -> None:
 
 # -- the table -----------------------------------------------------------------------------------------------------
 def outcome(e: Entry) -> str | None:
-    """`e`'s pkb-env verdict, a runtime error that is the compiler's refusal counted as a build error: a file that
-    builds its extension lazily, inside its first call, fails in the trials (the judge's verdict), but what failed
-    is the build (the compile service's CompileError)."""
+    """`e`'s pkb-env verdict for the table: a runtime error that is the compiler's refusal counted as a build error
+    (a file that builds its extension lazily, inside its first call, fails in the trials, but what failed is the
+    build: the compile service's CompileError), and a correct file whose timed calls were wrong as wrong."""
     if e.verdict == Verdict.RUNTIME_ERROR.value and "CompileError: building extension" in e.why:
         return Verdict.BUILD_ERROR.value
+    if e.verdict == Verdict.CORRECT.value and timed_wrong(e):
+        return Verdict.WRONG.value
     return e.verdict
+
+
+def timed_wrong(e: Entry) -> bool:
+    """The timing judge found `e`'s timed calls wrong (outputs that differ from the reference's on the timed
+    inputs: a cache keyed by address, a replay): the correctness run times nothing, so only there is it seen."""
+    return e.untimed.startswith(f"{Verdict.WRONG.value}:")
 
 
 def summary(entries: list[Entry], judged: bool) -> str:
@@ -556,7 +564,7 @@ def summary(entries: list[Entry], judged: bool) -> str:
         waiting = sum(1 for e in mine if not e.screen and e.verdict is None)
         correct = verdicts[Verdict.CORRECT.value]
         by_pkb = sum(1 for e in mine if e.pkb_verdict == Verdict.CORRECT.value
-                     or (e.pkb_verdict is None and e.pkb_rule))
+                     or (e.pkb_verdict is None and e.pkb_rule))   # PKB checks no timed call: timed_wrong counts
         speedups = [e.speedup for e in mine if e.speedup is not None]
         faster = sum(1 for s in speedups if s > 1)
         published = PUBLISHED.get(folder.model) if folder.backend == "cuda" else None

@@ -241,3 +241,5 @@ def test_a_lazy_build_the_compiler_refused_counts_as_a_build_error_in_the_table(
     assert pkb_corpus.outcome(entry) == "build_error"
     entry.why = "rank 0 raised during trials: TypeError: launch(): incompatible function arguments"
     assert pkb_corpus.outcome(entry) == "runtime_error"
+    entry.verdict, entry.why, entry.untimed = "correct", "", "wrong: ; WRONG: outputs of timed calls differ"
+    assert pkb_corpus.outcome(entry) == "wrong"      # the trials passed, the timed calls did not
