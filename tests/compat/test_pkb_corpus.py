@@ -129,22 +129,6 @@ def cpu_configs():
             "time": FAST.replace(executor="cpu", world_size=1, pkb=True, calibration="cached")}
 
 
-@pytest.mark.slow   # two CPU judges start (about 12 s on the shared 2-core machine)
-def test_each_file_is_timed_right_after_it_is_judged_correct_and_only_then(tmp_path):
-    entries = fake_corpus(tmp_path, {"3_broadcast_cuda.py": BROADCAST, "4_reduce_cuda.py": REDUCE_WRONG})
-    path = tmp_path / "corpus.jsonl"
-    results, rows = pkb_corpus.Results(path, resume=False), Rows()
-    left = pkb_corpus.judge_all(entries, cpu_configs(), pkb_corpus.ByModel(rows), results, float("inf"))
-    results.close()
-    assert left == {"to judge": 0, "to time": 0}
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [(r["file"], r["verdict"], r["timed"]) for r in lines] == [
-        ("3_broadcast_cuda.py", "correct", False), ("3_broadcast_cuda.py", "correct", True),   # timed at once
-        ("4_reduce_cuda.py", "wrong", False)]
-    assert [(task, agent) for task, _, agent in rows.rows] == [("broadcast", "GPT-5.5 (cuda)")] * 2 + [
-        ("reduce", "GPT-5.5 (cuda)")]
-
-
 def test_no_step_starts_with_less_than_the_minimum_left(tmp_path):
     entries = fake_corpus(tmp_path, {"3_broadcast_cuda.py": BROADCAST, "4_reduce_cuda.py": REDUCE_WRONG})
     entries[0].verdict = "correct"   # judged by an earlier call, not timed yet
@@ -169,7 +153,7 @@ def test_a_step_running_at_the_time_limit_is_stopped_and_its_file_left_for_the_n
 
 
 @pytest.mark.slow   # two CPU judges start (about 12 s on the shared 2-core machine)
-def test_while_builds_run_only_files_whose_builds_ended_are_judged_and_nothing_is_timed(tmp_path):
+def test_while_builds_run_only_ready_files_are_judged_then_each_correct_one_is_timed_at_once(tmp_path):
     entries = fake_corpus(tmp_path, {"3_broadcast_cuda.py": BROADCAST, "4_reduce_cuda.py": REFUSED_BUILD})
     broadcast, reduce = entries
     config = FAST.replace(executor="cpu", world_size=1, pkb=True)
@@ -178,9 +162,10 @@ def test_while_builds_run_only_files_whose_builds_ended_are_judged_and_nothing_i
     builder = concurrent.futures.Future()
     builds.futures = [builder]                                        # a build in flight: reduce's extension
     path = tmp_path / "corpus.jsonl"
-    results = pkb_corpus.Results(path, resume=False)
+    results, rows = pkb_corpus.Results(path, resume=False), Rows()
     judging = threading.Thread(target=pkb_corpus.judge_all,
-                               args=(entries, cpu_configs(), None, results, float("inf")), kwargs={"builds": builds})
+                               args=(entries, cpu_configs(), pkb_corpus.ByModel(rows), results, float("inf")),
+                               kwargs={"builds": builds})
     judging.start()
     try:
         deadline = time.monotonic() + 120
@@ -198,10 +183,12 @@ def test_while_builds_run_only_files_whose_builds_ended_are_judged_and_nothing_i
         judging.join(timeout=180)
         results.close()
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [(r["file"], r["verdict"], r["timed"]) for r in lines] == [
-        ("3_broadcast_cuda.py", "correct", False), ("3_broadcast_cuda.py", "correct", True),
-        ("4_reduce_cuda.py", "build_error", False)]
+    assert [(r["file"], r["verdict"], r["timed"]) for r in lines] == [       # the builds over: each file in
+        ("3_broadcast_cuda.py", "correct", False), ("3_broadcast_cuda.py", "correct", True),   # turn, timed at
+        ("4_reduce_cuda.py", "build_error", False)]                                           # once if correct
     assert builds.result().failed == 1
+    assert [(task, agent) for task, _, agent in rows.rows] == [("broadcast", "GPT-5.5 (cuda)")] * 2 + [
+        ("reduce", "GPT-5.5 (cuda)")]                                        # every step a row, named by model
 
 
 ZERO1_RAISES = """
