@@ -441,3 +441,43 @@ def test_pkbs_moe_dispatch_and_combine_are_judged_on_pkbs_equal_splits(pkb_clien
     assert code.count(wrong[0]) == 1
     broken = judged(pkb_client, task, code.replace(*wrong))
     assert broken.verdict is Verdict.WRONG and broken.pkb.statement == "pkb", broken.feedback
+
+
+# PKB 40 in PKB's format, written here from PKB's statement: every tensor in the run's dtype (as PKB's harness passes
+# them), the step computed in it, the twelve updated tensors returned.
+PKB_DDP = """
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    def solution(X_local, y_local, W1, b1, W2, b2, exp_avg_W1, exp_avg_b1, exp_avg_W2, exp_avg_b2, exp_avg_sq_W1,
+                 exp_avg_sq_b1, exp_avg_sq_W2, exp_avg_sq_b2, lr, beta1, beta2, eps, step):
+        params, moments = (W1, b1, W2, b2), (exp_avg_W1, exp_avg_b1, exp_avg_W2, exp_avg_b2)
+        squares = (exp_avg_sq_W1, exp_avg_sq_b1, exp_avg_sq_W2, exp_avg_sq_b2)
+        assert all(t.dtype == X_local.dtype for t in params + moments + squares), "expects one dtype"
+        leaves = [p.detach().clone().requires_grad_(True) for p in params]
+        F.mse_loss(F.linear(F.relu(F.linear(X_local, leaves[0], leaves[1])), leaves[2], leaves[3]), y_local).backward()
+        grad = torch.cat([p.grad.reshape(-1) for p in leaves])
+        dist.all_reduce(grad)
+        grad /= dist.get_world_size()
+        new_p, new_m, new_v, offset = [], [], [], 0
+        for p, m, v in zip(params, moments, squares):
+            g = grad[offset:offset + p.numel()].view_as(p)
+            offset += p.numel()
+            m = m.mul(beta1).add_(g, alpha=1 - beta1)
+            v = v.mul(beta2).addcmul_(g, g, value=1 - beta2)
+            update = (m / (1 - beta1 ** step)).div((v / (1 - beta2 ** step)).sqrt().add(eps))
+            new_p.append(p.add(update, alpha=-lr))
+            new_m.append(m)
+            new_v.append(v)
+        return (*new_p, *new_m, *new_v)
+"""
+
+
+def test_a_pkb_mlp_step_gets_every_tensor_in_the_runs_dtype_as_pkbs_harness_passes_them(pkb_client):
+    record = pkb_client.submit("ddp", textwrap.dedent(PKB_DDP), dtype="bfloat16").result()
+    assert (record.pkb.statement, record.pkb.judged_on, record.dtype) == ("pkb", "pkb_env.tasks.ddp.pkb", "bfloat16")
+    assert record.verdict is Verdict.CORRECT, record.feedback
+    unaveraged = PKB_DDP.replace("grad /= dist.get_world_size()", "pass")   # the moments twice the gradient's
+    wrong = pkb_client.submit("ddp", textwrap.dedent(unaveraged), dtype="bfloat16").result()
+    assert wrong.verdict is Verdict.WRONG and wrong.pkb.statement == "pkb", wrong.feedback

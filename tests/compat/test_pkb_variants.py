@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from pkb_env.task import load_task, pkb_variants, task_names
 from tasks.test_golden import PRESET, check_golden, launch, rank_server, runnable
@@ -50,3 +51,21 @@ def test_a_variant_states_its_problem_and_maps_pkbs_call(task):
     assert spec.pkb_id == owner.pkb_id and spec.pkb is not None and spec.pkb.name == owner.pkb.name
     assert spec.name not in task_names(), "a variant is not part of the suite"
     assert spec.allowed_world_sizes(PRESET, (2, 4)), f"{task}: PKB's statement runs at world size 2 or 4"
+
+
+MLP_STEPS = ("ddp", "zero1_optimizer_shard", "zero2_optimizer_shard_grad", "fsdp_step_e2e")
+
+
+@pytest.mark.parametrize("task", MLP_STEPS)
+def test_pkbs_mlp_steps_take_every_tensor_in_the_runs_dtype(task):
+    """PKB's harness makes the parameters and Adam's moments in the run's dtype as it makes X and y (pkb-env's tasks
+    keep them fp32 on purpose): a PKB file asserting its parameters are bfloat16 was rejected at bfloat16."""
+    from pkb_env.contract import Tensor
+    from pkb_env.contract.io import resolve_dtype
+
+    spec = load_task(f"pkb_env.tasks.{task}.pkb")
+    assert "bfloat16" in spec.dtypes
+    floats = {d.name: resolve_dtype(d.dtype, "bfloat16") for d in spec.inputs if isinstance(d, Tensor)}
+    assert set(floats.values()) == {torch.bfloat16}, floats
+    assert any(resolve_dtype(d.dtype, "bfloat16") == torch.float32 for d in load_task(task).inputs
+               if isinstance(d, Tensor)), "the task itself keeps its fp32 master state"

@@ -7,10 +7,11 @@ def solution(X: torch.Tensor, y: torch.Tensor, flat_param_shard: torch.Tensor, e
              exp_avg_sq_shard: torch.Tensor, hidden: int, lr: float, beta1: float, beta2: float, eps: float,
              weight_decay: float, step: int) -> None:
     """One FSDP training step with AdamW of the MLP out = relu(X W1^T + b1) W2^T + b2 with the mean squared
-    error against y. Every rank holds its own rows of the batch, X (N/W, D) and y (N/W, O), in the task
-    dtype, and only its shard r (P/W values, fp32) of the flat parameters (W1 (hidden, D), b1 (hidden,),
-    W2 (O, hidden), b2 (O,) flattened and concatenated in that order: P values) and of Adam's moments. The
-    ranks all-gather the flat parameters, run the forward and backward in fp32, reduce-scatter the flat
+    error against y. Every rank holds its own rows of the batch, X (N/W, D) and y (N/W, O), and only
+    its shard r (P/W values) of the flat parameters (W1 (hidden, D), b1 (hidden,),
+    W2 (O, hidden), b2 (O,) flattened and concatenated in that order: P values) and of Adam's moments, every
+    tensor in the task dtype, in which the whole step runs (as PKB's reference runs it). The ranks all-gather
+    the flat parameters, run the forward and backward, reduce-scatter the flat
     gradient so that each rank holds its shard of the gradient averaged over the ranks (the gradient of the
     loss over the whole batch), and run AdamW on their shard: the moments and the parameter shard are
     updated IN PLACE (bias correction with `step` counted from 1; decoupled weight decay
@@ -24,8 +25,8 @@ def solution(X: torch.Tensor, y: torch.Tensor, flat_param_shard: torch.Tensor, e
         n = torch.Size(shape).numel()
         leaves.append(flat[offset:offset + n].view(shape).detach().requires_grad_(True))
         offset += n
-    h = F.relu(F.linear(X.float(), leaves[0], leaves[1]))
-    F.mse_loss(F.linear(h, leaves[2], leaves[3]), y.float()).backward()
+    h = F.relu(F.linear(X, leaves[0], leaves[1]))
+    F.mse_loss(F.linear(h, leaves[2], leaves[3]), y).backward()
 
     g = torch.empty_like(flat_param_shard)
     dist.reduce_scatter_tensor(g, torch.cat([p.grad.reshape(-1) for p in leaves]))

@@ -7,10 +7,10 @@ def solution(X: torch.Tensor, y: torch.Tensor, W1: torch.Tensor, b1: torch.Tenso
              b2: torch.Tensor, exp_avg_part: torch.Tensor, exp_avg_sq_part: torch.Tensor, lr: float, beta1: float,
              beta2: float, eps: float, step: int) -> None:
     """One ZeRO-2 training step of the MLP out = relu(X W1^T + b1) W2^T + b2 with the mean squared error
-    against y. Every rank holds its own rows of the batch, X (N/W, D) and y (N/W, O), in the task dtype; the
-    same fp32 parameters W1 (H, D), b1 (H,), W2 (O, H), b2 (O,); and Adam's fp32 moments of its shard r of
-    the flat parameters (W1, b1, W2, b2 flattened and concatenated; P/W values a shard). The forward and
-    backward run in fp32. The
+    against y. Every rank holds its own rows of the batch, X (N/W, D) and y (N/W, O), the same
+    parameters W1 (H, D), b1 (H,), W2 (O, H), b2 (O,); and Adam's moments of its shard r of the flat
+    parameters (W1, b1, W2, b2 flattened and concatenated; P/W values a shard): every tensor in the task dtype,
+    and the forward, backward and Adam run in it, as PKB's reference runs them. The
     gradients are reduce-scattered: each rank keeps only its shard of the gradient averaged over the ranks
     (the gradient of the loss over the whole batch). Each rank runs Adam (bias-corrected, `step` counted
     from 1) on its shard, updating its moments IN PLACE, and the updated shards are all-gathered so that
@@ -18,11 +18,11 @@ def solution(X: torch.Tensor, y: torch.Tensor, W1: torch.Tensor, b1: torch.Tenso
     returns the updated state, which the judge reads in place)."""
     world, rank = dist.get_world_size(), dist.get_rank()
     leaves = [p.detach().requires_grad_(True) for p in (W1, b1, W2, b2)]
-    h = F.relu(F.linear(X.float(), leaves[0], leaves[1]))
-    F.mse_loss(F.linear(h, leaves[2], leaves[3]), y.float()).backward()
+    h = F.relu(F.linear(X, leaves[0], leaves[1]))
+    F.mse_loss(F.linear(h, leaves[2], leaves[3]), y).backward()
 
     part = exp_avg_part.numel()
-    g = torch.empty(part, dtype=torch.float32, device=X.device)
+    g = torch.empty(part, dtype=X.dtype, device=X.device)
     dist.reduce_scatter_tensor(g, torch.cat([p.grad.reshape(-1) for p in leaves]))
     g /= world
 
