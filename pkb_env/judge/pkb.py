@@ -24,8 +24,8 @@ RAN = (Verdict.BUILD_ERROR, Verdict.RUNTIME_ERROR, Verdict.WRONG, Verdict.CORREC
 
 
 def statement_of(judge, task: TaskSpec, preset: str, dtype: str) -> tuple[TaskSpec, str, str]:
-    """The task whose statement judges a PKB file of `task` here, its dtype, and why the variant does not
-    (empty where it does, or where there is none)."""
+    """The task whose statement judges a PKB file of `task` here, its dtype, and what the feedback must add: why
+    the variant does not judge it, or why it judges in another dtype than asked (empty otherwise)."""
     try:
         variant = pkb_variant(task)
     except TaskError as exc:   # a variant that does not load is the judge's bug: say so, judge the task
@@ -37,6 +37,9 @@ def statement_of(judge, task: TaskSpec, preset: str, dtype: str) -> tuple[TaskSp
                            judge.executor.reference_placement.on_cpu)
     if problem:
         return task, dtype, f"PKB's statement of this problem cannot run here ({problem}); judged on pkb-env's"
+    if vdtype != dtype:   # a file written for the dtype asked may refuse this one: its verdict must say why
+        return variant, vdtype, (f"PKB's statement of this problem takes {', '.join(variant.dtypes)} only "
+                                 f"(docs/pkb_compat.md says why): judged in {vdtype}, not the {dtype} asked.")
     return variant, vdtype, ""
 
 

@@ -481,3 +481,17 @@ def test_a_pkb_mlp_step_gets_every_tensor_in_the_runs_dtype_as_pkbs_harness_pass
     unaveraged = PKB_DDP.replace("grad /= dist.get_world_size()", "pass")   # the moments twice the gradient's
     wrong = pkb_client.submit("ddp", textwrap.dedent(unaveraged), dtype="bfloat16").result()
     assert wrong.verdict is Verdict.WRONG and wrong.pkb.statement == "pkb", wrong.feedback
+
+
+def test_a_variant_that_takes_fewer_dtypes_says_it_judged_in_another(pkb_client):
+    """PKB's statements of ulysses_attention, dinov2_distributed_knn and the chunked top-k backward take float32
+    only (docs/pkb_compat.md); a bfloat16 run judges their files in float32, and a file that asserts bfloat16
+    (GPT-5.5's 40 and 85 on one H100) must be told so, not only fail its own assert."""
+    from pkb_env.judge.pkb import statement_of
+
+    task = load_task("ulysses_attention")
+    chosen, dtype, told = pkb_client.run(lambda service: statement_of(service._judge, task, "tiny", "bfloat16"))
+    assert chosen is not task and dtype == "float32"        # PKB's statement, in the dtype it takes
+    assert "judged in float32, not the bfloat16 asked" in told
+    _, same, nothing = pkb_client.run(lambda service: statement_of(service._judge, task, "tiny", "float32"))
+    assert (same, nothing) == ("float32", "")
