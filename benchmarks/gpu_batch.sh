@@ -102,7 +102,8 @@ if [ "${1:-timing}" = corpus ]; then   # issue 44 on one GPU: PKB's published co
     fi
     part ${CORPUS_LIMIT:-560} python benchmarks/pkb_corpus.py .corpus --models "$MODELS" --resume \
                  --json "$STATE/corpus_${MODELS//,/_}.jsonl" --dataset "$STATE/dataset" --time-limit ${CORPUS_RUN:-$((${CORPUS_LIMIT:-560} - 40))} \
-                 --prebuild-workers ${CORPUS_BUILDERS:-$(( $(nproc) > 3 ? $(nproc) - 2 : 1 ))} $BUILD_ONLY
+                 --prebuild-workers ${CORPUS_BUILDERS:-$(( $(nproc) > 3 ? $(nproc) - 2 : 1 ))} $BUILD_ONLY \
+                 --again "${CORPUS_AGAIN:-}"
     # The dataset as one file: a call brings back at most 8 files, and each call adds a part to the dataset
     # (a call's newest part was left on the device once). Unpack it into .corpus/results to seed the next machine.
     cp "$STATE"/corpus_*.jsonl "$OUT/" 2>/dev/null

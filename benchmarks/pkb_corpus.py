@@ -123,8 +123,10 @@ class Results:
             if resume and path.stat().st_size and not path.read_bytes().endswith(b"\n"):
                 self.out.write("\n")   # end a line cut by a kill, so that the next one is a line of its own
 
-    def restore(self, entries: list[Entry]) -> int:
-        found = [e for e in entries if e.key in self.rows]
+    def restore(self, entries: list[Entry], again: str = "") -> int:
+        """The entries decided by an earlier run, read back, but those `again` names (`wanted_again`): judged
+        again, a later line superseding theirs."""
+        found = [e for e in entries if e.key in self.rows and not wanted_again(e, again)]
         for e in found:
             e.restore(self.rows[e.key])
         return len(found)
@@ -137,6 +139,17 @@ class Results:
     def close(self) -> None:
         if self.out is not None:
             self.out.close()
+
+
+def wanted_again(e: Entry, again: str) -> bool:
+    """Whether --again names `e`: a comma-separated list of MODEL:NUMBER (a part of the model's or folder's name and
+    the corpus file's number, e.g. `gpt:41,opus:44`), for files to judge again after a fix of the judge."""
+    for item in (part.strip() for part in again.split(",") if part.strip()):
+        model, _, number = item.rpartition(":")
+        label = f"{e.folder.model} {e.folder.backend} {e.folder.name}".lower()
+        if model.lower() in label and str(e.file.number) == number:
+            return True
+    return False
 
 
 class ByModel:
@@ -617,6 +630,9 @@ def main() -> int:
     parser.add_argument("--time-limit", type=float, default=None,
                         help="seconds for this run: builds stop and no step starts that could end past it; the "
                              "table is printed and the dataset closed; --resume continues")
+    parser.add_argument("--again", default="", metavar="MODEL:N,...",
+                        help="with --resume: judge these files again though --json holds them (after a fix of the "
+                             "judge), e.g. gpt:41,opus:44 (a part of the model's name and the file's number)")
     parser.add_argument("--step-budget", type=float, default=90.0,
                         help="the hard budget of one judged step, compiles included (JudgeConfig.step_budget_s)")
     parser.add_argument("--world-size", type=int, default=4, help="ranks of the correctness run (default 4)")
@@ -646,7 +662,7 @@ def main() -> int:
         return 0
     entries = corpus(checkout, [m for m in args.models.split(",") if m.strip()])
     results = Results(args.json, args.resume)
-    restored = results.restore(entries)
+    restored = results.restore(entries, args.again)
     if restored:
         print(f"{restored} files read back from {args.json}", file=sys.stderr)
     recorder = None

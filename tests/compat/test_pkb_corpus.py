@@ -96,6 +96,10 @@ def test_resume_reads_back_the_last_line_of_each_file_and_skips_a_line_cut_by_a_
     results.close()
     assert len(path.read_text().splitlines()) == 4            # appended, the earlier lines kept
 
+    fixed = fake_corpus(tmp_path / "corpus3", {"4_reduce_cuda.py": REDUCE_WRONG})   # --again gpt:4: a fix to re-judge
+    assert pkb_corpus.Results(path, resume=True).restore(fixed, again="opus:4,gpt:3") == 1 and fixed[0].restored
+    assert pkb_corpus.Results(path, resume=True).restore(fixed, again="gpt:4") == 0
+
 
 def test_a_build_stopped_by_the_deadline_is_not_counted_as_failed():
     assert pkb_corpus.build_outcome(None, until=100.0, now=99.9) == "built"
