@@ -69,7 +69,7 @@ if [ "${1:-timing}" = review ]; then   # issues 42, 43, 46 on one GPU: the answe
     # itself over every task that takes world size 1, as far as the time allows (the JSON is written per task)
     part 300 python -m pytest -q -rfE -p no:cacheprovider tests/gpu/test_answer_key_gpu.py \
                  tests/gpu/test_gpu_containment.py tests/gpu/test_timing_gpu.py tests/gpu/test_pairs_gpu.py \
-                 tests/gpu/test_gpu_faults.py
+                 tests/gpu/test_gpu_faults.py tests/gpu/test_symmetric_subgroups_gpu.py
     part 300 python benchmarks/self_speedup.py --executor cuda --world-size 1 --preset bench --tasks all --steps 3 \
                  --time-limit ${SELF_LIMIT:-200} --json "$OUT/self_speedup_all.json"
     echo "== done $(date +%T)" >> "$LOG"
