@@ -551,8 +551,8 @@ def take_speed(e: Entry, record) -> None:
 # -- the table -----------------------------------------------------------------------------------------------------
 def outcome(e: Entry) -> str | None:
     """`e`'s pkb-env verdict for the table: a runtime error that is the compiler's refusal counted as a build error
-    (a file that builds its extension lazily, inside its first call, fails in the trials, but what failed is the
-    build: the compile service's CompileError), and a correct file whose timed calls were wrong as wrong."""
+    (rows judged before the judge's verdict counted a build refused inside a file's first call as one:
+    judge/verdict.py), and a correct file whose timed calls were wrong as wrong."""
     if e.verdict == Verdict.RUNTIME_ERROR.value and "CompileError: building extension" in e.why:
         return Verdict.BUILD_ERROR.value
     if e.verdict == Verdict.CORRECT.value and timed_wrong(e):

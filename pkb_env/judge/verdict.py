@@ -7,12 +7,17 @@ the judge's clock rules out) is an exploit too, and adds its flag to the screen'
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from pkb_env.record import EvaluationRecord, Flag, Severity, Stage, StageFailure, Verdict
 
 # Rank failure kinds that are evidence of an attempt on the judge, and the flag each raises.
 EXPLOIT_KINDS = {"forged": "forged_message", "tampered": "runtime_tampering", "forged_timing": "forged_timing"}
+# A kernel the judge's compile service refused, raised in a rank after its import: a file that builds its extension
+# inside its first call (as most of PKB's corpus does) failed to build, not to run. A rank could claim it of any
+# failure, but build_error ranks below runtime_error: a rank's word can only make its verdict worse.
+COMPILE_FAILED = re.compile(r"^CompileError: ", re.M)
 # Where no data the failing timed calls held tells them from the passing ones (judge/timed_causes.py).
 TIMED_WRONG = ("outputs of timed calls differ from the reference (caching, replaying, deferring or skipping work "
                "in some calls?)")
@@ -54,5 +59,7 @@ def _failed(failure: StageFailure, flags: list[Flag]) -> Decision:
         if found:
             return Decision(failure.stage, Verdict.FLAGGED, failure.error,
                             flags + [Flag(code, Severity.EXPLOIT, found[0].message)])
-    verdict = Verdict.BUILD_ERROR if failure.stage is Stage.BUILD else Verdict.RUNTIME_ERROR
+    built = failure.stage is Stage.BUILD or any(f.kind == "exception" and COMPILE_FAILED.search(f.message)
+                                                for f in failure.failures)
+    verdict = Verdict.BUILD_ERROR if built else Verdict.RUNTIME_ERROR
     return Decision(failure.stage, verdict, failure.error, flags)

@@ -24,6 +24,14 @@ def _record(**parts) -> EvaluationRecord:
      Stage.BUILD, Verdict.BUILD_ERROR, None),
     ({"failure": StageFailure(Stage.RUN, "late", [RankFailure(1, "timeout", "late", "trials")])},
      Stage.RUN, Verdict.RUNTIME_ERROR, None),
+    ({"failure": StageFailure(Stage.RUN, "no build", [   # a kernel built inside the first call, refused
+        RankFailure(0, "exception", "line 9, in solution: ext = build()\nCompileError: building extension 'e' "
+                                    "failed:\ncuda.cu(3): error: expected a ';'", "trials"),
+        RankFailure(1, "timeout", "waited for rank 0", "trials")])},
+     Stage.RUN, Verdict.BUILD_ERROR, None),
+    ({"failure": StageFailure(Stage.RUN, "raised", [
+        RankFailure(0, "exception", "line 9, in solution: raise ValueError('no CompileError: here')", "trials")])},
+     Stage.RUN, Verdict.RUNTIME_ERROR, None),
     ({"failure": StageFailure(Stage.BUILD, "x", [RankFailure(0, "exception", "x", "build"),
                                                   RankFailure(1, "tampered", "patched", "build")])},
      Stage.BUILD, Verdict.FLAGGED, "runtime_tampering"),

@@ -242,6 +242,20 @@ def test_a_source_the_compiler_refused_fails_again_from_memory_and_a_stopped_bui
     assert fixed is None and len(builds) == 3, fixed
 
 
+@needs_nvcc
+def test_a_kernel_refused_inside_the_first_call_is_a_build_error(judge2):
+    """Most of PKB's corpus builds its extension lazily, inside its first call: the compiler's refusal there is a
+    build error (docs/pkb_corpus.md), with the compiler's message, not a runtime error of the call."""
+    record = judge2.judge("all_reduce", """from pkb_env.runtime import compile_cubin
+
+def solution(tensor):
+    compile_cubin('extern "C" __global__ void k() { int x = }', backend="nvcc", arch="90")
+    return tensor.clone()
+""")
+    assert record.verdict.value == "build_error", record.feedback
+    assert "BUILD FAILED" in record.feedback and "expected an expression" in record.feedback, record.feedback
+
+
 @needs_compilers
 def test_closing_a_judge_mid_build_abandons_the_build_instead_of_waiting_for_it(tmp_path):
     """Closing a judge interrupts the step in progress; a step's build can be a minute from its answer (g++ on
