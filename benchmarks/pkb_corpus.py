@@ -296,8 +296,9 @@ class Prebuild:
     def __init__(self, entries: list[Entry], workers: int, until: float, config: JudgeConfig | None = None):
         self.config = config or JudgeConfig(executor="cuda", world_size=1, pkb=True)
         self.needs = {e.key: build_requests(e.source) for e in entries if not e.judged}
-        self.queue = list(dict.fromkeys(r for requests in self.needs.values() for r in requests))
-        self.total, self.workers, self.until = len(self.queue), max(1, workers), until
+        self.requests = list(dict.fromkeys(r for requests in self.needs.values() for r in requests))
+        self.queue = list(self.requests)   # taken by the builders in order
+        self.workers, self.until = max(1, workers), until
         self.outcomes: dict[LoadInline, str] = {}
         self.changed = threading.Condition()
         self.pool: ThreadPoolExecutor | None = None
@@ -307,7 +308,7 @@ class Prebuild:
     def start(self) -> "Prebuild":
         self.started = time.perf_counter()
         self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="prebuild")
-        self.futures = [self.pool.submit(self._builder) for _ in range(min(self.workers, self.total))]
+        self.futures = [self.pool.submit(self._builder) for _ in range(min(self.workers, len(self.requests)))]
         return self
 
     def _builder(self) -> None:
@@ -357,8 +358,7 @@ class Prebuild:
             self.pool.shutdown(wait=True)
             for future in self.futures:
                 future.result()
-        results = [(r, self.outcomes.get(r, "not started")) for r in dict.fromkeys(
-            r for requests in self.needs.values() for r in requests)]
+        results = [(r, self.outcomes.get(r, "not started")) for r in self.requests]
         outcomes = Counter(outcome.split(":")[0] for _, outcome in results)
         failures = tuple(f"{r.name}: {next((line for line in o.split(chr(10))[1:] if line.strip()), o)}"
                          for r, o in results if o.startswith("failed"))
@@ -409,10 +409,7 @@ class Judges:
         Kalman filter), which PKB's harness runs in their own dtype."""
         config = self.configs[kind]
         spec = load_task(e.file.task)
-        if config.dtype in spec.dtypes:
-            return config.dtype
-        e.dtype = "the task's own"
-        return spec.resolve_dtype(config.preset, None)
+        return config.dtype if config.dtype in spec.dtypes else spec.resolve_dtype(config.preset, None)
 
     def time_left(self) -> bool:
         return not self.stopped and self.until - time.monotonic() >= self.min_left
@@ -421,7 +418,10 @@ class Judges:
         """`e`'s file judged by the `kind` judge: its EvaluationRecord, or None where the time limit stopped it."""
         if self.recorder is not None:
             self.recorder.agent = f"{e.folder.model} ({e.folder.backend})"
-        future = self.client(kind).submit(e.file.task, e.source, dtype=self.dtype(kind, e))
+        dtype = self.dtype(kind, e)
+        if dtype != self.configs[kind].dtype:
+            e.dtype = "the task's own"
+        future = self.client(kind).submit(e.file.task, e.source, dtype=dtype)
         left = self.until - time.monotonic()
         try:
             return future.result(timeout=None if left == float("inf") else max(left, 0.0))
@@ -653,7 +653,7 @@ def main() -> int:
     # --time-limit counts from the process's start, not from here: the imports before this line (torch, the
     # judge) took ~15 s on the device, and a run that counted from here was killed by its caller's limit
     # (gpu_batch.sh gave it 20 s more) while it stopped its last step.
-    started = time.monotonic() - max(0.0, time.time() - psutil.Process().create_time())
+    started = time.monotonic() - max(0.0, time.time() - STARTED)
     until = started + args.time_limit if args.time_limit else float("inf")
     checkout = Checkout(args.checkout)
     if args.extract is not None:
