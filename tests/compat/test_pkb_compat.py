@@ -490,8 +490,8 @@ def test_a_variant_that_takes_fewer_dtypes_says_it_judged_in_another(pkb_client)
     from pkb_env.judge.pkb import statement_of
 
     task = load_task("ulysses_attention")
-    chosen, dtype, told = pkb_client.run(lambda service: statement_of(service._judge, task, "tiny", "bfloat16"))
+    chosen, dtype, told = pkb_client.run(lambda service: statement_of(service, task, "tiny", "bfloat16"))
     assert chosen is not task and dtype == "float32"        # PKB's statement, in the dtype it takes
     assert "judged in float32, not the bfloat16 asked" in told
-    _, same, nothing = pkb_client.run(lambda service: statement_of(service._judge, task, "tiny", "float32"))
+    _, same, nothing = pkb_client.run(lambda service: statement_of(service, task, "tiny", "float32"))
     assert (same, nothing) == ("float32", "")
