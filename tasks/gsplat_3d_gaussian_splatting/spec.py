@@ -84,7 +84,7 @@ def beyond_clamp(means, draw):
     width = draw.env["IW"]
     edge = (width - cx) / fx if side > 0 else cx / fx
     tan = side * (edge + CLAMP * 0.5 * width / fx + BEYOND)
-    camera = torch.tensor([tan * DEPTH, 0.0, DEPTH], dtype=torch.float64)
+    camera = torch.tensor([tan * DEPTH, 0.0, DEPTH], dtype=torch.float64, device=view.device)
     means = means.clone()
     means[index] = (view[:3, :3].T @ (camera - view[:3, 3])).to(means.dtype)
     return means
