@@ -78,7 +78,7 @@ def idle_rank_edge(routing: Routing) -> Edge:
         local = experts // ranks
         if ranks < 2 or experts - local < k:
             return logits
-        return _lowered(logits, torch.arange(rank * local, (rank + 1) * local))
+        return _lowered(logits, torch.arange(rank * local, (rank + 1) * local, device=logits.device))
     return Edge("idle_rank", routing.name, rewrite, IDLE_RANK, everywhere=True)
 
 
@@ -163,7 +163,7 @@ def mask_edges(ranks: str = "W") -> tuple[Edge, ...]:
         local = experts // size
         if size < 2 or experts - local < k:
             return mask
-        return _mask_without(mask, torch.arange(rank * local, (rank + 1) * local), draw.gen)
+        return _mask_without(mask, torch.arange(rank * local, (rank + 1) * local, device=mask.device), draw.gen)
 
     return (Edge("empty_expert", "expert_mask", empty, EMPTY_EXPERT, everywhere=True),
             Edge("idle_rank", "expert_mask", idle, IDLE_RANK, everywhere=True))

@@ -44,7 +44,7 @@ def _isolated(colptr, draw):
 def _own_first_seeds(seeds, draw):
     """Every rank's first two seeds are its own local nodes 0 and 1 (global ids rank and W + rank)."""
     seeds = seeds.clone()
-    seeds[:2] = torch.tensor([0, int(draw.env["W"])]) + draw.coords["world"]
+    seeds[:2] = torch.tensor([0, int(draw.env["W"])], device=seeds.device) + draw.coords["world"]
     return seeds
 
 

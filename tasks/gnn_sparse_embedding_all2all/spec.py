@@ -23,7 +23,8 @@ def range_ends(idx, draw):
     ranges = max(-(-size // per_rank) - 1, 1)     # owners whose range has a next one (at least one)
     s = 1 + int(torch.randint(ranges, (), generator=draw.gen, device=draw.gen.device))
     idx = idx.clone()
-    idx[:2] = torch.tensor([min(s * per_rank, size) - 1, min(s * per_rank, size - 1)], dtype=idx.dtype)
+    idx[:2] = torch.tensor([min(s * per_rank, size) - 1, min(s * per_rank, size - 1)], dtype=idx.dtype,
+                          device=idx.device)
     return idx
 
 
