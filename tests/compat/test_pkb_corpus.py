@@ -234,3 +234,18 @@ def test_a_lazy_build_the_compiler_refused_counts_as_a_build_error_in_the_table(
     assert pkb_corpus.outcome(entry) == "runtime_error"
     entry.verdict, entry.why, entry.untimed = "correct", "", "wrong: ; WRONG: outputs of timed calls differ"
     assert pkb_corpus.outcome(entry) == "wrong"      # the trials passed, the timed calls did not
+
+
+def test_files_judged_by_an_earlier_call_but_not_timed_are_built_too(tmp_path):
+    """A fresh machine's cache is empty: a file a call judged correct and left untimed must be built ahead by the
+    next one, or its timing step builds inside its first call (65-76 s each on one H100); a file timed, or not
+    correct by any statement, needs nothing."""
+    entries = fake_corpus(tmp_path, {"2_reduce_cuda.py": REFUSED_BUILD, "3_broadcast_cuda.py": REFUSED_BUILD,
+                                     "4_reduce_cuda.py": REFUSED_BUILD, "5_all_gather_cuda.py": REFUSED_BUILD})
+    untimed, timed, wrong, unjudged = entries
+    untimed.verdict = timed.verdict = "correct"
+    wrong.verdict, wrong.pkb_verdict = "wrong", None
+    timed.timed = True
+    builds = pkb_corpus.Prebuild(entries, 1, float("inf"))
+    assert list(builds.needs) == [unjudged.key, untimed.key]     # those to judge first
+    assert builds.needs[untimed.key] and builds.requests == builds.needs[unjudged.key]   # one extension, asked twice
