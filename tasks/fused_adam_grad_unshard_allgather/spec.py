@@ -103,4 +103,9 @@ SPEC = TaskSpec(
 
 # -- PKB's call and outputs mapped onto this task's (docs/pkb_compat.md) -----------------------------------------------
 from pkb_env.contract import Pkb  # noqa: E402  (kept apart from the task's own)
-PKB = Pkb('fused_adam_grad_unshard_allgather')
+PKB = Pkb("fused_adam_grad_unshard_allgather",
+          differs="PKB's master weights and Adam's moments are in the run's dtype and its reference computes the step "
+                  "in it; pkb-env's are fp32 whatever the task dtype and the step is computed in fp32 (in bfloat16 a "
+                  "1e-3 step is below the weights' resolution), so a file that takes its dtype from the weights reads "
+                  "a bfloat16 gradient as fp32 here",
+          variant="pkb")

@@ -495,3 +495,37 @@ def test_a_variant_that_takes_fewer_dtypes_says_it_judged_in_another(pkb_client)
     assert "judged in float32, not the bfloat16 asked" in told
     _, same, nothing = pkb_client.run(lambda service: statement_of(service, task, "tiny", "float32"))
     assert (same, nothing) == ("float32", "")
+
+
+# PKB 43 in PKB's format, written here from PKB's statement: as Claude Opus 4.7's 44 does, the dtype taken from the
+# master weights and every tensor read in it (PKB's harness passes them all in the run's dtype).
+PKB_FUSED_ADAM = """
+    import torch
+    import torch.distributed as dist
+
+    def solution(grad_shard, master_shard, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, step):
+        dtype = master_shard.dtype
+        if grad_shard.dtype != dtype or exp_avg.dtype != dtype:
+            raise RuntimeError(f"expected scalar type {dtype} but found {grad_shard.dtype}")
+        m = exp_avg.mul(beta1).add_(grad_shard, alpha=1 - beta1)
+        v = exp_avg_sq.mul(beta2).addcmul_(grad_shard, grad_shard, value=1 - beta2)
+        update = (m / (1 - beta1 ** step)).div((v / (1 - beta2 ** step)).sqrt().add(eps))
+        w = master_shard.add(update, alpha=-lr)
+        parts = [torch.empty_like(w) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, w)
+        return torch.cat(parts)
+"""
+
+
+def test_pkbs_fused_adam_gets_its_master_weights_and_moments_in_the_runs_dtype(pkb_client):
+    """PKB 43's harness passes the master weights and moments in the run's dtype (pkb-env's task keeps them fp32 on
+    purpose): Claude Opus 4.7's 44, which reads every tensor in the weights' dtype, was rejected at bfloat16 on one
+    H100 ("expected scalar type Float but found BFloat16"), a file PKB's harness runs."""
+    record = pkb_client.submit("fused_adam_grad_unshard_allgather", textwrap.dedent(PKB_FUSED_ADAM),
+                               dtype="bfloat16").result()
+    assert (record.pkb.statement, record.dtype) == ("pkb", "bfloat16"), record.feedback
+    assert record.verdict is Verdict.CORRECT, record.feedback
+    assert record.pkb.pkb_env_verdict == "runtime_error"      # pkb-env's statement beside: fp32 master weights
+    shuffled = PKB_FUSED_ADAM.replace("torch.cat(parts)", "torch.cat(parts[::-1])")
+    wrong = pkb_client.submit("fused_adam_grad_unshard_allgather", textwrap.dedent(shuffled), dtype="bfloat16").result()
+    assert wrong.verdict is Verdict.WRONG and wrong.pkb.statement == "pkb", wrong.feedback

@@ -53,13 +53,15 @@ def test_a_variant_states_its_problem_and_maps_pkbs_call(task):
     assert spec.allowed_world_sizes(PRESET, (2, 4)), f"{task}: PKB's statement runs at world size 2 or 4"
 
 
-MLP_STEPS = ("ddp", "zero1_optimizer_shard", "zero2_optimizer_shard_grad", "fsdp_step_e2e")
+ADAM_STEPS = ("ddp", "zero1_optimizer_shard", "zero2_optimizer_shard_grad", "fsdp_step_e2e",
+              "fused_adam_grad_unshard_allgather")
 
 
-@pytest.mark.parametrize("task", MLP_STEPS)
-def test_pkbs_mlp_steps_take_every_tensor_in_the_runs_dtype(task):
-    """PKB's harness makes the parameters and Adam's moments in the run's dtype as it makes X and y (pkb-env's tasks
-    keep them fp32 on purpose): a PKB file asserting its parameters are bfloat16 was rejected at bfloat16."""
+@pytest.mark.parametrize("task", ADAM_STEPS)
+def test_pkbs_adam_steps_take_every_tensor_in_the_runs_dtype(task):
+    """PKB's harness makes the parameters and Adam's moments in the run's dtype as it makes the gradients or X and y
+    (pkb-env's tasks keep them fp32 on purpose): PKB files asserting their parameters are bfloat16 (GPT-5.5's 41-43,
+    48) or reading the gradient in the master weights' dtype (Claude Opus 4.7's 44) were rejected at bfloat16."""
     from pkb_env.contract import Tensor
     from pkb_env.contract.io import resolve_dtype
 
