@@ -31,6 +31,8 @@ def main() -> int:
     parser.add_argument("--world-size", type=int, default=4)
     parser.add_argument("--executor", default="cpu")
     parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--dtype", default=None,
+                        help="the run's dtype (PKB's corpus: bfloat16); default each preset's own")
     parser.add_argument("--only", default=None, help="comma-separated PKB ids")
     parser.add_argument("--json", type=Path, default=None, help="write one record per file here (JSON lines)")
     args = parser.parse_args()
@@ -40,7 +42,8 @@ def main() -> int:
     files = [f for f in (classify(Path(p)) for p in checkout.files(args.rev, "reference"))
              if f.number is not None and (only is None or f.number in only)]
     files.sort(key=lambda f: f.number)
-    config = JudgeConfig(executor=args.executor, world_size=args.world_size, preset=args.preset, pkb=True)
+    config = JudgeConfig(executor=args.executor, world_size=args.world_size, preset=args.preset, dtype=args.dtype,
+                         pkb=True)
     rows, out = [], args.json.open("w") if args.json else None
     with LocalClient(config) as client:
         for f in files:

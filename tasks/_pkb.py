@@ -46,12 +46,40 @@ def float32_presets(presets: Mapping[str, Preset]) -> dict[str, Preset]:
             for name, p in presets.items()}
 
 
-def without_ties(spec: TaskSpec, *, draws: Mapping[str, Distribution], why: str) -> TaskSpec:
+TIES_FLOAT32 = ("16-bit values tie, and PKB's statement leaves the order of ties to the kernel (torch.topk's or "
+                "sort's)")
+
+# Why the top-k / top-p variants (PKB 82-84) stay in float32: measured on CPU in one process, PKB's draws at bench
+# (2 x 8 tokens over 256 ids, top-k 10, top-p 0.9), 500 calls, PKB's filter in bfloat16 against the exact filter of
+# the same bfloat16 logits, PKB's rule.
+VOCAB_FLOAT32 = ("in bfloat16 PKB's reference decides the top-p cut on bfloat16 probabilities (a bf16 softmax and "
+                 "cumulative sum against 1 - top_p), so rounding, not only ties, decides which tokens survive: "
+                 "against the exact filter of the same bfloat16 logits PKB's own bf16 reference was past PKB's "
+                 "tolerance in 785 of 8000 tokens (410 of 500 calls) with the target raised by sqrt(2 ln V) + 0.5, "
+                 "and 37 of 8000 with PKB's +8 (CPU, bench). A draw could keep the cut away from the threshold "
+                 "only by seeing each token's top k over the whole vocabulary, and a rank draws only its own "
+                 "block (docs/task_contract.md); with a target raised until it alone survives, every output is 0 "
+                 "and no kernel's cut is tested")
+
+# Why the k-NN variant (PKB 79) stays in float32: measured on CPU, PKB's bench draws (32 unit-normal queries of 384
+# against 16384 training features, k = 200), 160 queries.
+KNN_FLOAT32 = ("in bfloat16 PKB's similarities are bfloat16 values (its matmul returns the dtype): the 200 nearest "
+               "of 16384 lie a median 1.4e-4 apart while a bfloat16 step there (about 0.115) is 4.9e-4, so the k-th "
+               "and next similarities tied in 121 of 160 queries and every query had a tie within its top k + 1 "
+               "(the labels are returned in that order). A draw could keep them apart only from every rank's "
+               "training block, and a rank draws only its own (docs/task_contract.md)")
+
+
+def without_ties(spec: TaskSpec, *, draws: Mapping[str, Distribution], why: str,
+                 float32_only: str = TIES_FLOAT32) -> TaskSpec:
     """The variant stating PKB's problem where pkb-env's function differs from PKB's only on ties: the same reference
     and golden (equal to PKB's function wherever nothing ties), with the inputs drawn as PKB draws them (`draws`:
     continuous, so that nothing ties), none of pkb-env's tie edge cases, PKB's tolerance on every float output, in
-    float32 only (16-bit values tie often, and PKB's statement defines no order for ties: torch.topk's or sort's
-    order is whatever the kernel gives). `why` says what pkb-env states about ties that PKB does not."""
+    float32 only, for the reason `float32_only` gives (by default: 16-bit values tie often, and PKB's statement
+    defines no order for ties, torch.topk's or sort's order being whatever the kernel gives). A 16-bit statement
+    would need draws kept away from ties (and, for a top-p cut, from the threshold) by more than the dtype's
+    rounding; where that depends on the whole of a sharded input, no rank can draw it, since each makes only its own
+    block. `why` says what pkb-env states about ties that PKB does not."""
     inputs = tuple(replace(d, dist=draws[d.name]) if d.name in draws else d for d in spec.inputs)
     missing = set(draws) - {d.name for d in spec.inputs}
     if missing:
@@ -64,8 +92,7 @@ def without_ties(spec: TaskSpec, *, draws: Mapping[str, Distribution], why: str)
                    presets=presets, dtypes=("float32",),
                    tolerance_rule=pkb_rule(("float32",)),
                    departures=(PKB_VARIANT, f"inputs that never tie, as PKB draws them: {why}",
-                               "float32 only: 16-bit values tie, and PKB's statement leaves the order of ties to "
-                               "the kernel (torch.topk's or sort's)"),
+                               f"float32 only: {float32_only}"),
                    reference_path=None, pkb=None)
 
 RELU = ("PKB's MLP is relu(X W1^T + b1) W2^T + b2; pkb-env's uses SiLU (ReLU's kink makes the gradient jump where a "
