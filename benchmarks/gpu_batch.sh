@@ -17,6 +17,8 @@
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh experts1   # one GPU: the experts of issues 26-27
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh review     # one GPU: answer key, containment, timing, pairs,
 #                                                              # faults; every task's reference against itself
+#     OUT=/path/to/out bash benchmarks/gpu_batch.sh bias       # one GPU: fused_moe_fwd_lora's bias, an independent
+#                                                              # truth beside it; throughput alone and on lanes
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh corpus gpt # one GPU: PKB's published corpus (docs/pkb_corpus.md)
 #                                                              # from .corpus/ (pkb_corpus.py --extract), the models
 #                                                              # named (gpt opus gemini triton ...); call again to go on
@@ -72,6 +74,19 @@ if [ "${1:-timing}" = review ]; then   # issues 42, 43, 46 on one GPU: the answe
                  tests/gpu/test_gpu_faults.py tests/gpu/test_symmetric_subgroups_gpu.py
     part 300 python benchmarks/self_speedup.py --executor cuda --world-size 1 --preset bench --tasks all --steps 3 \
                  --time-limit ${SELF_LIMIT:-200} --json "$OUT/self_speedup_all.json"
+    echo "== done $(date +%T)" >> "$LOG"
+    exit 0
+fi
+if [ "${1:-timing}" = bias ]; then   # issue 46 on one GPU: what the judge reads of fused_moe_fwd_lora's reference
+    # against itself (0.41 on one H100, 2026-12-05: the same code slower in a candidate's ranks) beside the same
+    # code timed in plain processes pinned to one core; then the RL-like batch's judged steps per second, one step
+    # after another and on two verdicts-only lanes
+    part 220 python benchmarks/candidate_truth.py --task fused_moe_fwd_lora --candidate tasks/fused_moe_fwd_lora/reference.py \
+                 --world-size 1 --preset bench --processes 2 --pairs 20 --pin 3 --judge-steps 3 --out "$OUT/truth_moe"
+    part 170 python benchmarks/throughput.py --executor cuda --world-size 1 --preset bench --rounds 1 \
+                 --json "$OUT/throughput.json"
+    part 170 python benchmarks/throughput.py --executor cuda --world-size 1 --preset bench --rounds 1 --lanes 2 \
+                 --json "$OUT/throughput_lanes.json"
     echo "== done $(date +%T)" >> "$LOG"
     exit 0
 fi
