@@ -19,7 +19,7 @@ import pytest
 
 import pkb_env  # noqa: F401  (registers the env)
 from pkb_env.agents import SYSTEM_PROMPT, build_messages, render_prompt
-from pkb_env.config import JudgeConfig
+from conftest import FAST
 from pkb_env.task import load_task
 
 REFERENCE = load_task("all_reduce").reference_source
@@ -39,7 +39,7 @@ def obs(prompt: str, task_id: str = "all_reduce") -> dict:
 @pytest.fixture(scope="module")
 def env2():
     env = gymnasium.make("pkb_env/ParallelKernel-v0", task="all_reduce", world_size=2, executor="cpu",
-                         config=JudgeConfig(trials=1), max_turns=100)
+                         config=FAST.replace(trials=1), max_turns=100)
     yield env
     env.close()
 

@@ -58,12 +58,13 @@ def test_eval_exit_code_per_verdict(tmp_path, capsys, verdict):
 def test_eval_exit_code_of_a_folder_is_the_worst_verdict(tmp_path, capsys):
     for verdict in ("correct", "wrong", "runtime_error", "build_error", "flagged"):
         (tmp_path / f"{verdict}.py").write_text(CANDIDATES[verdict])
-    assert main(["eval", "all_reduce", str(tmp_path), *CPU2, "--json"]) == EXIT_CODES["flagged"]
+    # verdicts only: the exit code reads verdicts, and a correct step's timing would only add time
+    assert main(["eval", "all_reduce", str(tmp_path), *CPU2, "--json", "--no-timing"]) == EXIT_CODES["flagged"]
     out = capsys.readouterr().out
     seen = {line.split('"verdict": "')[1].split('"')[0] for line in out.splitlines() if line.startswith("{")}
     assert seen == {"correct", "wrong", "runtime_error", "build_error", "flagged"}
     (tmp_path / "flagged.py").unlink()
-    assert main(["eval", "all_reduce", str(tmp_path), *CPU2, "--json"]) == EXIT_CODES["build_error"]
+    assert main(["eval", "all_reduce", str(tmp_path), *CPU2, "--json", "--no-timing"]) == EXIT_CODES["build_error"]
 
 
 def test_eval_exit_code_from_the_console_script(tmp_path):
@@ -113,7 +114,8 @@ def test_config_file_sets_options_and_the_command_line_wins(tmp_path, capsys):
     path = tmp_path / "wrong.py"
     path.write_text(CANDIDATES["wrong"])
     config = tmp_path / "eval.yaml"
-    config.write_text("world-size: 3\nexecutor: cpu\njson: true\nreward: fast_1\n")
+    # timing, a judge setting: off, as nothing here reads it (a judge that times calibrates at world size 3 first)
+    config.write_text("world-size: 3\nexecutor: cpu\njson: true\nreward: fast_1\ntiming: false\n")
     assert main(["eval", "all_reduce", str(path), "--config", str(config)]) == EXIT_CODES["wrong"]
     line = [l for l in capsys.readouterr().out.splitlines() if l.startswith("{")][0]
     assert '"world_size": 3' in line and '"reward": 0.0' in line
@@ -205,7 +207,8 @@ def solution(tensor):
                                                 (signal.SIGTERM, EXIT_TERMINATED, "terminated")])
 def test_a_signal_mid_step_leaves_nothing(tmp_path, signum, code, word):
     """A terminal's Ctrl-C (SIGINT to the foreground process group) or a SIGTERM while every rank is inside
-    the candidate: one line on stderr, the documented exit code, no process and no directory left."""
+    the candidate: one line on stderr, the documented exit code, no process and no directory left. Verdicts only:
+    the step is stopped in its trials, and a judge that times would first calibrate at world size 8."""
     world_size = 8
     candidate = tmp_path / "slow.py"
     candidate.write_text(SLOW)
@@ -214,7 +217,7 @@ def test_a_signal_mid_step_leaves_nothing(tmp_path, signum, code, word):
     env = {**os.environ, "TMPDIR": str(scratch)}
     # As a shell starts a foreground job: its own process group, SIGINT at its default disposition.
     proc = subprocess.Popen([sys.executable, "-m", "pkb_env.entrypoints.cli", "eval", "all_reduce", str(candidate), "--executor",
-                             "cpu", "--world-size", str(world_size)], env=env, stdout=subprocess.PIPE,
+                             "cpu", "--world-size", str(world_size), "--no-timing"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=_as_a_foreground_job)
     try:
         logs = []

@@ -1,13 +1,15 @@
 """Suite evaluation: pass@k and fast_p on hand-made rows, then `pkb-env evaluate` end to end on the CPU executor."""
+import dataclasses
 import json
 import math
 
 import pytest
+import yaml
 
+from conftest import FAST
 from pkb_env import solutions
 from pkb_env.entrypoints.cli import main
 from pkb_env.evaluation import EvaluationReport, SampleResult, agent_from_spec, evaluate, fast_p, pass_at_k
-from pkb_env.config import JudgeConfig
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -105,8 +107,10 @@ def test_report_metrics_and_outputs(tmp_path):
 # -- end to end -----------------------------------------------------------------------------------------
 def test_cli_evaluate_reference(tmp_path, capsys):
     out = tmp_path / "tmp"
+    settings = tmp_path / "judge.yaml"   # the tests' short timing protocol (conftest.FAST's), a judge setting
+    settings.write_text(yaml.safe_dump({"protocol": dataclasses.asdict(FAST.protocol)}))
     argv = ["evaluate", "--tasks", "all_reduce,broadcast", "--agent", "reference", "--world-size", "2",
-            "--executor", "cpu", "--out", str(out)]
+            "--executor", "cpu", "--out", str(out), "--config", str(settings)]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     for name in ("report.json", "report.md", "speedup_vs_roofline.png"):
@@ -138,7 +142,7 @@ def test_files_agent_with_a_wrong_candidate(tmp_path):
     (folder / "broadcast.py").write_text("def solution(tensor, src=0):\n    return tensor.clone()  # no broadcast\n")
     agent = agent_from_spec(f"files:{folder}")
     report = evaluate(agent, tasks=["all_reduce", "broadcast"], samples=2, ks=(1, 2), progress=False,
-                      config=JudgeConfig(executor="cpu", world_size=2, trials=1))
+                      config=FAST.replace(executor="cpu", world_size=2, trials=1))
     by_task = {s.task: s for s in report.task_summaries()}
     assert by_task["all_reduce"].correct == 2 and by_task["all_reduce"].pass_at_k == {1: 1.0, 2: 1.0}
     assert by_task["broadcast"].correct == 0 and by_task["broadcast"].pass_at_k == {1: 0.0, 2: 0.0}

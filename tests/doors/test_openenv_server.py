@@ -1,7 +1,8 @@
 """`pkb-env serve`, the OpenEnv server, started as a process and driven over loopback (docs/integrations.md).
 
 One server for the module (CPU ranks, world size 2, conftest's FAST judge settings through --config, at most
-2 sessions): the project's PkbEnvClient resets two sessions to two tasks and steps correct and wrong code;
+2 sessions; its imports alone take 9 s here): clients that close normally leave no error in its log; the
+project's PkbEnvClient resets two sessions to two tasks and steps correct and wrong code;
 /health and /schema answer; a third session is refused; 20 bad requests (WebSocket and HTTP) each get an
 error naming the problem and the server goes on serving; the last test stops it with SIGTERM and checks that
 no process of it is left. A TRL GRPOTrainer run takes its reward from the server through the client.
@@ -92,6 +93,44 @@ def server(tmp_path_factory):
 def output(proc) -> str:
     proc.log.seek(0)
     return proc.log.read()
+
+
+@pytest.mark.timeout(240)
+def test_clients_that_close_normally_leave_no_error_in_the_log(server):
+    """A client's normal close leaves no error in the log (issue 47, row 10): every close logged "ERROR: Exception
+    in ASGI application" and a traceback (OpenEnv closed a socket the client had closed; server.QuietClose).
+    Sessions that reset and close, the async, sync and abrupt ways (a client whose connection is gone before the
+    server closes it: deterministic, where the others race). First in the module, so that no other test's session
+    ends in the part of the log read here."""
+    proc, base = server
+    start = len(output(proc))
+
+    async def sessions():
+        async with PkbEnvClient(base_url=base) as env:            # closed by the context manager
+            assert (await env.reset(task="all_reduce")).observation.task == "all_reduce"
+        env = PkbEnvClient(base_url=base)                          # closed by hand
+        await env.reset(task="all_gather")
+        await env.close()
+
+    async def abrupt():   # a client gone before the server's close: what a fast client's close races into
+        from websockets.asyncio.client import connect
+
+        ws = await connect(base.replace("http", "ws") + "/ws")
+        await ws.send(json.dumps({"type": "close"}))
+        ws.transport.abort()
+
+    asyncio.run(sessions())
+    with PkbEnvClient(base_url=base).sync() as env:                # the sync wrapper
+        env.reset(task="all_reduce")
+    asyncio.run(abrupt())
+    for _ in range(120):   # the server logs each session's end once it has handled the close
+        text = output(proc)[start:]
+        if text.count("connection closed") >= 4 or "Traceback" in text:
+            break
+        time.sleep(0.25)
+    text = output(proc)[start:]
+    assert text.count("connection closed") == 4, text
+    assert "Exception in ASGI application" not in text and "Traceback" not in text, text
 
 
 @pytest.mark.timeout(240)

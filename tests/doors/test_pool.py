@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -81,9 +82,11 @@ def _judged(pool, batch):
 def test_a_mixed_batch_gets_the_verdicts_local_judging_gives(pool):
     batch = [("all_reduce", RING), ("all_reduce", WRONG), ("all_reduce", HANGS), ("all_reduce", CRASHES),
              ("all_gather", WRONG), ("broadcast", "not python at all (")]
-    on_pool = _judged(pool, batch)
-    with JudgeService(CONFIG) as judge:
-        here = [(task, judge.judge(task, code).verdict) for task, code in batch]
+    with ThreadPoolExecutor(1) as driver:   # the pool judges the batch while this process judges it too
+        judging = driver.submit(_judged, pool, batch)
+        with JudgeService(CONFIG) as judge:
+            here = [(task, judge.judge(task, code).verdict) for task, code in batch]
+        on_pool = judging.result()
     assert on_pool == here
     assert [v for _, v in on_pool] == [Verdict.CORRECT, Verdict.WRONG, Verdict.RUNTIME_ERROR, Verdict.RUNTIME_ERROR,
                                        Verdict.WRONG, Verdict.UNPARSABLE]

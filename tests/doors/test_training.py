@@ -15,6 +15,7 @@ close() must leave no process behind: the tests check the children of this test 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 import subprocess
@@ -147,7 +148,8 @@ def test_trl_reward_refuses_rows_without_a_task():
 
 def test_trl_reward_takes_task_id_and_a_single_task(trl_reward):
     reward = trl_reward
-    fixed = make_trl_reward({"task": "broadcast", "world_size": 2, "executor": "cpu", "trials": 2, "trial_timeout_s": 6.0})
+    fixed = make_trl_reward({"task": "broadcast", "world_size": 2, "executor": "cpu", "trials": 2, "trial_timeout_s": 6.0,
+                             "protocol": dataclasses.asdict(FAST.protocol)})   # the tests' short timing protocol
     broadcast = load_task("broadcast").reference_source
     try:
         assert reward(prompts=["p"], completions=[broadcast], task_id=["broadcast"])[0] > 0

@@ -23,7 +23,7 @@ import pytest
 from wandb.proto import wandb_internal_pb2 as pb
 
 import pkb_env  # noqa: F401  (registers the env)
-from pkb_env.config import JudgeConfig
+from conftest import FAST
 from pkb_env.record import Verdict
 from pkb_env.entrypoints.gym.wandb import TABLE_COLUMNS, WandbLogger, resolve_mode
 
@@ -167,7 +167,7 @@ def offline_wandb(tmp_path, monkeypatch):
 def make_env(max_turns: int):
     # target_speedup out of reach: a correct first step must not end the episode
     return gymnasium.make("pkb_env/ParallelKernel-v0", task="all_reduce", world_size=2, executor="cpu",
-                          max_turns=max_turns, target_speedup=1e9, config=JudgeConfig(trials=1))
+                          max_turns=max_turns, target_speedup=1e9, config=FAST.replace(trials=1))
 
 
 def run_directory(root: Path) -> Path:

@@ -7,7 +7,9 @@ looks for each of those files by name and content (a SHA-256 of every visible fi
 one). It also reads every Python file of the package it can see and finds `def solution(` only where a rank needs
 or a model is shown it (the task references, the prompt's worked example, wrong demo candidates, the screen's own
 messages). A canary keeps the search honest: the task's own reference.py must be found, or the walk saw nothing.
-Both as the checkout's editable install runs the judge and as a wheel installed elsewhere does.
+Both as the checkout's editable install runs the judge and as a wheel installed elsewhere does. On CPU ranks,
+verdicts only (timing off): the search runs in each rank's first call, and timing would only call the candidate
+again in the same rank processes (the search's answer kept), after calibrating the wheel's fresh cache.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAST, TESTS
+from conftest import TESTS, VERDICTS
 from pkb_env import JudgeService
 from pkb_env.config import JudgeConfig
 from pkb_env.sandbox.containment import Containment
@@ -110,16 +112,18 @@ def searching_candidate() -> str:
 
 
 def test_a_rank_of_the_checkout_finds_no_answer_key():
-    config = FAST.replace(world_size=2, trials=1, trial_timeout_s=240.0)
+    config = VERDICTS.replace(world_size=2, trials=1, trial_timeout_s=240.0)
     with JudgeService(config) as judge:
         record = judge.judge("all_reduce", searching_candidate())
     assert record.verdict.value == "correct", record.feedback
 
 
-def judged_from_a_wheel(tmp_path: Path, executor: str, world_size: int, isolated: bool = True) -> dict:
+def judged_from_a_wheel(tmp_path: Path, executor: str, world_size: int, isolated: bool = True,
+                        timing: bool = True) -> dict:
     """The searching candidate judged by a wheel of the checkout installed in tmp_path (`pip wheel`, then
     `pip install --target`), in a fresh interpreter on `executor`: {'package', 'verdict', 'feedback'}.
-    `isolated=False` builds with the installed setuptools and wheel (a machine without a package index)."""
+    `isolated=False` builds with the installed setuptools and wheel (a machine without a package index);
+    `timing=False` judges verdicts only."""
     wheels, target = tmp_path / "wheels", tmp_path / "site"
     isolation = [] if isolated else ["--no-build-isolation"]
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", str(wheels),
@@ -132,7 +136,8 @@ def judged_from_a_wheel(tmp_path: Path, executor: str, world_size: int, isolated
     driver = (
         "import json, sys, pkb_env\n"
         "from pkb_env import JudgeConfig, JudgeService\n"
-        f"config = JudgeConfig(executor={executor!r}, world_size={world_size}, trials=1, trial_timeout_s=240.0)\n"
+        f"config = JudgeConfig(executor={executor!r}, world_size={world_size}, trials=1, trial_timeout_s=240.0, "
+        f"timing={timing})\n"
         "with JudgeService(config) as judge:\n"
         "    record = judge.judge('all_reduce', open(sys.argv[1]).read())\n"
         "print(json.dumps({'package': pkb_env.__file__, 'verdict': record.verdict.value, 'feedback': record.feedback}))\n")
@@ -148,5 +153,5 @@ def judged_from_a_wheel(tmp_path: Path, executor: str, world_size: int, isolated
 
 def test_a_rank_of_a_wheel_install_finds_no_answer_key(tmp_path):
     """The wheel holds the solutions inside the package (pkb_env/solutions): every cell covers them."""
-    result = judged_from_a_wheel(tmp_path, "cpu", 2)
+    result = judged_from_a_wheel(tmp_path, "cpu", 2, timing=False)
     assert result["verdict"] == "correct", result["feedback"]

@@ -7,7 +7,9 @@ of a root-only file and of a 0600 file in the judge's home; response files. Then
 own: a build cell given such an include without the judge's checks finds no such file. The checks alone, on
 sources and options: tests/judge/test_compile_checks.py.
 """
+import ast
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -22,6 +24,7 @@ from pkb_env.config import JudgeConfig, default_cache_dir
 from pkb_env.executors import make_executor
 from pkb_env.sandbox.containment import Containment
 from pkb_env.sandbox.privileges import NOBODY
+from pkb_env.sandbox.variables import MULTICAST_OFF
 from pkb_env.runtime.toolchain import nvcc_path
 from pkb_env.wire.services import Compile
 
@@ -139,16 +142,43 @@ def test_a_build_cell_cannot_read_them_either(build_cells, judge_secret_files, b
         assert "cannot open source file" in outcome.log or "No such file" in outcome.log, outcome.log
 
 
-# -- an extension's initialiser runs only in cells ------------------------------------------------
-INITIALISER = r'''
+# -- an extension's initialiser runs only in cells, with the multicast switches set ---------------------
+# One extension for both checks below (its build, g++ on torch's headers, is 40-50 s of a CI run): an initialiser
+# that records the environment it runs in, in its own file (once in the build cell, whose bytes the judge caches
+# and the rank receives, once in the rank that imports them), and one that attacks the host (only where cells
+# have namespaces: without, nothing would stop it).
+INITIALISER = r"""
 #include <torch/extension.h>
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <fstream>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+extern char** environ;
+std::string probe();
+static int recorded = [] {
+    std::string env = "ENV";
+    env += "REC{";   // built here, so that the marker is not in the object's own strings
+    for (char** e = environ; *e; ++e) {
+        std::string kv(*e);
+        if (kv.rfind("NCCL_", 0) == 0 || kv.rfind("TORCH_SYMM", 0) == 0 || kv.rfind("NVSHMEM_", 0) == 0)
+            env += kv + ";";
+    }
+    env += "}";
+    Dl_info info;
+    if (dladdr((void*)&probe, &info) && info.dli_fname) {
+        std::ofstream f(info.dli_fname, std::ios::app | std::ios::binary);
+        f << env;
+    }
+    return 0;
+}();
 static std::string seen;
+@ATTACK@
+std::string probe() { return seen; }
+"""
+ATTACK = r"""
 static bool wrote(const std::string& path) { std::ofstream f(path); f << "pwned by " << getuid(); return f.good(); }
 static int probe_at_load = [] {
     seen += wrote("@MARKER@") ? "marker:written " : "marker:refused ";
@@ -163,14 +193,13 @@ static int probe_at_load = [] {
     seen += "uid=" + std::to_string(getuid());
     return 0;
 }();
-std::string probe() { return seen; }
-'''
+"""
 
 
-@needs_compilers
-@needs_namespaces
-def test_an_initialiser_runs_only_inside_cells(judge2):
-    """The first row of the issue: a load_inline extension whose static initialiser attacks the host."""
+@pytest.fixture(scope="module")
+def initialiser_steps(judge2):
+    """The extension judged twice (the second from the judge's cache): {'record', 'again', 'marker', 'package',
+    'accepted' (connections the judge's port took)}; the marker removed and the port closed afterwards."""
     marker = f"/var/tmp/pkb-escape-marker-{secrets.token_hex(4)}"
     package = os.path.dirname(pkb_env.__file__)
     server = socket.socket()
@@ -182,38 +211,64 @@ def test_an_initialiser_runs_only_inside_cells(judge2):
         try:
             accepted.append(server.accept())
         except OSError:
-            pass  # the socket was closed at the end of the test: nobody connected
+            pass  # the socket was closed at the end of the module: nobody connected
 
     threading.Thread(target=accept, daemon=True).start()
-    source = (INITIALISER.replace("@MARKER@", marker).replace("@CACHE@", default_cache_dir())
+    attack = (ATTACK.replace("@MARKER@", marker).replace("@CACHE@", default_cache_dir())
               .replace("@PACKAGE@", package).replace("@PORT@", str(server.getsockname()[1])))
-    code = f'''from pkb_env.runtime import load_inline
+    source = INITIALISER.replace("@ATTACK@", attack if NAMESPACES is None else "")
+    code = f"""from pkb_env.runtime import load_inline
+import re
 ext = load_inline("pkb_escape_probe", cpp_sources={source!r}, functions=["probe"])
-raise RuntimeError("PROBE " + ext.probe())
+data = open(ext.__file__, "rb").read().decode("latin-1")
+raise RuntimeError("PROBE " + ext.probe() + " RECORDS " + repr(re.findall("ENVREC[{{]([^}}]*)[}}]", data)))
 def solution(tensor):
     return tensor
-'''
+"""
     try:
         record = judge2.judge("all_reduce", code)
-        feedback = record.feedback
-        assert record.verdict.value == "build_error" and "PROBE marker:written" in feedback, feedback
-        uid = NOBODY if f"uid {NOBODY}" in judge2.isolation()["privileges"] else None   # the candidates' uid, in words
-        assert f"cache:refused package:refused net:refused uid={os.getuid() if uid is None else uid}" in feedback, \
-            feedback
-        assert not os.path.exists(marker), "the initialiser wrote on the host"
-        assert not os.path.exists(os.path.join(package, "pwned.py"))
-        assert not (Path(default_cache_dir()) / "kernels" / "pwned.cubin").exists()
-        assert not accepted, "the initialiser reached the judge's network"
-        built = list((Path(default_cache_dir()) / "extensions").glob("*/pkb_escape_probe.so"))
-        assert len(built) == 1, "the judge caches what the contained build produced"
-        # The same source again: the cached bytes, no second build.
         again = judge2.judge("all_reduce", code)
-        assert "PROBE marker:written" in again.feedback and again.stage_seconds["build"] < \
-            record.stage_seconds["build"], (again.stage_seconds, record.stage_seconds)
+        yield {"record": record, "again": again, "marker": marker, "package": package, "accepted": accepted}
     finally:
         server.close()
         if os.path.exists(marker):
             os.unlink(marker)
+
+
+@needs_compilers
+@needs_namespaces
+def test_an_initialiser_runs_only_inside_cells(judge2, initialiser_steps):
+    """The first row of the issue: a load_inline extension whose static initialiser attacks the host."""
+    record, marker, package = initialiser_steps["record"], initialiser_steps["marker"], initialiser_steps["package"]
+    feedback = record.feedback
+    assert record.verdict.value == "build_error" and "PROBE marker:written" in feedback, feedback
+    uid = NOBODY if f"uid {NOBODY}" in judge2.isolation()["privileges"] else None   # the candidates' uid, in words
+    assert f"cache:refused package:refused net:refused uid={os.getuid() if uid is None else uid}" in feedback, \
+        feedback
+    assert not os.path.exists(marker), "the initialiser wrote on the host"
+    assert not os.path.exists(os.path.join(package, "pwned.py"))
+    assert not (Path(default_cache_dir()) / "kernels" / "pwned.cubin").exists()
+    assert not initialiser_steps["accepted"], "the initialiser reached the judge's network"
+    built = list((Path(default_cache_dir()) / "extensions").glob("*/pkb_escape_probe.so"))
+    assert len(built) == 1, "the judge caches what the contained build produced"
+    # The same source again: the cached bytes, no second build.
+    again = initialiser_steps["again"]
+    assert "PROBE marker:written" in again.feedback and again.stage_seconds["build"] < \
+        record.stage_seconds["build"], (again.stage_seconds, record.stage_seconds)
+
+
+@needs_compilers
+def test_a_build_cell_runs_with_the_switches_set(initialiser_steps):
+    """NVLink multicast's switches (tests/judge/test_multicast.py) in the build cell, where the initialiser ran
+    first (those bytes are what the rank receives), then in the rank that imports them."""
+    record = initialiser_steps["record"]
+    feedback = record.feedback
+    assert record.verdict.value == "build_error" and not record.exploit_flags, feedback
+    records = ast.literal_eval(re.search(r"RECORDS (\[.*?\])", feedback).group(1))
+    assert len(records) == 2, feedback   # the build cell's, then the rank's
+    for seen in records:
+        for name, value in MULTICAST_OFF.items():
+            assert f"{name}={value};" in seen, (name, seen)
 
 
 @needs_nvcc

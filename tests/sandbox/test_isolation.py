@@ -156,8 +156,8 @@ def test_required_containment_refuses_to_run_without_it():
 JUDGE_SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})
-from conftest import cpu_judge
-judge = cpu_judge(2)
+from conftest import VERDICTS, cpu_judge
+judge = cpu_judge(2, VERDICTS)   # killed mid-trial: a judge that times would first calibrate its empty cache
 judge.open("all_reduce")
 judge.judge("all_reduce", '''import subprocess
 def solution(tensor):

@@ -9,9 +9,13 @@ import pytest
 from pkb_env.sandbox.containment import Containment, containment_advice
 
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The tests' short timing protocol (conftest.FAST's): the step is still calibrated for and timed, in a fraction of
+# the production protocol's seconds.
 JUDGE = """
 import gymnasium, pkb_env
-env = gymnasium.make("pkb_env/ParallelKernel-v0", task="all_reduce", world_size=2, executor="cpu")
+from pkb_env.config import JudgeConfig, TimingProtocol
+env = gymnasium.make("pkb_env/ParallelKernel-v0", task="all_reduce", world_size=2, executor="cpu",
+                     config=JudgeConfig(protocol=TimingProtocol.quick("host")))
 obs, _ = env.reset(seed=0)
 _, _, _, _, info = env.step(obs["reference"])
 print("VERDICT", info["verdict"], info["feedback"].splitlines()[0])

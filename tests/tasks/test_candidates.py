@@ -1,13 +1,15 @@
 """Candidates for the compute + communication tasks, judged on 4 CPU ranks: the wrong ones (skipped
 communication, the wrong block, an off-by-one rank in a ring, the wrong group) are judged wrong with a
-message that says where; one that builds its own process groups inside every call is judged correct."""
+message that says where; one that builds its own process groups inside every call is judged correct.
+Verdicts only (verdicts4) but where a test reads the timing: a judge that times also times each task's reference
+the first time it judges the task, whatever the candidate's verdict (0.3 s a task here, some 40 tasks)."""
 from __future__ import annotations
 
 import re
 
 import pytest
 
-from conftest import FAST, cpu_judge
+from conftest import VERDICTS, cpu_judge
 from pkb_env.record import EvaluationRecord
 from pkb_env.task import load_task
 
@@ -79,8 +81,8 @@ WRONG_LINEAR_ATTENTION = {
 
 
 @pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_LINEAR_ATTENTION.items() for n in wrongs])
-def test_wrong_linear_and_async_attention_is_judged_wrong(judge4, task, name):
-    assert_wrong_with_a_location(judge4.judge(task, variant(task, *WRONG_LINEAR_ATTENTION[task][name])))
+def test_wrong_linear_and_async_attention_is_judged_wrong(verdicts4, task, name):
+    assert_wrong_with_a_location(verdicts4.judge(task, variant(task, *WRONG_LINEAR_ATTENTION[task][name])))
 
 
 WRONG_RING = {
@@ -122,9 +124,9 @@ WRONG_TENSOR_PARALLEL = {
 
 
 @pytest.mark.parametrize("name", WRONG_TENSOR_PARALLEL)
-def test_wrong_tensor_parallel_candidates_are_judged_wrong(judge4, name):
+def test_wrong_tensor_parallel_candidates_are_judged_wrong(verdicts4, name):
     task, edits = WRONG_TENSOR_PARALLEL[name]
-    assert_wrong_with_a_location(judge4.judge(task, variant(task, *edits)))
+    assert_wrong_with_a_location(verdicts4.judge(task, variant(task, *edits)))
 
 
 WRONG_CONTEXT = {
@@ -158,8 +160,8 @@ WRONG_ULYSSES = {
 
 
 @pytest.mark.parametrize("task,name", WRONG_ULYSSES)
-def test_wrong_ulysses_layouts_are_judged_wrong(judge4, task, name):
-    assert_wrong_with_a_location(judge4.judge(task, variant(task, *WRONG_ULYSSES[task, name])))
+def test_wrong_ulysses_layouts_are_judged_wrong(verdicts4, task, name):
+    assert_wrong_with_a_location(verdicts4.judge(task, variant(task, *WRONG_ULYSSES[task, name])))
 
 
 WRONG_VOCAB = {
@@ -186,8 +188,8 @@ WRONG_VOCAB = {
 
 
 @pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_VOCAB.items() for n in wrongs])
-def test_wrong_vocab_parallel_candidates_are_judged_wrong(judge4, task, name):
-    assert_wrong_with_a_location(judge4.judge(task, variant(task, *WRONG_VOCAB[task][name])))
+def test_wrong_vocab_parallel_candidates_are_judged_wrong(verdicts4, task, name):
+    assert_wrong_with_a_location(verdicts4.judge(task, variant(task, *WRONG_VOCAB[task][name])))
 
 
 # Training systems (PKB 21-25, 30, 43, 44, 52, 53, 58): (task, edits) per wrong candidate.
@@ -239,9 +241,9 @@ WRONG_TRAINING = {
 
 
 @pytest.mark.parametrize("name", WRONG_TRAINING)
-def test_wrong_training_systems_candidates_are_judged_wrong(judge4, name):
+def test_wrong_training_systems_candidates_are_judged_wrong(verdicts4, name):
     task, edits = WRONG_TRAINING[name]
-    assert_wrong_with_a_location(judge4.judge(task, variant(task, *edits)))
+    assert_wrong_with_a_location(verdicts4.judge(task, variant(task, *edits)))
 
 
 # Training steps with state updated in place (PKB 40-42, 47, 48): (task, edits, where the feedback must point).
@@ -271,9 +273,9 @@ WRONG_STEPS = {
 
 
 @pytest.mark.parametrize("name", WRONG_STEPS)
-def test_wrong_training_steps_are_judged_wrong_where(judge4, name):
+def test_wrong_training_steps_are_judged_wrong_where(verdicts4, name):
     task, edits, where = WRONG_STEPS[name]
-    record = judge4.judge(task, variant(task, *edits))
+    record = verdicts4.judge(task, variant(task, *edits))
     assert record.verdict.value == "wrong", record.feedback
     first = record.feedback.splitlines()[1]
     assert re.match(r"rank \d, trial \d( \([^()]*\))?, ", first) and where in first, first
@@ -282,7 +284,7 @@ def test_wrong_training_steps_are_judged_wrong_where(judge4, name):
 
 @pytest.fixture(scope="module")
 def muon_bf16():
-    with cpu_judge(2, FAST.replace(dtype="bfloat16")) as judge:
+    with cpu_judge(2, VERDICTS.replace(dtype="bfloat16")) as judge:
         judge.open("tp_muon_orthogonalization")
         yield judge
 
@@ -298,18 +300,18 @@ def test_muon_iterating_in_bf16_is_correct_and_a_local_gram_is_wrong(muon_bf16):
 
 
 @pytest.mark.parametrize("name", WRONG_GEMM)
-def test_wrong_gemm_allreduce_is_judged_wrong(judge4, name):
-    assert_wrong_with_a_location(judge4.judge("gemm_allreduce", variant("gemm_allreduce", *WRONG_GEMM[name])))
+def test_wrong_gemm_allreduce_is_judged_wrong(verdicts4, name):
+    assert_wrong_with_a_location(verdicts4.judge("gemm_allreduce", variant("gemm_allreduce", *WRONG_GEMM[name])))
 
 
 @pytest.mark.parametrize("name", WRONG_RING)
-def test_wrong_ring_attention_is_judged_wrong(judge4, name):
-    assert_wrong_with_a_location(judge4.judge("ring_attention_tp", variant("ring_attention_tp", *WRONG_RING[name])))
+def test_wrong_ring_attention_is_judged_wrong(verdicts4, name):
+    assert_wrong_with_a_location(verdicts4.judge("ring_attention_tp", variant("ring_attention_tp", *WRONG_RING[name])))
 
 
 @pytest.mark.parametrize("task,name", WRONG_CONTEXT)
-def test_wrong_context_parallel_attention_is_judged_wrong(judge4, task, name):
-    assert_wrong_with_a_location(judge4.judge(task, variant(task, *WRONG_CONTEXT[task, name])))
+def test_wrong_context_parallel_attention_is_judged_wrong(verdicts4, task, name):
+    assert_wrong_with_a_location(verdicts4.judge(task, variant(task, *WRONG_CONTEXT[task, name])))
 
 
 def test_a_candidate_that_builds_its_own_groups_in_every_call_is_correct(judge4):
@@ -420,13 +422,13 @@ WRONG_SCIENCE = {
 
 
 @pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_SCIENCE.items() for n in wrongs])
-def test_wrong_science_candidates_are_judged_wrong(judge4, task, name):
-    assert_wrong_with_a_location(judge4.judge(task, variant(task, *WRONG_SCIENCE[task][name])))
+def test_wrong_science_candidates_are_judged_wrong(verdicts4, task, name):
+    assert_wrong_with_a_location(verdicts4.judge(task, variant(task, *WRONG_SCIENCE[task][name])))
 
 
 @pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_SPATIAL.items() for n in wrongs])
-def test_wrong_halo_exchanges_and_sharded_convolutions_are_judged_wrong(judge4, task, name):
-    assert_wrong_with_a_location(judge4.judge(task, variant(task, *WRONG_SPATIAL[task][name])))
+def test_wrong_halo_exchanges_and_sharded_convolutions_are_judged_wrong(verdicts4, task, name):
+    assert_wrong_with_a_location(verdicts4.judge(task, variant(task, *WRONG_SPATIAL[task][name])))
 
 
 # Science and systems beyond LLMs (PKB 79, 81, 85, 61): exact balance of a sort's slices, a kNN's stated tie
@@ -457,10 +459,10 @@ WRONG_SORT_KNN_NMS = {
 
 
 @pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_SORT_KNN_NMS.items() for n in wrongs])
-def test_wrong_sorts_knn_ties_and_suppressions_are_judged_wrong(judge4, task, name):
+def test_wrong_sorts_knn_ties_and_suppressions_are_judged_wrong(verdicts4, task, name):
     """Wrong with the rank, trial (and edge case) and output; an unbalanced sort may instead exceed the output's
     declared bound on some rank, which the rank refuses before the output travels (a runtime error naming it)."""
-    record = judge4.judge(task, variant(task, *WRONG_SORT_KNN_NMS[task][name]))
+    record = verdicts4.judge(task, variant(task, *WRONG_SORT_KNN_NMS[task][name]))
     first = record.feedback.splitlines()[1]
     if record.verdict.value == "runtime_error" and task == "distributed_sample_sort":
         assert re.match(r"ranks? [\d, ]+ raised during trials: OutputError: output has shape \[\d+\], beyond its "
@@ -494,9 +496,9 @@ WRONG_MOE_DISPATCH = {
 
 
 @pytest.mark.parametrize("name", WRONG_MOE_DISPATCH)
-def test_moe_routing_that_drops_or_duplicates_pairs_is_judged_wrong(judge4, name):
+def test_moe_routing_that_drops_or_duplicates_pairs_is_judged_wrong(verdicts4, name):
     task, edits = WRONG_MOE_DISPATCH[name]
-    record = judge4.judge(task, variant(task, *edits))
+    record = verdicts4.judge(task, variant(task, *edits))
     assert record.verdict.value == "wrong", record.feedback
     first = record.feedback.splitlines()[1]
     assert re.match(r"rank \d, trial \d( \([^()]*\))?, output(\[\d+\])?: (\d+/\d+ elements differ|shape \[)", first), \
@@ -523,9 +525,9 @@ WRONG_MOE_FUSED = {
 
 
 @pytest.mark.parametrize("name", WRONG_MOE_FUSED)
-def test_wrong_fused_moe_candidates_are_judged_wrong(judge4, name):
+def test_wrong_fused_moe_candidates_are_judged_wrong(verdicts4, name):
     task, edits = WRONG_MOE_FUSED[name]
-    assert_wrong_with_a_location(judge4.judge(task, variant(task, *edits)))
+    assert_wrong_with_a_location(verdicts4.judge(task, variant(task, *edits)))
 
 
 WRONG_GRAPH = {
@@ -577,6 +579,6 @@ def assert_wrong_at(record: EvaluationRecord, where: str) -> None:
 
 
 @pytest.mark.parametrize("task,name", [(t, n) for t, wrongs in WRONG_GRAPH.items() for n in wrongs])
-def test_wrong_graph_exchanges_are_judged_wrong(judge4, task, name):
-    record = judge4.judge(task, variant(task, *WRONG_GRAPH[task][name]))
+def test_wrong_graph_exchanges_are_judged_wrong(verdicts4, task, name):
+    record = verdicts4.judge(task, variant(task, *WRONG_GRAPH[task][name]))
     assert_wrong_at(record, "output")
