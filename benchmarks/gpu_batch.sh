@@ -17,6 +17,7 @@
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh experts1   # one GPU: the experts of issues 26-27
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh review     # one GPU: answer key, containment, timing, pairs,
 #                                                              # faults; every task's reference against itself
+#     OUT=/path/to/out bash benchmarks/gpu_batch.sh self       # one GPU: every task against itself (again: goes on)
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh bias       # one GPU: fused_moe_fwd_lora's bias, an independent
 #                                                              # truth beside it; throughput alone and on lanes
 #     OUT=/path/to/out bash benchmarks/gpu_batch.sh corpus gpt # one GPU: PKB's published corpus (docs/pkb_corpus.md)
@@ -74,6 +75,16 @@ if [ "${1:-timing}" = review ]; then   # issues 42, 43, 46 on one GPU: the answe
                  tests/gpu/test_gpu_faults.py tests/gpu/test_symmetric_subgroups_gpu.py
     part 300 python benchmarks/self_speedup.py --executor cuda --world-size 1 --preset bench --tasks all --steps 3 \
                  --time-limit ${SELF_LIMIT:-200} --json "$OUT/self_speedup_all.json"
+    echo "== done $(date +%T)" >> "$LOG"
+    exit 0
+fi
+if [ "${1:-timing}" = self ]; then   # issue 46 on one GPU: every task's reference against itself at W=1, 3 steps
+    # each (about 80 tasks, 500 s), each call going on from where the last one stopped while the machine stays warm
+    # (--resume over a JSON kept in /tmp/pkb-self); $OUT gets the JSON so far
+    mkdir -p /tmp/pkb-self
+    part ${SELF_LIMIT:-540} python benchmarks/self_speedup.py --executor cuda --world-size 1 --preset bench --tasks all \
+                 --steps 3 --time-limit $(( ${SELF_LIMIT:-540} - 60 )) --json /tmp/pkb-self/self_speedup_all.json --resume
+    cp /tmp/pkb-self/self_speedup_all.json "$OUT/"
     echo "== done $(date +%T)" >> "$LOG"
     exit 0
 fi

@@ -6,6 +6,7 @@ reference time would give, per task, over several steps of one service.
     python benchmarks/self_speedup.py ... --protocol burst_s=0.004 budget_s=0.15   # the protocol's defaults changed
     python benchmarks/self_speedup.py --executor cuda --world-size 1 --preset bench --tasks all --steps 3 \
         --time-limit 300 --json self.json                  # every task that takes W=1, stopped between tasks at 300 s
+    python benchmarks/self_speedup.py ... --json self.json --resume      # again: only the tasks self.json lacks
 
 Both figures come from the same steps: `paired` is the record's speedup (the pseudo-median of the step's
 candidate-burst / reference-replay ratios, docs/timing.md "Paired speedup"), `median` the plain median of
@@ -55,6 +56,9 @@ def main() -> int:
     parser.add_argument("--protocol", nargs="*", default=[], metavar="FIELD=VALUE",
                         help="TimingProtocol fields changed from the clock's defaults, e.g. burst_s=0.004")
     parser.add_argument("--json", default=None, help="written after every task, so a run cut short keeps its tasks")
+    parser.add_argument("--resume", action="store_true",
+                        help="read --json back and judge only the tasks it does not hold (a judge error is tried "
+                             "again); the table covers them all (one GPU call did not reach every task in 250 s)")
     parser.add_argument("--time-limit", type=float, default=None, metavar="S",
                         help="start no task after S seconds (the table then says how many were left)")
     parser.add_argument("--reward", default="default", help="the reward whose gap to a speedup of exactly 1 is shown")
@@ -62,12 +66,16 @@ def main() -> int:
     reward = load_reward(args.reward)
     if args.tasks == ["all"]:
         args.tasks = runnable_tasks(args.world_size, args.preset)
+    if args.resume and not args.json:
+        parser.error("--resume reads the --json file of the run before: name it")
+    results = _restored(args.json, args.tasks) if args.resume else {}
 
     config = JudgeConfig(executor=args.executor, world_size=args.world_size, preset=args.preset,
                          protocol_changes=_changes(args.protocol))
-    rows, results, failures, started = [], {}, {}, time.monotonic()
-    with JudgeService(config) as judge, tqdm(total=len(args.tasks) * args.steps, unit="step", disable=not sys.stderr.isatty()) as bar:
-        for task in args.tasks:
+    failures, started = {}, time.monotonic()
+    waiting = [task for task in args.tasks if task not in results]
+    with JudgeService(config) as judge, tqdm(total=len(waiting) * args.steps, unit="step", disable=not sys.stderr.isatty()) as bar:
+        for task in waiting:
             if args.time_limit is not None and time.monotonic() - started > args.time_limit:
                 break
             session, paired, cached, spreads, walls, pairs, medians, gaps = judge.open(task), [], [], [], [], [], [], []
@@ -88,33 +96,21 @@ def main() -> int:
                 spreads.append(t.speedup_spread if t else None)
                 gaps.append(reward(record).value - reward(at_reference_speed(record)).value if record.speedup else None)
                 bar.update()
-            if task in failures:
-                results[task] = {"judge_error": failures[task]}
-                rows.append([task, 0, "judge error: " + failures[task][:60], "-", "-", "-", "-", "-", "-", "-"])
-                continue
-            results[task] = {"paired": paired, "median": medians, "cached": cached, "spread": spreads,
-                             "wall_s": walls, "pairs": pairs, "reward_gap": gaps}
-            known = [abs(g) for g in gaps if g is not None]
-            good = [p for p in paired if p is not None]
-            plain = [m for m in medians if m is not None]
-            old = [c for c in cached if c is not None]
-            rows.append([task, len(good), f"{min(good):.3f}-{max(good):.3f}" if good else "-",
-                         f"{statistics.median(good):.3f}" if good else "-",
-                         f"{min(plain):.3f}-{max(plain):.3f}" if plain else "-",
-                         f"{min(old):.3f}-{max(old):.3f}" if old else "-",
-                         f"{statistics.median([s for s in spreads if s is not None]):.3f}" if good else "-",
-                         f"{statistics.median(pairs):.0f}", f"{1e3 * statistics.median(walls[1:] or walls):.0f}",
-                         f"{max(known):.3f} ({sum(g <= 0.02 for g in known)}/{len(known)})" if known else "-"])
+            results[task] = {"judge_error": failures[task]} if task in failures else {
+                "paired": paired, "median": medians, "cached": cached, "spread": spreads, "wall_s": walls,
+                "pairs": pairs, "reward_gap": gaps}
             if args.json:
                 with open(args.json, "w") as f:
                     json.dump(results, f, indent=1)
+    asked = {task: results[task] for task in args.tasks if task in results}   # this run's and restored ones
     print(f"\nthe reference against itself, {args.executor} at world size {args.world_size}, {args.preset}, "
           f"{args.steps} steps per task" + (f", protocol {' '.join(args.protocol)}" if args.protocol else "")
-          + (f"; {len(args.tasks) - len(results)} tasks not reached in {args.time_limit:.0f} s"
-             if len(results) < len(args.tasks) else ""))
+          + (f"; {len(args.tasks) - len(asked)} tasks not reached in {args.time_limit:.0f} s"
+             if len(asked) < len(args.tasks) else ""))
     print(table(["task", "steps", "paired range", "paired median", "median-of-ratios range", "cached range",
-                 "pairs' spread", "pairs", "warm step ms", "reward gap (steps within 0.02)"], rows))
-    timed = [r for r in results.values() if "paired" in r]
+                 "pairs' spread", "pairs", "warm step ms", "reward gap (steps within 0.02)"],
+                [_row(task, result) for task, result in asked.items()]))
+    timed = [r for r in asked.values() if "paired" in r]
     every = [p for r in timed for p in r["paired"] if p is not None]
     medians = [statistics.median(g) for g in ([p for p in r["paired"] if p is not None] for r in timed) if g]
     missing = sum(len(r["paired"]) for r in timed) - len(every)
@@ -124,6 +120,36 @@ def main() -> int:
               f"{sum(0.9 <= m <= 1.1 for m in medians)}; steps within [0.95, 1.05]: "
               f"{sum(0.95 <= p <= 1.05 for p in every)} of {len(every)}")
     return 0
+
+
+def _restored(path: str, tasks: list[str]) -> dict[str, dict]:
+    """What the run before wrote to `path` (nothing where it does not exist), less the judge errors of `tasks`
+    (tried again: a judge fixed since, or a cause that has passed). Its other tasks are kept, so that the file,
+    written again after every task, still holds them."""
+    try:
+        with open(path) as f:
+            earlier = json.load(f)
+    except FileNotFoundError:
+        return {}
+    return {task: result for task, result in earlier.items() if task not in tasks or "judge_error" not in result}
+
+
+def _row(task: str, result: dict) -> list:
+    """One task's line of the table, from its results (this run's or restored)."""
+    if "judge_error" in result:
+        return [task, 0, "judge error: " + result["judge_error"][:60], "-", "-", "-", "-", "-", "-", "-"]
+    known = [abs(g) for g in result["reward_gap"] if g is not None]
+    good = [p for p in result["paired"] if p is not None]
+    plain = [m for m in result["median"] if m is not None]
+    old = [c for c in result["cached"] if c is not None]
+    spreads, pairs, walls = result["spread"], result["pairs"], result["wall_s"]
+    return [task, len(good), f"{min(good):.3f}-{max(good):.3f}" if good else "-",
+            f"{statistics.median(good):.3f}" if good else "-",
+            f"{min(plain):.3f}-{max(plain):.3f}" if plain else "-",
+            f"{min(old):.3f}-{max(old):.3f}" if old else "-",
+            f"{statistics.median([s for s in spreads if s is not None]):.3f}" if good else "-",
+            f"{statistics.median(pairs):.0f}", f"{1e3 * statistics.median(walls[1:] or walls):.0f}",
+            f"{max(known):.3f} ({sum(g <= 0.02 for g in known)}/{len(known)})" if known else "-"]
 
 
 def at_reference_speed(record: EvaluationRecord) -> EvaluationRecord:
