@@ -72,19 +72,20 @@ def main() -> int:
 
     config = JudgeConfig(executor=args.executor, world_size=args.world_size, preset=args.preset,
                          protocol_changes=_changes(args.protocol))
-    failures, started = {}, time.monotonic()
+    started = time.monotonic()
     waiting = [task for task in args.tasks if task not in results]
     with JudgeService(config) as judge, tqdm(total=len(waiting) * args.steps, unit="step", disable=not sys.stderr.isatty()) as bar:
         for task in waiting:
             if args.time_limit is not None and time.monotonic() - started > args.time_limit:
                 break
             session, paired, cached, spreads, walls, pairs, medians, gaps = judge.open(task), [], [], [], [], [], [], []
+            source, failure = load_task(task).reference_source, None
             for _ in range(args.steps):
                 begun = time.monotonic()
                 try:
-                    record = session.judge(load_task(task).reference_source)
+                    record = session.judge(source)
                 except JudgeError as exc:   # the judge's own failure on this task: named, the other tasks go on
-                    failures[task] = str(exc)[:300]
+                    failure = str(exc)[:300]
                     bar.update(args.steps - len(walls))
                     break
                 walls.append(time.monotonic() - begun)
@@ -96,7 +97,7 @@ def main() -> int:
                 spreads.append(t.speedup_spread if t else None)
                 gaps.append(reward(record).value - reward(at_reference_speed(record)).value if record.speedup else None)
                 bar.update()
-            results[task] = {"judge_error": failures[task]} if task in failures else {
+            results[task] = {"judge_error": failure} if failure is not None else {
                 "paired": paired, "median": medians, "cached": cached, "spread": spreads, "wall_s": walls,
                 "pairs": pairs, "reward_gap": gaps}
             if args.json:
